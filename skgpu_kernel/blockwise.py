@@ -1,0 +1,131 @@
+"""Blockwise kernel operations: ``K(X, Z) @ V`` without forming ``K`` whole.
+
+Column blocks bound the memory of one kernel block; row blocks bound what is moved
+to the device at a time.  Each row of the result depends only on that row and on the
+column blocking, which is fixed by the caller, so results do not depend on the row
+block size.
+"""
+
+import numpy as np
+import torch
+
+from .device import column_block_size, rows_within_budget, throughput_saturation_batch
+
+# Rows per prediction block: small on the CPU (single-row predictions stay cheap),
+# large on CUDA (the device needs wide products to be busy).
+_PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
+
+__all__ = ["kernel_diagonal_max", "kernel_matmul", "kernel_predict", "measure_batch_capacity"]
+
+
+def kernel_matmul(kernel, X, Z, V, column_block, leading=0):
+    """Compute ``K(X, Z) @ V`` summing over blocks of ``column_block`` columns.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    X : Tensor of shape (m, d)
+    Z : Tensor of shape (n, d)
+    V : Tensor of shape (n, l)
+    column_block : int
+        Columns of ``K`` evaluated at once.
+    leading : int, default=0
+        When positive, the first block is exactly ``Z[:leading]`` and its kernel
+        block ``K(X, Z[:leading])`` is returned as well, for callers that need it
+        (the EigenPro correction on the Nystrom subsample).
+
+    Returns
+    -------
+    out : Tensor of shape (m, l)
+    leading_block : Tensor of shape (m, leading), only when ``leading > 0``
+    """
+    n = Z.shape[0]
+    out = torch.zeros(X.shape[0], V.shape[1], dtype=X.dtype, device=X.device)
+    starts = [0, *list(range(leading, n, column_block))] if leading > 0 else list(range(0, n, column_block))
+    leading_block = None
+    for start, stop in zip(starts, [*starts[1:], n], strict=False):
+        if stop <= start:
+            continue
+        block = kernel(X, Z[start:stop])
+        out.addmm_(block, V[start:stop])
+        if leading > 0 and start == 0:
+            leading_block = block
+    if leading > 0:
+        if leading_block is None:
+            leading_block = torch.zeros(X.shape[0], 0, dtype=X.dtype, device=X.device)
+        return out, leading_block
+    return out
+
+
+def kernel_predict(kernel, X, centers, coef, budget, offset=None):
+    """``K(X, centers) @ coef`` for a host array ``X``, in memory-planned blocks.
+
+    Rows go to the device in blocks of a fixed size, the last one padded with
+    zeros: every product then has the same shape, so a row's result does not
+    depend on which or how many rows are predicted with it (BLAS libraries pick
+    different summation orders for different shapes).
+
+    Parameters
+    ----------
+    kernel : Kernel
+    X : ndarray of shape (n_samples, n_features)
+    centers : Tensor of shape (n_centers, n_features), on the compute device
+    coef : Tensor of shape (n_centers, n_outputs), on the compute device
+    budget : int
+        Bytes available for row blocks and kernel blocks.
+    offset : Tensor of shape (n_features,) or None
+        Subtracted from each row of ``X`` (the training centring).
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_outputs), in the dtype of ``centers``
+    """
+    device, dtype = centers.device, centers.dtype
+    itemsize = torch.finfo(dtype).bits // 8
+    n_centers, n_features = centers.shape
+    nominal_rows = _PREDICT_ROWS[device.type]
+    column_block = column_block_size(
+        device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2
+    )
+    bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
+    row_block = min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows)
+    padded = torch.zeros(row_block, n_features, dtype=dtype, device=device)
+    outputs = []
+    for start in range(0, X.shape[0], row_block):
+        rows = torch.as_tensor(np.ascontiguousarray(X[start : start + row_block]), dtype=dtype).to(device)
+        padded.zero_()
+        padded[: rows.shape[0]] = rows if offset is None else rows - offset
+        outputs.append(kernel_matmul(kernel, padded, centers, coef, column_block)[: rows.shape[0]].cpu())
+    if not outputs:
+        return torch.zeros(0, coef.shape[1], dtype=dtype).numpy()
+    return torch.cat(outputs).numpy()
+
+
+def kernel_diagonal_max(kernel, X, block=4096):
+    """``max_i k(x_i, x_i)`` over the rows of ``X`` (the constant beta of EigenPro)."""
+    return max(float(kernel.diagonal(X[start : start + block]).max()) for start in range(0, X.shape[0], block))
+
+
+def measure_batch_capacity(kernel, X, n_outputs, max_batch, column_block_for, probe_columns=8192):
+    """Measured batch capacity ``m_G`` for kernel-block products on ``X``'s device.
+
+    Times ``K(X_batch, X_ref) @ V`` for growing batches, with ``X_ref`` the first
+    ``probe_columns`` rows of ``X`` and ``column_block_for(batch_size)`` columns per
+    block, and returns the smallest batch at which samples per second stop growing (see :func:`~skgpu_kernel.device.throughput_saturation_batch`).
+    Cached in-process per device, dtype, kernel type and shape.
+
+    Returns
+    -------
+    batch : int
+    throughputs : dict
+        Samples per second for each probed batch size.
+    """
+    reference = X[: min(X.shape[0], probe_columns)]
+    values = torch.ones(reference.shape[0], n_outputs, dtype=X.dtype, device=X.device)
+    max_batch = min(int(max_batch), X.shape[0])
+
+    def run_batch(batch_size):
+        kernel_matmul(kernel, X[:batch_size], reference, values, column_block_for(batch_size))
+
+    cache_key = (str(X.device), str(X.dtype), type(kernel).__name__, X.shape[1], reference.shape[0], n_outputs)
+    return throughput_saturation_batch(run_batch, max_batch, X.device, cache_key=cache_key)

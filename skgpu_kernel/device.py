@@ -1,0 +1,325 @@
+"""Device planning: which device, how much memory, how large a batch and a block.
+
+Nothing here knows a kernel formula.  Memory plans come from a linear model of
+bytes per row (as in Falkon's block-size helpers); the batch capacity also uses a
+short measured throughput probe supplied by the caller as a function of the batch
+size, so that the capacity reflects the actual device and operation.
+"""
+
+import math
+import os
+import re
+import time
+import warnings
+
+import torch
+
+__all__ = [
+    "available_memory",
+    "batch_limit",
+    "column_block_size",
+    "is_out_of_memory",
+    "parse_memory_budget",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_memory_budget",
+    "rows_within_budget",
+    "synchronize",
+    "throughput_saturation_batch",
+]
+
+# Fraction of the free memory used when no budget is given.  The host keeps more in
+# reserve because the caller's numpy copies and the Python process live there too.
+_DEFAULT_BUDGET_FRACTION = {"cuda": 0.8, "cpu": 0.5}
+
+# On a CPU, blocks of about this many entries stay in the last-level cache, which
+# keeps the element-wise kernel passes from being memory bound.
+_CPU_BLOCK_ENTRIES = 2**20
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def resolve_device(spec):
+    """Turn ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device`` into a device.
+
+    ``"auto"`` is CUDA when available, else the CPU.  A CUDA device that is not
+    available raises ``ValueError``.
+    """
+    if isinstance(spec, torch.device):
+        device = spec
+    elif isinstance(spec, str):
+        if spec == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            device = torch.device(spec)
+        except RuntimeError as exc:
+            raise ValueError(f"Unknown device {spec!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'.") from exc
+    else:
+        raise TypeError(f"device must be a string or torch.device, got {type(spec).__name__}.")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"Unsupported device {spec!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'.")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={spec!r} was requested but CUDA is not available.")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={spec!r} was requested but only {torch.cuda.device_count()} CUDA device(s) are visible."
+            )
+        device = torch.device("cuda", index)
+    return device
+
+
+def resolve_dtype(spec):
+    """Turn ``"float32"``/``"float64"`` (or numpy/torch equivalents) into a torch dtype."""
+    names = {"float32": torch.float32, "float64": torch.float64}
+    key = spec if isinstance(spec, str) else getattr(spec, "name", None) or str(spec).replace("torch.", "")
+    if key not in names:
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {spec!r}.")
+    return names[key]
+
+
+def parse_memory_budget(spec):
+    """Parse a memory budget into bytes.
+
+    Parameters
+    ----------
+    spec : None, int or str
+        ``None`` (no explicit budget), a positive number of bytes, or a string such as
+        ``"4GB"``, ``"512 MiB"`` or ``"1.5g"``.  Decimal units (KB, MB, GB, TB) are
+        powers of 1000, binary units (KiB, MiB, GiB, TiB) powers of 1024.
+
+    Returns
+    -------
+    int or None
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, bool):
+        raise TypeError(f"memory_budget must be None, a number of bytes or a string like '4GB', got {spec!r}.")
+    if isinstance(spec, (int, float)):
+        value = spec
+    elif isinstance(spec, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", spec)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(
+                f"Cannot parse memory_budget {spec!r}; use a number of bytes or a string "
+                "like '4GB', '512MiB' or '1.5GB'."
+            )
+        value = float(match.group(1)) * _UNITS[unit]
+    else:
+        raise TypeError(
+            f"memory_budget must be None, a number of bytes or a string like '4GB', got {type(spec).__name__}."
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"memory_budget must be positive, got {spec!r}.")
+    return int(value)
+
+
+def _host_available_memory():
+    available = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            available = 4 * 2**30
+    # A container's cgroup limit can be far below the host's free memory.
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit_file:
+            limit = limit_file.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as current_file:
+            current = int(current_file.read().strip())
+        if limit != "max":
+            available = min(available, int(limit) - current)
+    except (OSError, ValueError):
+        pass
+    return max(int(available), 0)
+
+
+def available_memory(device):
+    """Bytes that could be allocated on ``device`` now.
+
+    On CUDA: free device memory plus what torch's caching allocator holds but does
+    not use.  On the CPU: the host's available memory (``MemAvailable``), bounded by
+    the container's cgroup limit.
+    """
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        cached_unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + cached_unused)
+    return _host_available_memory()
+
+
+def resolve_memory_budget(spec, device):
+    """Bytes the estimator may use on ``device``: the given budget, or a safe fraction of free memory."""
+    budget = parse_memory_budget(spec)
+    if budget is not None:
+        return budget
+    return int(_DEFAULT_BUDGET_FRACTION[device.type] * available_memory(device))
+
+
+def rows_within_budget(budget, fixed_bytes, bytes_per_row):
+    """Largest number of rows with ``fixed_bytes + rows * bytes_per_row <= budget`` (at least 1)."""
+    if bytes_per_row <= 0:
+        raise ValueError("bytes_per_row must be positive.")
+    return max(int((budget - fixed_bytes) // bytes_per_row), 1)
+
+
+def batch_limit(budget, fixed_bytes, bytes_for_batch, max_batch):
+    """Largest batch ``m <= max_batch`` with ``fixed_bytes + bytes_for_batch(m) <= budget``.
+
+    ``bytes_for_batch`` must not decrease with ``m``.  Returns at least 1.
+    """
+    low, high = 1, max(int(max_batch), 1)
+    if fixed_bytes + bytes_for_batch(high) <= budget:
+        return high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fixed_bytes + bytes_for_batch(middle) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def column_block_size(device, n_rows, n_columns, bytes_per_entry, budget):
+    """Number of columns of a kernel block computed at once for ``n_rows`` rows.
+
+    On the CPU the block is kept near the cache size; on CUDA it is as large as the
+    budget allows, up to all columns.
+    """
+    if device.type == "cpu":
+        wanted = max(_CPU_BLOCK_ENTRIES // max(n_rows, 1), 256)
+    else:
+        wanted = n_columns
+    affordable = max(int(budget // max(n_rows * bytes_per_entry, 1)), 1)
+    return int(max(min(wanted, affordable, n_columns), 1))
+
+
+def synchronize(device):
+    """Wait for queued work on ``device`` (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def is_out_of_memory(error):
+    """Whether ``error`` is a device out-of-memory error."""
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+_CAPACITY_CACHE = {}
+
+
+def throughput_saturation_batch(
+    run_batch,
+    max_batch,
+    device,
+    cache_key=None,
+    min_batch=32,
+    growth=1.1,
+    patience=2,
+    repeats=2,
+    time_limit=2.0,
+):
+    """Smallest batch at which samples per second stop growing, by measurement.
+
+    Batches ``min_batch, 2 min_batch, ...`` up to ``max_batch`` are timed with
+    ``run_batch(batch_size)`` (best of ``repeats``, after one warm-up).  The probe
+    stops after ``patience`` successive sizes that fail to beat the best throughput
+    by the factor ``growth``, or after ``time_limit`` seconds.  The answer is the
+    smallest measured batch within a factor ``growth`` of the best throughput.
+
+    Parameters
+    ----------
+    run_batch : callable
+        ``run_batch(batch_size)`` performs the operation whose throughput matters.
+    max_batch : int
+        Upper bound (from the memory budget and the data size).
+    device : torch.device
+        Synchronised around each timing.
+    cache_key : hashable or None
+        Results are cached in-process under ``(cache_key, max_batch)``.
+
+    Returns
+    -------
+    batch : int
+    throughputs : dict
+        Samples per second for each measured batch size.
+    """
+    max_batch = int(max_batch)
+    key = None if cache_key is None else (cache_key, max_batch)
+    if key is not None and key in _CAPACITY_CACHE:
+        return _CAPACITY_CACHE[key]
+    if max_batch <= min_batch:
+        return max_batch, {}
+
+    sizes = []
+    size = min_batch
+    while size < max_batch:
+        sizes.append(size)
+        size *= 2
+    sizes.append(max_batch)
+
+    throughputs = {}
+    best = 0.0
+    misses = 0
+    started = time.perf_counter()
+    run_batch(sizes[0])  # warm-up: allocator, thread pools, kernels' first launch
+    for size in sizes:
+        elapsed = math.inf
+        for _ in range(repeats):
+            synchronize(device)
+            tic = time.perf_counter()
+            run_batch(size)
+            synchronize(device)
+            elapsed = min(elapsed, time.perf_counter() - tic)
+        throughputs[size] = size / max(elapsed, 1e-9)
+        if throughputs[size] > growth * best:
+            misses = 0
+        else:
+            misses += 1
+        best = max(best, throughputs[size])
+        if misses >= patience or time.perf_counter() - started > time_limit:
+            break
+    peak = max(throughputs.values())
+    batch = min(size for size, rate in throughputs.items() if rate * growth >= peak)
+    result = (batch, throughputs)
+    if key is not None:
+        _CAPACITY_CACHE[key] = result
+    return result
+
+
+def warn_if_budget_exceeds_free(budget, device):
+    """Warn when an explicit budget is larger than the memory free on ``device``."""
+    free = available_memory(device)
+    if budget > free:
+        warnings.warn(
+            f"memory_budget of {budget / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB free on {device}; "
+            "blocks may not fit.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

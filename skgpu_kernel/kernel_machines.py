@@ -1,0 +1,608 @@
+"""EigenPro 2 kernel machines that adapt to the device: thin scikit-learn shells.
+
+fit = validate -> resolve runtime (device, dtype, memory budget) -> Nystrom
+eigensystem -> measure batch capacity -> choose preconditioner level, batch and
+step size -> run the solver -> store numpy fitted attributes.
+"""
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.model_selection import train_test_split
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+
+from .blockwise import kernel_predict, measure_batch_capacity
+from .device import (
+    batch_limit,
+    column_block_size,
+    resolve_device,
+    resolve_dtype,
+    resolve_memory_budget,
+)
+from .kernels import KERNEL_NAMES, make_kernel
+from .preconditioner import plan_preconditioner
+from .solvers.eigenpro import fit_eigenpro
+
+__all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
+
+
+def _auto_subsample_size(n_samples):
+    return min(n_samples, 2000 if n_samples <= 100_000 else 5000)
+
+
+class _BaseAdaptiveKernel(BaseEstimator):
+    """Shared parameters, fit and decision function of the EigenPro estimators."""
+
+    _parameter_constraints: dict = {
+        "kernel": [StrOptions(set(KERNEL_NAMES)), callable],
+        "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "kernel_params": [dict, None],
+        "n_epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "n_components": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "subsample_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "damping": [Interval(Real, 0, 1, closed="right")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "device": [str, torch.device],
+        "dtype": [StrOptions({"float32", "float64"})],
+        "memory_budget": [None, Interval(Integral, 1, None, closed="left"), str],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+        "warm_start": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        kernel="gaussian",
+        bandwidth="auto",
+        *,
+        kernel_params=None,
+        n_epochs=5,
+        batch_size="auto",
+        n_components="auto",
+        subsample_size="auto",
+        damping=0.95,
+        early_stopping=False,
+        validation_fraction=0.1,
+        n_iter_no_change=3,
+        tol=1e-4,
+        device="auto",
+        dtype="float32",
+        memory_budget=None,
+        random_state=None,
+        verbose=0,
+        warm_start=False,
+    ):
+        self.kernel = kernel
+        self.bandwidth = bandwidth
+        self.kernel_params = kernel_params
+        self.n_epochs = n_epochs
+        self.batch_size = batch_size
+        self.n_components = n_components
+        self.subsample_size = subsample_size
+        self.damping = damping
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.device = device
+        self.dtype = dtype
+        self.memory_budget = memory_budget
+        self.random_state = random_state
+        self.verbose = verbose
+        self.warm_start = warm_start
+
+    # --- fitting -------------------------------------------------------------------
+
+    def _fit_targets(self, X, Y, sample_weight, stratify):
+        """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
+        weights = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        if np.any(weights < 0):
+            raise ValueError("sample_weight must be non-negative.")
+        if not np.any(weights > 0):
+            raise ValueError("sample_weight is zero for every sample; there is nothing to fit.")
+        keep = weights > 0
+        X, Y, weights = X[keep], Y[keep], weights[keep]
+        stratify = None if stratify is None else stratify[keep]
+
+        device = resolve_device(self.device)
+        dtype = resolve_dtype(self.dtype)
+        budget = resolve_memory_budget(self.memory_budget, device)
+        rng = check_random_state(self.random_state)
+        # A warm start continues the sequence of epoch permutations instead of
+        # repeating the first one.
+        epochs_done = getattr(self, "n_epochs_total_", 0) if self.warm_start else 0
+        generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)) + epochs_done)
+
+        X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, rng)
+        kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
+        offset = X_train.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
+
+        n, n_features = X_train.shape
+        n_outputs = Y_train.shape[1]
+        order = rng.permutation(n)
+        coef_init = self._warm_start_coef(X_train, order)
+        to_device = _DeviceCopier(device, dtype, offset)
+        X_dev = to_device(X_train[order])
+        Y_dev = to_device(Y_train[order], center=False)
+        w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
+        coef = (
+            torch.zeros(n, n_outputs, dtype=dtype, device=device) if coef_init is None else coef_init.to(device, dtype)
+        )
+
+        subsample_size = _auto_subsample_size(n) if self.subsample_size == "auto" else min(self.subsample_size, n)
+        itemsize = torch.finfo(dtype).bits // 8
+        block_entry_bytes = itemsize * (1 + kernel.extra_blocks)
+        fixed_bytes = itemsize * (n * (n_features + 4 * n_outputs) + subsample_size**2)
+
+        def column_block_for(batch):
+            return column_block_size(device, batch, n, block_entry_bytes, max(budget - fixed_bytes, 0) // 2)
+
+        def bytes_for_batch(batch):
+            per_row = itemsize * (2 * (n_features + 2) + 4 * n_outputs) + subsample_size * block_entry_bytes
+            return batch * (per_row + column_block_for(batch) * block_entry_bytes)
+
+        memory_limit = batch_limit(budget, fixed_bytes, bytes_for_batch, n)
+        if self.batch_size == "auto":
+            capacity, throughputs = measure_batch_capacity(kernel, X_dev, n_outputs, memory_limit, column_block_for)
+        else:
+            capacity, throughputs = min(self.batch_size, n), {}
+        plan = plan_preconditioner(
+            kernel, X_dev, subsample_size, capacity, self.n_components, self.damping, column_block_for(1024)
+        )
+        n_components = plan.preconditioner.n_components
+        if self.batch_size == "auto":
+            batch_size = min(capacity, max(int(plan.critical_batch_preconditioned), 1), n)
+        else:
+            batch_size = capacity
+        if self.verbose:
+            print(
+                f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n}, "
+                f"batch capacity m_G={capacity} (memory limit {memory_limit}), critical batch "
+                f"{plan.critical_batch:.1f} -> {plan.critical_batch_preconditioned:.1f} with "
+                f"{n_components} components, batch size {batch_size}, "
+                f"step size {plan.step_size(batch_size):.4g}"
+            )
+        validation_dev = None
+        if validation is not None:
+            X_val, Y_val = validation
+            validation_dev = (to_device(X_val), to_device(Y_val, center=False), self._validation_score)
+        result = fit_eigenpro(
+            kernel,
+            X_dev,
+            Y_dev,
+            coef,
+            plan.preconditioner if n_components else None,
+            batch_size=batch_size,
+            step_size_for=plan.step_size,
+            column_block_for=column_block_for,
+            n_epochs=self.n_epochs,
+            generator=generator,
+            weights=w_dev,
+            fresh_start=coef_init is None,
+            validation=validation_dev,
+            n_iter_no_change=self.n_iter_no_change,
+            tol=self.tol,
+            log=print if self.verbose else None,
+        )
+
+        self.device_ = str(device)
+        self.dtype_ = np.dtype(self.dtype)
+        self.memory_budget_ = budget
+        self.kernel_ = kernel
+        self.bandwidth_ = bandwidth
+        self.X_offset_ = offset
+        self.subsample_size_ = subsample_size
+        self.top_eigenvalues_ = plan.eigenvalues[: n_components + 1].copy()
+        self.n_components_ = n_components
+        self.batch_capacity_ = capacity
+        self.throughput_probe_ = throughputs
+        self.critical_batch_size_ = (plan.critical_batch, plan.critical_batch_preconditioned)
+        self.batch_size_ = result.batch_size
+        self.learning_rate_ = result.learning_rate
+        self.n_epochs_ = result.n_epochs
+        self.n_epochs_total_ = epochs_done + result.n_epochs
+        self.history_ = result.history
+        self.centers_ = X_train[order].astype(self.dtype_, copy=False)
+        self.dual_coef_ = result.coef.cpu().numpy()
+        self._training_order = order
+        self._device_cache = (device, X_dev, result.coef, None if offset is None else to_device.offset)
+        return self
+
+    def _split_validation(self, X, Y, weights, stratify, rng):
+        if not self.early_stopping:
+            return X, Y, weights, None
+        n_validation = max(math.ceil(self.validation_fraction * X.shape[0]), 1)
+        if X.shape[0] - n_validation < 1:
+            raise ValueError(
+                f"early_stopping needs at least 2 samples; got {X.shape[0]} with "
+                f"validation_fraction={self.validation_fraction}."
+            )
+        indices = np.arange(X.shape[0])
+        seed = rng.randint(np.iinfo(np.int32).max)
+        try:
+            train, val = train_test_split(indices, test_size=n_validation, random_state=seed, stratify=stratify)
+        except ValueError:  # a class too small to stratify
+            train, val = train_test_split(indices, test_size=n_validation, random_state=seed)
+        return X[train], Y[train], weights[train], (X[val], Y[val])
+
+    def _warm_start_coef(self, X_train, order):
+        """Previous coefficients rearranged to ``order``, or None for a fresh fit."""
+        if not (self.warm_start and hasattr(self, "dual_coef_")):
+            return None
+        previous = self._training_order
+        if previous.shape[0] != X_train.shape[0] or not np.array_equal(
+            X_train[previous].astype(self.dtype_, copy=False), self.centers_
+        ):
+            raise ValueError(
+                "warm_start=True continues from the previous centers, which are the previous "
+                "training points: fit must be called with the same X (and the same "
+                "early-stopping split). Set warm_start=False to fit new data."
+            )
+        position_in_previous = np.empty_like(previous)
+        position_in_previous[previous] = np.arange(previous.shape[0])
+        return torch.as_tensor(self.dual_coef_[position_in_previous[order]])
+
+    # --- prediction ----------------------------------------------------------------
+
+    def _decision(self, X):
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        device, centers, coef, offset = self._prediction_tensors()
+        budget = resolve_memory_budget(self.memory_budget, device)
+        scores = kernel_predict(self.kernel_, X, centers, coef, budget, offset=offset)
+        # Computed in dtype_, returned in float64 as scikit-learn's regressors do.
+        return scores.astype(np.float64)
+
+    def _prediction_tensors(self):
+        cache = getattr(self, "_device_cache", None)
+        if cache is not None:
+            return cache
+        device = self._prediction_device()
+        dtype = resolve_dtype(self.dtype_)
+        to_device = _DeviceCopier(device, dtype, self.X_offset_)
+        offset = None if self.X_offset_ is None else to_device.offset
+        return device, to_device(self.centers_), to_device(self.dual_coef_, center=False), offset
+
+    def _prediction_device(self):
+        try:
+            return resolve_device(self.device)
+        except ValueError:
+            warnings.warn(
+                f"device={self.device!r} is not available here; predicting on the CPU.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return torch.device("cpu")
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_device_cache", None)
+        return state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+class _DeviceCopier:
+    """Copies host arrays to the compute device and dtype, centring features if asked."""
+
+    def __init__(self, device, dtype, offset):
+        self.device, self.dtype = device, dtype
+        self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
+
+    def __call__(self, array, center=True):
+        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
+        if center and self.offset is not None:
+            tensor = tensor - self.offset
+        return tensor
+
+
+def _r2_score(predictions, targets):
+    residual = ((predictions - targets) ** 2).sum()
+    total = ((targets - targets.mean(dim=0)) ** 2).sum()
+    return float(1.0 - residual / total) if float(total) > 0 else -float(residual)
+
+
+def _accuracy_score(predictions, targets):
+    if targets.shape[1] == 1:
+        return float(((predictions > 0) == (targets > 0)).float().mean())
+    return float((predictions.argmax(dim=1) == targets.argmax(dim=1)).float().mean())
+
+
+_COMMON_PARAMETERS = """
+    Parameters
+    ----------
+    kernel : {"gaussian", "rbf", "laplacian", "cauchy", "matern"}, Kernel or callable, \
+default="gaussian"
+        The kernel.  A :class:`~skgpu_kernel.kernels.Kernel` instance is used with its
+        own parameters (``kernel__bandwidth`` in a grid search); a callable
+        ``f(X, Z) -> Tensor`` receives torch tensors.
+    bandwidth : float or "auto", default="auto"
+        Length scale ``sigma`` of a named kernel (Gaussian:
+        ``exp(-||x - z||^2 / (2 sigma^2))``, i.e. scikit-learn's ``gamma = 1 / (2
+        sigma^2)``).  ``"auto"`` uses ``sqrt(n_features * X.var() / 2)``, which is
+        scikit-learn's ``gamma="scale"``; see :func:`~skgpu_kernel.kernels.auto_bandwidth`.
+    kernel_params : dict, default=None
+        Further arguments of a named kernel, e.g. ``{"nu": 2.5}`` for Matern.
+    n_epochs : int, default=5
+        Passes over the training data.  The iteration converges towards the kernel
+        interpolant; a few epochs (or early stopping) regularise.
+    batch_size : int or "auto", default="auto"
+        ``"auto"`` takes ``min(m*(P), m_G)``: the preconditioned critical batch and the
+        device's measured batch capacity.  An integer fixes the batch (the step size
+        still follows EigenPro's analytic rule), which also makes fits reproducible
+        across machines.
+    n_components : int or "auto", default="auto"
+        Number ``k`` of top eigendirections the preconditioner flattens (the paper's
+        ``q`` is ``k + 1``).  ``"auto"`` picks the smallest ``k`` whose preconditioned
+        critical batch reaches the batch capacity; ``0`` turns preconditioning off.
+    subsample_size : int or "auto", default="auto"
+        Nystrom subsample for the eigensystem: ``min(n, 2000)`` up to 100k samples,
+        ``min(n, 5000)`` beyond.
+    damping : float in (0, 1], default=0.95
+        Exponent ``a`` of the spectral flattening.
+    early_stopping : bool, default=False
+        Hold out ``validation_fraction`` of the data (stratified for classifiers) and
+        stop when the validation score has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs, keeping the best coefficients.
+    validation_fraction : float in (0, 1), default=0.1
+    n_iter_no_change : int, default=3
+    tol : float, default=1e-4
+    device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
+        ``"auto"`` is CUDA when available.
+    dtype : {"float32", "float64"}, default="float32"
+        Training and prediction precision; the eigensystem is always float64.
+    memory_budget : None, int or str, default=None
+        Bytes (or a string such as ``"4GB"``) the fit may use on the device.  None
+        takes 80% of free CUDA memory (including torch's cached blocks) or 50% of the
+        host's available memory.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the shuffling, the Nystrom subsample and the validation split.
+    verbose : int, default=0
+        Print the decisions taken and one line per epoch.
+    warm_start : bool, default=False
+        Continue from the previous coefficients; ``X`` must be the same data.
+"""
+
+_COMMON_ATTRIBUTES = """
+    device_ : str
+        Device the model was trained on.
+    dtype_ : numpy.dtype
+        Training precision.
+    memory_budget_ : int
+        Bytes the fit planned with.
+    kernel_ : Kernel
+        The kernel with its resolved bandwidth.
+    bandwidth_ : float or None
+        Resolved bandwidth (None for kernels without one).
+    X_offset_ : ndarray of shape (n_features,) or None
+        Feature means subtracted before evaluating translation-invariant kernels.
+    subsample_size_ : int
+        Size ``s`` of the Nystrom subsample.
+    top_eigenvalues_ : ndarray of shape ``(n_components_ + 1,)``
+        Top eigenvalues of ``K / n`` estimated on the subsample, down to the level.
+    n_components_ : int
+        Number of flattened eigendirections.
+    batch_capacity_ : int
+        Measured batch capacity ``m_G`` of the device (or the given batch size).
+    throughput_probe_ : dict
+        Samples per second of kernel-block products by probed batch size.
+    critical_batch_size_ : tuple of float
+        ``(beta / lambda_1, beta / lambda_1')``: before and after preconditioning.
+    batch_size_ : int
+        Batch size used (after any halving on out-of-memory).
+    learning_rate_ : float
+        Step size ``eta`` used with ``batch_size_``.
+    n_epochs_ : int
+        Epochs run by the last call to ``fit``.
+    n_epochs_total_ : int
+        Epochs run since the last fit without ``warm_start``.
+    history_ : list of dict
+        Per epoch: ``epoch``, ``train_mse`` (mean over the epoch's batches before each
+        step), ``validation_score`` when early stopping, and ``seconds``.
+    centers_ : ndarray of shape (n_centers, n_features)
+        Training points serving as centers, in the order of the internal shuffle.
+    dual_coef_ : ndarray of shape (n_centers, n_outputs)
+        Coefficients ``alpha`` of ``f(x) = sum_j alpha_j k(c_j, x)``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape ``(n_features_in_,)``
+        Defined when ``X`` has string feature names.
+"""
+
+
+class AdaptiveKernelRegressor(RegressorMixin, _BaseAdaptiveKernel):
+    __doc__ = (
+        """Kernel regression by EigenPro 2: preconditioned SGD sized for the device.
+
+    The model ``f(x) = sum_j alpha_j k(x_j, x)`` has a center at every training
+    point and is trained on the square loss by mini-batch SGD with the EigenPro
+    preconditioner.  Batch size and step size are derived from the kernel spectrum
+    and from the device's measured capacity (memory and throughput); every decision
+    is recorded in a fitted attribute.
+"""
+        + _COMMON_PARAMETERS
+        + """
+    Attributes
+    ----------"""
+        + _COMMON_ATTRIBUTES
+        + """
+    See Also
+    --------
+    AdaptiveKernelClassifier : The same machine for classification.
+    sklearn.kernel_ridge.KernelRidge : Exact solve in O(n^3) time and O(n^2) memory.
+
+    References
+    ----------
+    .. [1] S. Ma and M. Belkin, "Kernel machines that adapt to GPUs for effective
+       large batch training", SysML 2019. arXiv:1806.06144.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skgpu_kernel import AdaptiveKernelRegressor
+    >>> rng = np.random.RandomState(0)
+    >>> X = rng.uniform(-1, 1, size=(200, 2))
+    >>> y = np.sin(3 * X[:, 0]) + X[:, 1] ** 2
+    >>> model = AdaptiveKernelRegressor(bandwidth=0.5, n_epochs=20, random_state=0).fit(X, y)
+    >>> bool(model.score(X, y) > 0.99)
+    True
+    """
+    )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights on the square loss; samples with zero weight are
+            dropped.
+
+        Returns
+        -------
+        self : object
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True, y_numeric=True)
+        self._single_output = y.ndim == 1
+        Y = y.reshape(-1, 1) if y.ndim == 1 else y
+        return self._fit_targets(X, Y.astype(np.float64), sample_weight, stratify=None)
+
+    def _validation_score(self, predictions, targets):
+        return _r2_score(predictions, targets)
+
+    def predict(self, X):
+        """Predict with the kernel model, in memory-planned blocks.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        """
+        scores = self._decision(X)
+        return scores[:, 0] if self._single_output else scores
+
+
+class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
+    __doc__ = (
+        """Kernel classification by EigenPro 2: preconditioned SGD sized for the device.
+
+    Regression on the square loss with targets ``+-1`` (binary) or one-hot columns
+    (multiclass); ``predict`` takes the sign or the argmax of the scores returned by
+    ``decision_function``.  The scores are not probabilities: wrap the estimator in
+    :class:`sklearn.calibration.CalibratedClassifierCV` to obtain ``predict_proba``.
+"""
+        + _COMMON_PARAMETERS
+        + """
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels."""
+        + _COMMON_ATTRIBUTES
+        + """
+    See Also
+    --------
+    AdaptiveKernelRegressor : The same machine for regression.
+    sklearn.calibration.CalibratedClassifierCV : Probabilities from the scores.
+
+    References
+    ----------
+    .. [1] S. Ma and M. Belkin, "Kernel machines that adapt to GPUs for effective
+       large batch training", SysML 2019. arXiv:1806.06144.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> from skgpu_kernel import AdaptiveKernelClassifier
+    >>> X, y = load_digits(return_X_y=True)
+    >>> model = AdaptiveKernelClassifier(random_state=0).fit(X[:1000] / 16, y[:1000])
+    >>> bool(model.score(X[1000:] / 16, y[1000:]) > 0.95)
+    True
+    """
+    )
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights on the square loss; samples with zero weight are
+            dropped.
+
+        Returns
+        -------
+        self : object
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        self.classes_, encoded = np.unique(y, return_inverse=True)
+        if self.classes_.shape[0] < 2:
+            raise ValueError(
+                f"The classifier needs samples of at least 2 classes; got one class only ({self.classes_[0]!r})."
+            )
+        if self.classes_.shape[0] == 2:
+            Y = np.where(encoded == 1, 1.0, -1.0)[:, None]
+        else:
+            Y = np.eye(self.classes_.shape[0])[encoded]
+        return self._fit_targets(X, Y, sample_weight, stratify=encoded)
+
+    def _validation_score(self, predictions, targets):
+        return _accuracy_score(predictions, targets)
+
+    def decision_function(self, X):
+        """Raw scores: shape (n_samples,) for two classes (positive means ``classes_[1]``),
+        else (n_samples, n_classes).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray
+        """
+        scores = self._decision(X)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict(self, X):
+        """Predict class labels.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        scores = self.decision_function(X)
+        indices = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
+        return self.classes_[indices]

@@ -1,0 +1,351 @@
+"""Kernel functions: what to compute, never where or in which block sizes.
+
+A kernel maps two tensors ``X`` (m, d) and ``Z`` (n, d) to the block ``K(X, Z)``
+(m, n).  Each kernel also reports how many temporary (m, n) blocks it needs besides
+its output (``extra_blocks``), so that the device planner can size blocks without
+knowing any formula.
+
+Radial kernels depend on ``d = ||x - z||`` only.  They compute the squared distance
+with one matrix product on inputs augmented by two columns (the squared norms and a
+column of ones), which fuses the norm terms into the product and leaves only the
+kernel profile as element-wise work.  Squared distances that round to a negative
+number are clamped at zero before any square root or exponential.
+"""
+
+import math
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, clone
+
+__all__ = [
+    "KERNEL_NAMES",
+    "CallableKernel",
+    "Cauchy",
+    "Gaussian",
+    "Kernel",
+    "Laplacian",
+    "Matern",
+    "RadialKernel",
+    "auto_bandwidth",
+    "make_kernel",
+]
+
+
+class Kernel(BaseEstimator):
+    """Base class for kernels; subclass it to write your own.
+
+    A subclass implements :meth:`__call__` returning the block ``K(X, Z)`` as a
+    tensor on the inputs' device and dtype.  It may override :meth:`diagonal`
+    (the default evaluates the kernel on pairs of equal rows) and set the class
+    attributes below.  Parameters are constructor arguments stored under the same
+    name, as for scikit-learn estimators, so ``get_params``, ``set_params`` and
+    :func:`sklearn.base.clone` work and ``GridSearchCV`` reaches
+    ``kernel__<param>``.  :func:`skgpu_kernel.testing.check_kernel` checks a
+    user-written kernel against this contract.
+
+    Attributes
+    ----------
+    translation_invariant : bool
+        ``True`` when ``k(x + c, z + c) = k(x, z)`` for every shift ``c``; the
+        estimators then centre the data, which makes squared distances in
+        floating point more accurate.
+    extra_blocks : int
+        Number of temporary blocks of the output's size the kernel allocates while
+        computing one block, used by the memory planner.
+    """
+
+    translation_invariant = False
+    extra_blocks = 1
+
+    def __call__(self, X, Z):
+        """Return the block ``K(X, Z)`` of shape (m, n) on ``X``'s device and dtype."""
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(X, Z).")
+
+    def diagonal(self, X):
+        """Return ``k(x_i, x_i)`` for every row of ``X`` as a 1-D tensor."""
+        return torch.cat([torch.diagonal(self(chunk, chunk)) for chunk in torch.split(X, 256)])
+
+
+def _augmented_scaled_sq_dists(X, Z, scale):
+    """Return ``scale * (||x_i - z_j||^2 - rounding_allowance_ij)`` with one matrix product.
+
+    Rows of ``X`` become ``[-2 scale x, c scale ||x||^2, 1]`` and rows of ``Z``
+    become ``[z, 1, c scale ||z||^2]`` with ``c = 1 - allowance``; their product is
+    the scaled squared distance minus ``allowance (||x||^2 + ||z||^2)``, the size of
+    the rounding error of the expansion.  After clamping, distances within rounding
+    error of zero are exactly zero (``k(x, x)`` is exact even for the Laplacian's
+    square root), and each entry depends only on its own pair of rows.
+    """
+    allowance = 4.0 * math.sqrt(X.shape[1] + 1) * torch.finfo(X.dtype).eps
+    x_sq = (X * X).sum(dim=1, keepdim=True) * ((1.0 - allowance) * scale)
+    z_sq = (Z * Z).sum(dim=1, keepdim=True) * ((1.0 - allowance) * scale)
+    X_aug = torch.cat([X * (-2.0 * scale), x_sq, torch.ones_like(x_sq)], dim=1)
+    Z_aug = torch.cat([Z, torch.ones_like(z_sq), z_sq], dim=1)
+    return X_aug @ Z_aug.T
+
+
+class RadialKernel(Kernel):
+    """Base class for kernels of the distance alone, ``k(x, z) = phi(||x - z||)``.
+
+    Subclasses implement :meth:`_profile_from_sq_dists`, applied in place to a block
+    of squared distances divided by ``bandwidth ** 2``.
+
+    Parameters
+    ----------
+    bandwidth : float or "auto", default="auto"
+        Length scale ``sigma`` (positive).  ``"auto"`` is resolved from the data by
+        the estimators, see :func:`auto_bandwidth`.
+    """
+
+    translation_invariant = True
+    extra_blocks = 0
+
+    def __init__(self, bandwidth="auto"):
+        self.bandwidth = bandwidth
+
+    def _sigma(self):
+        bandwidth = self.bandwidth
+        if isinstance(bandwidth, str):
+            raise ValueError(
+                f"{type(self).__name__}.bandwidth is {bandwidth!r}; resolve it with "
+                "auto_bandwidth(X) or pass a positive float."
+            )
+        return validate_bandwidth(bandwidth)
+
+    def __call__(self, X, Z):
+        sigma = self._sigma()
+        scaled = _augmented_scaled_sq_dists(X, Z, 1.0 / sigma**2)
+        return self._profile_from_sq_dists(scaled.clamp_min_(0.0))
+
+    def diagonal(self, X):
+        zero = torch.zeros(1, dtype=X.dtype, device=X.device)
+        return self._profile_from_sq_dists(zero).expand(X.shape[0]).clone()
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        raise NotImplementedError
+
+
+class Gaussian(RadialKernel):
+    """Gaussian kernel ``exp(-||x - z||^2 / (2 sigma^2))``.
+
+    scikit-learn's ``rbf`` kernel ``exp(-gamma ||x - z||^2)`` is the same function
+    with ``gamma = 1 / (2 sigma^2)``, i.e. ``sigma = sqrt(1 / (2 gamma))``.
+
+    Parameters
+    ----------
+    bandwidth : float or "auto", default="auto"
+        The length scale ``sigma``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skgpu_kernel.kernels import Gaussian
+    >>> X = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    >>> Gaussian(bandwidth=1.0)(X, X)
+    tensor([[1.0000, 0.3679],
+            [0.3679, 1.0000]], dtype=torch.float64)
+    """
+
+    def __call__(self, X, Z):
+        # The exponent is computed directly by the product (scale -1/(2 sigma^2)),
+        # leaving two element-wise passes: the clamp and the exponential.
+        sigma = self._sigma()
+        exponent = _augmented_scaled_sq_dists(X, Z, -0.5 / sigma**2)
+        return exponent.clamp_max_(0.0).exp_()
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        return scaled_sq_dists.mul_(-0.5).exp_()
+
+
+class Laplacian(RadialKernel):
+    """Laplacian kernel ``exp(-||x - z|| / sigma)``.
+
+    Parameters
+    ----------
+    bandwidth : float or "auto", default="auto"
+        The length scale ``sigma``.
+    """
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        return scaled_sq_dists.sqrt_().neg_().exp_()
+
+
+class Cauchy(RadialKernel):
+    """Cauchy kernel ``1 / (1 + ||x - z||^2 / sigma^2)``.
+
+    Parameters
+    ----------
+    bandwidth : float or "auto", default="auto"
+        The length scale ``sigma``.
+    """
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        return scaled_sq_dists.add_(1.0).reciprocal_()
+
+
+class Matern(RadialKernel):
+    """Matern kernel with smoothness ``nu`` in {0.5, 1.5, 2.5}.
+
+    With ``r = ||x - z|| / sigma``:
+
+    * ``nu=0.5``: ``exp(-r)`` (the Laplacian kernel),
+    * ``nu=1.5``: ``(1 + sqrt(3) r) exp(-sqrt(3) r)``,
+    * ``nu=2.5``: ``(1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``.
+
+    These agree with scikit-learn's ``gaussian_process.kernels.Matern`` with
+    ``length_scale = sigma``.
+
+    Parameters
+    ----------
+    bandwidth : float or "auto", default="auto"
+        The length scale ``sigma``.
+    nu : {0.5, 1.5, 2.5}, default=1.5
+        Smoothness.
+    """
+
+    extra_blocks = 1
+    _SUPPORTED_NU = (0.5, 1.5, 2.5)
+
+    def __init__(self, bandwidth="auto", nu=1.5):
+        super().__init__(bandwidth=bandwidth)
+        self.nu = nu
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        if self.nu not in self._SUPPORTED_NU:
+            raise ValueError(f"Matern nu must be one of {self._SUPPORTED_NU}, got {self.nu!r}.")
+        r = scaled_sq_dists.sqrt_()
+        if self.nu == 0.5:
+            return r.neg_().exp_()
+        root = math.sqrt(3.0) if self.nu == 1.5 else math.sqrt(5.0)
+        r.mul_(root)  # r now holds sqrt(2 nu) * distance / sigma
+        polynomial = 1.0 + r if self.nu == 1.5 else 1.0 + r + r * r / 3.0
+        return polynomial.mul_(r.neg_().exp_())
+
+
+class CallableKernel(Kernel):
+    """Wrap a function ``func(X, Z) -> Tensor`` of two torch tensors as a kernel.
+
+    Parameters
+    ----------
+    func : callable
+        Returns the (m, n) block for inputs of shapes (m, d) and (n, d), on their
+        device and dtype.
+    """
+
+    extra_blocks = 2
+
+    def __init__(self, func):
+        self.func = func
+
+    def __call__(self, X, Z):
+        block = self.func(X, Z)
+        if not isinstance(block, torch.Tensor):
+            raise TypeError(
+                f"The kernel function {self.func!r} returned {type(block).__name__}; it must return a torch.Tensor."
+            )
+        expected = (X.shape[0], Z.shape[0])
+        if tuple(block.shape) != expected:
+            raise ValueError(
+                f"The kernel function {self.func!r} returned shape {tuple(block.shape)} "
+                f"for inputs of {X.shape[0]} and {Z.shape[0]} rows; expected {expected}."
+            )
+        return block.to(dtype=X.dtype)
+
+
+KERNEL_NAMES = {
+    "gaussian": Gaussian,
+    "rbf": Gaussian,
+    "laplacian": Laplacian,
+    "cauchy": Cauchy,
+    "matern": Matern,
+}
+
+
+def validate_bandwidth(bandwidth):
+    """Return ``bandwidth`` as a float, or raise ``ValueError`` if not positive finite."""
+    if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real):
+        raise TypeError(f"bandwidth must be a positive float or 'auto', got {bandwidth!r}.")
+    bandwidth = float(bandwidth)
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}.")
+    return bandwidth
+
+
+def auto_bandwidth(X):
+    """Data-driven bandwidth: ``sigma = sqrt(n_features * X.var() / 2)``.
+
+    For the Gaussian kernel this equals scikit-learn's ``gamma="scale"``
+    (``gamma = 1 / (n_features * X.var())``, as in :class:`sklearn.svm.SVC`), since
+    ``gamma = 1 / (2 sigma^2)``.  The typical squared distance between two points,
+    ``2 n_features X.var()``, then sits at ``4 sigma^2``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features)
+
+    Returns
+    -------
+    float
+        The bandwidth; ``1.0`` when the data have zero variance.
+    """
+    variance = float(np.var(X, dtype=np.float64))
+    if not variance > 0:
+        return 1.0
+    return math.sqrt(X.shape[1] * variance / 2.0)
+
+
+def make_kernel(kernel, bandwidth, kernel_params, X):
+    """Resolve an estimator's ``kernel`` parameter into a :class:`Kernel` instance.
+
+    Parameters
+    ----------
+    kernel : str, Kernel or callable
+        A name from ``KERNEL_NAMES``, a :class:`Kernel` (used as given, with its own
+        parameters; an ``"auto"`` bandwidth on a radial kernel is resolved from
+        ``X``), or a function of two tensors.
+    bandwidth : float or "auto"
+        Used for named kernels.
+    kernel_params : dict or None
+        Extra constructor arguments for named kernels (e.g. ``{"nu": 2.5}``).
+    X : ndarray
+        Training data, for ``"auto"`` bandwidths.
+
+    Returns
+    -------
+    kernel : Kernel
+        A new object; the parameter passed in is never modified.
+    bandwidth : float or None
+        The resolved bandwidth, ``None`` when the kernel has none.
+    """
+    if isinstance(kernel, str):
+        name = kernel.lower()
+        if name not in KERNEL_NAMES:
+            raise ValueError(
+                f"Unknown kernel {kernel!r}; expected one of {sorted(KERNEL_NAMES)}, a Kernel instance or a callable."
+            )
+        params = dict(kernel_params or {})
+        if "bandwidth" in params:
+            raise ValueError("Pass the bandwidth as the estimator's `bandwidth`, not in kernel_params.")
+        try:
+            resolved = KERNEL_NAMES[name](bandwidth=bandwidth, **params)
+        except TypeError as exc:
+            raise ValueError(f"Invalid kernel_params {kernel_params!r} for kernel {kernel!r}: {exc}") from exc
+    elif isinstance(kernel, Kernel):
+        resolved = clone(kernel)
+    elif callable(kernel):
+        return CallableKernel(kernel), None
+    else:
+        raise TypeError(f"kernel must be a string, a Kernel or a callable, got {type(kernel).__name__}.")
+
+    if not isinstance(resolved, RadialKernel):
+        return resolved, None
+    if isinstance(resolved.bandwidth, str):
+        if resolved.bandwidth != "auto":
+            raise ValueError(f"bandwidth must be a positive float or 'auto', got {resolved.bandwidth!r}.")
+        resolved.set_params(bandwidth=auto_bandwidth(X))
+    resolved.set_params(bandwidth=validate_bandwidth(resolved.bandwidth))
+    if isinstance(resolved, Matern) and resolved.nu not in Matern._SUPPORTED_NU:
+        raise ValueError(f"Matern nu must be one of {Matern._SUPPORTED_NU}, got {resolved.nu!r}.")
+    return resolved, resolved.bandwidth

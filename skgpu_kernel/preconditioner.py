@@ -1,0 +1,274 @@
+"""EigenPro preconditioner: a Nystrom estimate of the kernel's top eigensystem.
+
+Notation (see ``ALGORITHMS.md`` section 1): ``lambda_1 >= lambda_2 >= ...`` are the
+eigenvalues of the normalised kernel matrix ``K / n``, estimated by those of
+``K_S / s`` on a uniform subsample ``S`` of size ``s``; ``beta = max_i k(x_i, x_i)``.
+The preconditioner flattens the top ``k`` eigendirections down to the level
+``lambda_{k+1}`` with damping exponent ``a``::
+
+    D_i = (1 - (lambda_{k+1} / lambda_i) ** a) / lambda_i,   i = 1..k
+
+so the top eigenvalue becomes ``lambda_1' = lambda_1 (lambda_{k+1} / lambda_1) ** a``
+and the critical batch size grows from ``beta / lambda_1`` to ``beta_P / lambda_1'``,
+where ``beta_P = max_x k_P(x, x) <= beta`` is the largest diagonal entry of the
+preconditioned kernel (as in the reference code): the step size that interpolates
+one sample under preconditioning is ``1 / k_P(x, x)``.  In the paper's notation
+``q = k + 1`` eigenpairs are kept.
+"""
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .blockwise import kernel_diagonal_max, kernel_matmul
+
+__all__ = [
+    "EigenProPreconditioner",
+    "choose_n_components",
+    "eigenpro_step_size",
+    "flattening_scales",
+    "max_usable_components",
+    "nystrom_eigensystem",
+    "plan_preconditioner",
+    "preconditioned_beta",
+    "preconditioned_top_eigenvalue",
+]
+
+# Preconditioner levels beyond this cost more per step than they save.
+_MAX_AUTO_COMPONENTS = 1000
+
+# An eigendirection is flattened only if its eigenvalue stands this many rounding
+# errors of the training dtype above zero (relative to lambda_1); below that the
+# correction would amplify rounding noise.
+_RELATIVE_RESOLUTION = 1e3
+
+
+def nystrom_eigensystem(kernel, X_subsample):
+    """Eigenvalues and eigenfunction values of ``K_S / s``, in float64.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    X_subsample : Tensor of shape (s, d)
+
+    Returns
+    -------
+    eigenvalues : ndarray of shape (s,)
+        Descending; negative values (rounding) are clipped to zero.
+    eigenvectors : Tensor of shape (s, s), float64
+        Column ``i`` holds ``psi_i = u_i / sqrt(s)`` for the unit eigenvector ``u_i``.
+    """
+    sample = X_subsample.to(torch.float64)
+    s = sample.shape[0]
+    gram = kernel(sample, sample)
+    gram = (gram + gram.T) / (2.0 * s)
+    values, vectors = torch.linalg.eigh(gram)
+    values = torch.flip(values, dims=[0]).clamp_min_(0.0)
+    vectors = torch.flip(vectors, dims=[1]) / math.sqrt(s)
+    return values.cpu().numpy(), vectors
+
+
+def max_usable_components(eigenvalues, dtype):
+    """Largest ``k`` whose level ``lambda_{k+1}`` is resolvable in ``dtype``."""
+    if eigenvalues.size == 0 or eigenvalues[0] <= 0:
+        return 0
+    threshold = _RELATIVE_RESOLUTION * torch.finfo(dtype).eps * eigenvalues[0]
+    resolvable = int(np.sum(eigenvalues > threshold))
+    return max(min(resolvable, eigenvalues.size) - 1, 0)
+
+
+def preconditioned_top_eigenvalue(eigenvalues, n_components, damping):
+    """``lambda_1 (lambda_{k+1} / lambda_1) ** a`` (``lambda_1`` itself for ``k = 0``)."""
+    top = float(eigenvalues[0])
+    if n_components == 0 or top <= 0:
+        return top
+    return top * (float(eigenvalues[n_components]) / top) ** damping
+
+
+def flattening_scales(eigenvalues, n_components, damping):
+    """``D_i = (1 - (lambda_{k+1} / lambda_i) ** a) / lambda_i`` for ``i = 1..k``."""
+    top = np.asarray(eigenvalues[:n_components], dtype=np.float64)
+    if n_components == 0:
+        return top
+    return (1.0 - (eigenvalues[n_components] / top) ** damping) / top
+
+
+def preconditioned_beta(diagonal, projections, eigenvalues, n_components, damping):
+    """``max_x k_P(x, x)`` over the rows behind ``diagonal`` and ``projections``.
+
+    The preconditioned kernel's diagonal is ``k(x, x) - sum_i D_i (K(x, X_S) psi_i)^2``;
+    it bounds the stable step for one sample as ``beta`` does without
+    preconditioning.
+
+    Parameters
+    ----------
+    diagonal : ndarray of shape (r,)
+        ``k(x, x)`` for the rows.
+    projections : ndarray of shape (r, >= n_components)
+        ``K(x, X_S) psi_i`` for the rows.
+    """
+    if n_components == 0:
+        return float(diagonal.max())
+    scales = flattening_scales(eigenvalues, n_components, damping)
+    removed = (projections[:, :n_components] ** 2) @ scales
+    return float(np.max(diagonal - removed))
+
+
+def choose_n_components(eigenvalues, beta_at, target_batch, damping, max_components):
+    """Smallest ``k`` whose preconditioned critical batch ``beta_P(k) / lambda_1'(k)`` reaches ``target_batch``.
+
+    Found by bisection (the critical batch grows with ``k``); returns
+    ``max_components`` when even that does not reach the target.
+    """
+
+    def reaches(k):
+        top = preconditioned_top_eigenvalue(eigenvalues, k, damping)
+        return top <= 0 or beta_at(k) / top >= target_batch
+
+    if reaches(0):
+        return 0
+    if not reaches(max_components):
+        return max_components
+    low, high = 0, max_components  # reaches(low) is False, reaches(high) is True
+    while high - low > 1:
+        middle = (low + high) // 2
+        if reaches(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def eigenpro_step_size(batch_size, beta, top_eigenvalue):
+    """EigenPro's analytic step size for batch ``m``.
+
+    ``eta = m / beta`` up to the critical batch ``m* = beta / lambda_1'``, then
+    ``0.99 * 2 m / (beta + (m - 1) lambda_1')``, which saturates near
+    ``2 / lambda_1'``.  With ``m = 1`` one step interpolates the sampled point.
+    """
+    critical = beta / top_eigenvalue if top_eigenvalue > 0 else math.inf
+    if batch_size <= critical:
+        return batch_size / beta
+    return 0.99 * 2.0 * batch_size / (beta + (batch_size - 1) * top_eigenvalue)
+
+
+class EigenProPreconditioner:
+    """The EigenPro correction on the coefficients of the Nystrom subsample.
+
+    Parameters
+    ----------
+    eigenvalues : ndarray
+        Descending eigenvalues of ``K_S / s`` (at least ``n_components + 1``).
+    eigenvectors : Tensor of shape (s, >= n_components)
+        ``psi_i`` as returned by :func:`nystrom_eigensystem`.
+    n_components : int
+        Number of flattened directions ``k``.
+    damping : float
+        Exponent ``a`` in (0, 1].
+    dtype, device
+        Where the correction is computed.
+    """
+
+    def __init__(self, eigenvalues, eigenvectors, n_components, damping, dtype, device):
+        self.subsample_size = int(eigenvectors.shape[0])
+        self.n_components = int(n_components)
+        self.top_eigenvalue = preconditioned_top_eigenvalue(eigenvalues, n_components, damping)
+        scales = flattening_scales(eigenvalues, self.n_components, damping)
+        self.eigenvectors = eigenvectors[:, : self.n_components].to(device=device, dtype=dtype)
+        self.scales = torch.as_tensor(scales, dtype=dtype, device=device)
+
+    def correction(self, subsample_block, residual):
+        """``Psi diag(D) Psi^T K(X_S, X_B) r`` for the block ``K(X_B, X_S)``.
+
+        Parameters
+        ----------
+        subsample_block : Tensor of shape (m, s)
+        residual : Tensor of shape (m, l)
+
+        Returns
+        -------
+        Tensor of shape (s, l)
+        """
+        projected = self.eigenvectors.T @ (subsample_block.T @ residual)
+        return self.eigenvectors @ (self.scales[:, None] * projected)
+
+
+def warn_if_reduced(requested, usable):
+    """Warn when fewer components than requested can be flattened."""
+    if requested > usable:
+        warnings.warn(
+            f"n_components={requested} reduced to {usable}: the remaining eigenvalues of the "
+            "subsample kernel matrix are too small to resolve in the training dtype.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+# Rows outside the subsample on which the preconditioned diagonal is evaluated, so
+# that its maximum also covers points where the Nystrom estimate is not exact.
+_BETA_PROBE_ROWS = 8192
+
+
+@dataclass
+class PreconditionerPlan:
+    """Everything the EigenPro setup decided from the spectrum."""
+
+    preconditioner: EigenProPreconditioner
+    eigenvalues: np.ndarray
+    beta: float
+    beta_preconditioned: float
+    critical_batch: float
+    critical_batch_preconditioned: float
+
+    def step_size(self, batch_size):
+        """Analytic step size for ``batch_size`` under this preconditioner."""
+        return eigenpro_step_size(batch_size, self.beta_preconditioned, self.preconditioner.top_eigenvalue)
+
+
+def plan_preconditioner(kernel, X, subsample_size, target_batch, n_components, damping, column_block):
+    """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
+
+    The first ``subsample_size`` rows are the Nystrom subsample.  With
+    ``n_components="auto"`` the level is the smallest whose preconditioned critical
+    batch reaches ``target_batch`` (the device's capacity), at most 1000 components.
+
+    Returns
+    -------
+    PreconditionerPlan
+    """
+    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size])
+    usable = min(max_usable_components(eigenvalues, X.dtype), subsample_size - 1)
+    if n_components == "auto":
+        candidates = min(usable, _MAX_AUTO_COMPONENTS)
+    else:
+        warn_if_reduced(n_components, usable)
+        candidates = min(n_components, usable)
+
+    beta = kernel_diagonal_max(kernel, X)
+    rows = X[: min(X.shape[0], subsample_size + _BETA_PROBE_ROWS)]
+    diagonal = kernel.diagonal(rows).double().cpu().numpy()
+    subsample_vectors = eigenvectors[:, :candidates].to(X.dtype)
+    projections = kernel_matmul(kernel, rows, X[:subsample_size], subsample_vectors, column_block)
+    projections = projections.double().cpu().numpy()
+
+    def beta_at(k):
+        return min(preconditioned_beta(diagonal, projections, eigenvalues, k, damping), beta) if k else beta
+
+    if n_components == "auto":
+        n_components = choose_n_components(eigenvalues, beta_at, target_batch, damping, candidates)
+    else:
+        n_components = candidates
+    preconditioner = EigenProPreconditioner(eigenvalues, eigenvectors, n_components, damping, X.dtype, X.device)
+    beta_preconditioned = beta_at(n_components)
+    top = preconditioner.top_eigenvalue
+    return PreconditionerPlan(
+        preconditioner=preconditioner,
+        eigenvalues=eigenvalues,
+        beta=beta,
+        beta_preconditioned=beta_preconditioned,
+        critical_batch=beta / eigenvalues[0] if eigenvalues[0] > 0 else math.inf,
+        critical_batch_preconditioned=beta_preconditioned / top if top > 0 else math.inf,
+    )

@@ -1,0 +1,254 @@
+"""EigenPro 2 iteration: preconditioned mini-batch SGD on kernel coefficients.
+
+The loop only sees tensors.  Its caller arranges the rows so that the first ``s``
+rows of ``X`` are the Nystrom subsample of the preconditioner and, for a fresh fit,
+the rows are already in a random order.  The first epoch of a fresh fit then visits
+the rows in that order, and since coefficients beyond the rows visited so far (and
+the subsample) are still zero, each step only evaluates the kernel against that
+prefix: this is exact and halves the first epoch's cost.
+"""
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from ..blockwise import kernel_matmul
+from ..device import is_out_of_memory, synchronize
+
+__all__ = ["EigenProResult", "fit_eigenpro", "predict_rows"]
+
+# Mean training loss this many times the loss of the zero model counts as divergence,
+# and so does an epoch whose loss grew this many times over the previous epoch's:
+# in the interpolation regime a stable step decreases the loss epoch after epoch.
+_DIVERGENCE_FACTOR = 1e4
+_GROWTH_FACTOR = 2.0
+_MAX_STEP_HALVINGS = 10
+
+
+@dataclass
+class EigenProResult:
+    """What a run of :func:`fit_eigenpro` decided and measured."""
+
+    coef: torch.Tensor
+    n_epochs: int
+    batch_size: int
+    learning_rate: float
+    history: list = field(default_factory=list)
+    stopped_early: bool = False
+
+
+def predict_rows(kernel, X_rows, X, coef, batch_size, column_block):
+    """``K(X_rows, X) @ coef`` for device tensors, ``batch_size`` rows at a time."""
+    return torch.cat(
+        [
+            kernel_matmul(kernel, X_rows[start : start + batch_size], X, coef, column_block)
+            for start in range(0, X_rows.shape[0], batch_size)
+        ]
+    )
+
+
+def fit_eigenpro(
+    kernel,
+    X,
+    Y,
+    coef,
+    preconditioner,
+    batch_size,
+    step_size_for,
+    column_block_for,
+    n_epochs,
+    generator,
+    weights=None,
+    fresh_start=True,
+    validation=None,
+    n_iter_no_change=3,
+    tol=1e-4,
+    log=None,
+):
+    """Run EigenPro 2 epochs, updating ``coef`` in place.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    X : Tensor of shape (n, d)
+        Training rows; rows ``[0, s)`` are the preconditioner's subsample.
+    Y : Tensor of shape (n, l)
+    coef : Tensor of shape (n, l)
+        Initial coefficients, updated in place.
+    preconditioner : EigenProPreconditioner or None
+    batch_size : int
+    step_size_for : callable
+        ``step_size_for(batch_size) -> float``, used again when an out-of-memory
+        error halves the batch.
+    column_block_for : callable
+        ``column_block_for(batch_size) -> int`` columns per kernel block.
+    n_epochs : int
+    generator : torch.Generator
+        Seeds the per-epoch permutations (on the CPU).
+    weights : Tensor of shape (n,) or None
+        Per-row factors in (0, 1] on the residual (normalised sample weights).
+    fresh_start : bool
+        ``coef`` is zero and the rows are in random order: the first epoch visits
+        them in order and evaluates only the non-zero prefix.
+    validation : tuple (X_val, Y_val, score) or None
+        ``score(predictions, Y_val) -> float``, larger is better; enables early
+        stopping with ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
+    log : callable or None
+        Receives progress messages.
+
+    Returns
+    -------
+    EigenProResult
+    """
+    n = X.shape[0]
+    device = X.device
+    leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
+    column_block = column_block_for(batch_size)
+    loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
+
+    history = []
+    best_score, best_coef, epochs_without_gain = -math.inf, None, 0
+    stopped_early = False
+    epoch = 0
+    halvings = 0
+    # Coefficients at the start of the previous and of the current epoch: the loss
+    # of an epoch is measured before each step, so a step that overshot in one epoch
+    # shows in the next, and a divergence rolls back over both.
+    starts = [coef.clone()]
+    while epoch < n_epochs:
+        synchronize(device)
+        tic = time.perf_counter()
+        sparse_epoch = fresh_start and epoch == 0
+        if sparse_epoch:
+            order = torch.arange(n, device=device)
+        else:
+            order = torch.randperm(n, generator=generator).to(device)
+        loss_sum = torch.zeros((), dtype=X.dtype, device=device)
+        position = 0
+        while position < n:
+            batch = order[position : position + batch_size]
+            active = max(leading, position) if sparse_epoch else n
+            try:
+                update = _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, column_block)
+            except (torch.OutOfMemoryError, RuntimeError) as error:
+                if not is_out_of_memory(error) or batch_size == 1:
+                    raise
+                batch_size = max(batch_size // 2, 1)
+                column_block = column_block_for(batch_size)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                if log is not None:
+                    log(f"out of memory: batch size halved to {batch_size}, step size {step_size_for(batch_size):.4g}")
+                continue
+            residual, weighted, correction = update
+            # The last batch of an epoch may be smaller: its step follows its own size.
+            scale = step_size_for(batch.shape[0]) / batch.shape[0]
+            coef.index_add_(0, batch, weighted, alpha=-scale)
+            if correction is not None:
+                coef[:leading].add_(correction, alpha=scale)
+            loss_sum += (residual * residual).sum()
+            position += batch.shape[0]
+
+        train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
+        if _diverged(train_loss, loss_of_zero_model, history):
+            coef.copy_(starts[0])
+            if halvings >= _MAX_STEP_HALVINGS:
+                warnings.warn(
+                    "EigenPro iteration kept diverging after "
+                    f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last finite "
+                    "coefficients. Check the bandwidth and the scale of the data.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                break
+            halvings += 1
+            step_size_for = _scaled(step_size_for, 0.5)
+            warnings.warn(
+                f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}); going back "
+                f"{len(starts)} epoch(s) with the step size halved to "
+                f"{step_size_for(batch_size):.4g}. The bandwidth may be badly scaled.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            if len(starts) == 2:
+                epoch -= 1
+                history.pop()
+                starts = starts[:1]
+            continue
+        starts = [starts[-1], coef.clone()]
+
+        record = {"epoch": epoch + 1, "train_mse": train_loss}
+        if validation is not None:
+            X_val, Y_val, score = validation
+            record["validation_score"] = float(
+                score(predict_rows(kernel, X_val, X, coef, batch_size, column_block), Y_val)
+            )
+        synchronize(device)
+        record["seconds"] = time.perf_counter() - tic
+        history.append(record)
+        epoch += 1
+        if log is not None:
+            log(_format_record(record, n_epochs))
+
+        if validation is not None:
+            if record["validation_score"] > best_score + tol:
+                epochs_without_gain = 0
+            else:
+                epochs_without_gain += 1
+            if record["validation_score"] > best_score:
+                best_score, best_coef = record["validation_score"], coef.clone()
+            if epochs_without_gain >= n_iter_no_change:
+                stopped_early = True
+                if log is not None:
+                    log(f"early stopping: no gain above tol for {n_iter_no_change} epochs")
+                break
+
+    if best_coef is not None:
+        coef.copy_(best_coef)
+    return EigenProResult(
+        coef=coef,
+        n_epochs=len(history),
+        batch_size=batch_size,
+        learning_rate=step_size_for(batch_size),
+        history=history,
+        stopped_early=stopped_early,
+    )
+
+
+def _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, column_block):
+    """Residual, weighted residual and subsample correction for one batch (no update yet).
+
+    Everything that allocates happens here, so an out-of-memory error leaves the
+    coefficients untouched.
+    """
+    X_batch = X[batch]
+    if leading:
+        predictions, subsample_block = kernel_matmul(
+            kernel, X_batch, X[:active], coef[:active], column_block, leading=leading
+        )
+    else:
+        predictions = kernel_matmul(kernel, X_batch, X[:active], coef[:active], column_block)
+    residual = predictions.sub_(Y[batch])
+    weighted = residual if weights is None else residual * weights[batch, None]
+    correction = preconditioner.correction(subsample_block, weighted) if leading else None
+    return residual, weighted, correction
+
+
+def _diverged(train_loss, loss_of_zero_model, history):
+    if not math.isfinite(train_loss) or train_loss > _DIVERGENCE_FACTOR * max(loss_of_zero_model, 1e-30):
+        return True
+    return bool(history) and train_loss > _GROWTH_FACTOR * history[-1]["train_mse"]
+
+
+def _scaled(step_size_for, factor):
+    return lambda batch_size: factor * step_size_for(batch_size)
+
+
+def _format_record(record, n_epochs):
+    text = f"epoch {record['epoch']}/{n_epochs}: train mse {record['train_mse']:.5g}"
+    if "validation_score" in record:
+        text += f", validation score {record['validation_score']:.5g}"
+    return text + f", {record['seconds']:.2f} s"

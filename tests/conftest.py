@@ -1,0 +1,30 @@
+import os
+
+import numpy as np
+import pytest
+import torch
+
+# numpy's bundled OpenBLAS misdetects some CPUs and crashes on large products.
+os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
+#: Relative tolerances for comparisons against float64 references, per dtype.
+RTOL = {"float32": 2e-4, "float64": 1e-9}
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def rng():
+    return np.random.RandomState(0)
+
+
+@pytest.fixture(params=["float32", "float64"])
+def dtype(request):
+    return request.param

@@ -1,0 +1,42 @@
+"""scikit-learn's estimator checks over every public estimator."""
+
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+
+# Small fixed batch: the checks fit hundreds of tiny models, and a fixed batch makes
+# them independent of the timing-based capacity probe.
+ESTIMATORS = [
+    AdaptiveKernelRegressor(random_state=0),
+    AdaptiveKernelClassifier(random_state=0),
+]
+
+_SGD_WEIGHT_REASON = (
+    "EigenPro is mini-batch SGD stopped after n_epochs. Repeating a sample k times puts "
+    "k copies into the shuffled batches, which changes the batch composition, the number "
+    "of steps per epoch and the random path, whereas a weight scales one copy's residual. "
+    "Both runs converge to the same interpolant, but their finite-epoch iterates differ "
+    "far beyond the check's rtol=1e-7 (scikit-learn exempts its SGD estimators for the "
+    "same reason). tests/test_kernel_machines.py checks the exact parts instead: zero "
+    "weights equal removal, unit weights equal no weights."
+)
+EXPECTED_FAILED_CHECKS = {
+    name: {"check_sample_weight_equivalence_on_dense_data": _SGD_WEIGHT_REASON}
+    for name in ("AdaptiveKernelRegressor", "AdaptiveKernelClassifier")
+}
+
+
+def _expected_failed_checks(estimator):
+    return EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {})
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda est: type(est).__name__)
+def test_no_expected_failures_without_reason(estimator):
+    for reason in _expected_failed_checks(estimator).values():
+        assert len(reason) > 40, "each expected failure needs a written, principled reason"
