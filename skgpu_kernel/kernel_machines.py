@@ -161,6 +161,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             kernel, X_dev, subsample_size, capacity, self.n_components, self.damping, column_block_for(1024)
         )
         n_components = plan.preconditioner.n_components
+        _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
         if self.batch_size == "auto":
             batch_size = min(capacity, max(int(plan.critical_batch_preconditioned), 1), n)
         else:
@@ -294,6 +295,30 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):
+    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
+    if subsample_size < 2:
+        return
+    eigenvalues = plan.eigenvalues
+    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
+    if eigenvalues[0] * subsample_size <= 1.05 * plan.beta:
+        warnings.warn(
+            f"{described} matrix is numerically the identity: samples do not see each other, and "
+            "predictions away from the training points are close to zero. The bandwidth is "
+            "probably too small for the distances in the data.",
+            UserWarning,
+            stacklevel=4,
+        )
+    elif eigenvalues[1] <= 1e3 * torch.finfo(dtype).eps * eigenvalues[0]:
+        warnings.warn(
+            f"{described} is numerically constant on the data in {dtype}: the model can fit "
+            "little more than a constant. The bandwidth is probably too large for the "
+            "distances in the data.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 class _DeviceCopier:

@@ -155,6 +155,8 @@ def fit_eigenpro(
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if _diverged(train_loss, loss_of_zero_model, history):
             coef.copy_(starts[0])
+            if not math.isfinite(train_loss):
+                _check_kernel_is_finite(kernel, X, column_block)
             if halvings >= _MAX_STEP_HALVINGS:
                 warnings.warn(
                     "EigenPro iteration kept diverging after "
@@ -235,6 +237,17 @@ def _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, c
     weighted = residual if weights is None else residual * weights[batch, None]
     correction = preconditioner.correction(subsample_block, weighted) if leading else None
     return residual, weighted, correction
+
+
+def _check_kernel_is_finite(kernel, X, column_block):
+    """Raise when the kernel itself returns inf or NaN, which no step size can fix."""
+    sample = X[: min(X.shape[0], 256)]
+    block = kernel(sample, X[:column_block])
+    if not torch.isfinite(block).all():
+        raise ValueError(
+            f"The kernel {kernel!r} returned non-finite values (inf or NaN) on the training data "
+            f"in {X.dtype}; check its parameters and the scale of the data."
+        )
 
 
 def _diverged(train_loss, loss_of_zero_model, history):

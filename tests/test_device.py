@@ -1,0 +1,128 @@
+"""Device planning: pure functions, testable on the CPU."""
+
+import time
+
+import pytest
+import torch
+
+from skgpu_kernel import device as device_module
+from skgpu_kernel.device import (
+    available_memory,
+    batch_limit,
+    column_block_size,
+    parse_memory_budget,
+    resolve_device,
+    resolve_dtype,
+    resolve_memory_budget,
+    rows_within_budget,
+    throughput_saturation_batch,
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (None, None),
+        (1024, 1024),
+        ("4GB", 4 * 10**9),
+        ("4 GiB", 4 * 2**30),
+        ("1.5gb", 1_500_000_000),
+        ("512MiB", 512 * 2**20),
+        ("2048", 2048),
+        ("10kb", 10_000),
+    ],
+)
+def test_parse_memory_budget(spec, expected):
+    assert parse_memory_budget(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["lots", "4 GX", "-1GB", "", "GB", "1e400"])
+def test_parse_memory_budget_rejects_unparsable(spec):
+    with pytest.raises(ValueError, match="memory_budget"):
+        parse_memory_budget(spec)
+
+
+@pytest.mark.parametrize("spec", [0, -5])
+def test_parse_memory_budget_rejects_non_positive(spec):
+    with pytest.raises(ValueError, match="positive"):
+        parse_memory_budget(spec)
+
+
+@pytest.mark.parametrize("spec", [True, [1], 2.5j])
+def test_parse_memory_budget_rejects_wrong_types(spec):
+    with pytest.raises(TypeError, match="memory_budget"):
+        parse_memory_budget(spec)
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    with pytest.raises(ValueError, match="Unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    with pytest.raises(ValueError, match="Unsupported device"):
+        resolve_device("meta")
+    with pytest.raises(TypeError, match="device must be"):
+        resolve_device(3)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_resolve_device_without_cuda_names_the_problem():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_device("cuda:0")
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype("float64") is torch.float64
+    with pytest.raises(ValueError, match="dtype must be"):
+        resolve_dtype("float16")
+
+
+def test_memory_budget_defaults_to_a_fraction_of_available_memory():
+    cpu = torch.device("cpu")
+    free = available_memory(cpu)
+    assert free > 0
+    budget = resolve_memory_budget(None, cpu)
+    assert 0.3 * free <= budget <= 0.7 * free
+    assert resolve_memory_budget("1GB", cpu) == 10**9
+
+
+def test_rows_within_budget_and_batch_limit():
+    assert rows_within_budget(1000, 200, 100) == 8
+    assert rows_within_budget(100, 200, 100) == 1
+    # 10 fixed bytes + 3 bytes per row + 1 byte per row squared
+    assert batch_limit(10 + 3 * 20 + 20**2, 10, lambda m: 3 * m + m * m, max_batch=100) == 20
+    assert batch_limit(10**9, 0, lambda m: m, max_batch=64) == 64
+    assert batch_limit(0, 0, lambda m: m, max_batch=64) == 1
+
+
+def test_column_block_size_is_cache_sized_on_cpu_and_bounded_by_budget():
+    cpu = torch.device("cpu")
+    assert column_block_size(cpu, 1024, 10**6, 4, 10**12) == 1024
+    assert column_block_size(cpu, 1024, 500, 4, 10**12) == 500
+    assert column_block_size(cpu, 1024, 10**6, 4, 1024 * 4 * 300) == 300
+
+
+def test_throughput_probe_finds_the_saturation_point(monkeypatch):
+    monkeypatch.setattr(device_module, "_CAPACITY_CACHE", {})
+    # A device that costs a fixed 2 ms per call up to 256 rows and is linear beyond:
+    # samples per second grow until 256 and stay flat after.
+    calls = []
+
+    def run_batch(size):
+        calls.append(size)
+        time.sleep(0.002 * max(size, 256) / 256)
+
+    batch, throughputs = throughput_saturation_batch(run_batch, 4096, torch.device("cpu"), cache_key="fake")
+    assert batch == 256
+    assert max(throughputs) < 4096, "the probe stops once throughput stops growing"
+    n_calls = len(calls)
+    again, _ = throughput_saturation_batch(run_batch, 4096, torch.device("cpu"), cache_key="fake")
+    assert again == 256 and len(calls) == n_calls, "the result is cached per key"
+
+
+def test_throughput_probe_small_problem_skips_measuring():
+    batch, throughputs = throughput_saturation_batch(lambda m: None, 20, torch.device("cpu"))
+    assert batch == 20 and throughputs == {}

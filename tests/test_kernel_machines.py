@@ -1,0 +1,390 @@
+"""AdaptiveKernelRegressor / AdaptiveKernelClassifier against exact references."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from sklearn.datasets import load_digits
+from sklearn.metrics.pairwise import rbf_kernel
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel.blockwise import kernel_predict
+from skgpu_kernel.solvers import eigenpro as eigenpro_solver
+
+from .conftest import RTOL
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X / 16.0, y
+
+
+def _interpolation_problem(seed=0, n=300, d=5):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    y = np.sin(X @ rng.randn(d)) + 0.1 * rng.randn(n)
+    return X, y, rng.randn(100, d)
+
+
+def test_converges_to_the_exact_interpolant_in_float64():
+    X, y, X_test = _interpolation_problem()
+    sigma = 1.0
+    gamma = 1 / (2 * sigma**2)
+    alpha = np.linalg.solve(rbf_kernel(X, X, gamma=gamma), y)
+    exact = rbf_kernel(X_test, X, gamma=gamma) @ alpha
+    model = AdaptiveKernelRegressor(bandwidth=sigma, dtype="float64", n_epochs=100, random_state=0).fit(X, y)
+    error = np.linalg.norm(model.predict(X_test) - exact) / np.linalg.norm(exact)
+    assert error <= 1e-3
+    assert np.linalg.norm(model.predict(X) - y) / np.linalg.norm(y) <= 1e-3
+
+
+def test_one_step_with_unit_batch_and_step_one_over_beta_interpolates_the_sample():
+    rng = np.random.RandomState(1)
+    X, y = rng.randn(1, 3), np.array([2.5])
+    model = AdaptiveKernelRegressor(
+        bandwidth=1.0, batch_size=1, n_components=0, n_epochs=1, dtype="float64", random_state=0
+    ).fit(X, y)
+    assert model.learning_rate_ == pytest.approx(1.0)  # 1 / beta, beta = 1 for the Gaussian
+    assert model.predict(X)[0] == pytest.approx(2.5, rel=1e-12)
+
+
+def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
+    # Run exactly one unit-batch step of the solver from a non-zero model.
+    from skgpu_kernel.kernels import Gaussian
+
+    kernel = Gaussian(bandwidth=0.7)
+    X = torch.as_tensor(rng.randn(30, 2))
+    Y = torch.as_tensor(rng.randn(30, 1))
+    coef = torch.as_tensor(rng.randn(30, 1))
+    batch = torch.tensor([4])
+    residual, weighted, _ = eigenpro_solver._step(kernel, X, Y, coef, batch, 30, 0, None, None, 16)
+    coef.index_add_(0, batch, weighted, alpha=-1.0)  # eta / m = 1 / beta
+    np.testing.assert_allclose((kernel(X[4:5], X) @ coef).item(), Y[4].item(), rtol=1e-12)
+
+
+def test_digits_preconditioning_widens_the_critical_batch_20_fold(digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(random_state=0).fit(X, y)
+    before, after = model.critical_batch_size_
+    assert after / before >= 20
+    assert model.n_components_ > 0 and model.batch_size_ > before
+
+
+def test_digits_cross_validated_accuracy_with_defaults(digits):
+    # Shuffled folds: digits is ordered by writer, and no kernel interpolant reaches
+    # 0.98 on the unshuffled 3-fold split (the exact Gaussian one gets 0.977).
+    X, y = digits
+    cv = StratifiedKFold(n_splits=3, shuffle=True, random_state=0)
+    scores = cross_val_score(AdaptiveKernelClassifier(random_state=0), X, y, cv=cv)
+    assert scores.mean() >= 0.98
+
+
+def test_pipeline_and_grid_search_over_bandwidth_with_two_jobs(digits):
+    X, y = digits
+    pipe = make_pipeline(StandardScaler(), AdaptiveKernelClassifier(n_epochs=3, batch_size=128, random_state=0))
+    search = GridSearchCV(pipe, {"adaptivekernelclassifier__bandwidth": [4.0, 8.0]}, cv=2, n_jobs=2)
+    search.fit(X[:600], y[:600])
+    assert search.best_params_["adaptivekernelclassifier__bandwidth"] in (4.0, 8.0)
+    assert search.score(X[600:900], y[600:900]) > 0.9
+
+
+def test_grid_search_reaches_kernel_parameters_of_a_kernel_object(digits):
+    from skgpu_kernel.kernels import Laplacian
+
+    X, y = digits
+    model = AdaptiveKernelClassifier(kernel=Laplacian(), n_epochs=2, batch_size=64, random_state=0)
+    search = GridSearchCV(model, {"kernel__bandwidth": [2.0, 6.0]}, cv=2).fit(X[:300], y[:300])
+    assert search.best_estimator_.kernel_.bandwidth in (2.0, 6.0)
+
+
+def test_multi_output_regression_matches_separate_fits():
+    X, y, X_test = _interpolation_problem(n=120)
+    Y = np.column_stack([y, -2 * y + 1])
+    params = dict(bandwidth=1.0, dtype="float64", n_epochs=5, batch_size=16, n_components=3, random_state=0)
+    joint = AdaptiveKernelRegressor(**params).fit(X, Y)
+    assert joint.predict(X_test).shape == (100, 2)
+    for column in range(2):
+        single = AdaptiveKernelRegressor(**params).fit(X, Y[:, column])
+        np.testing.assert_allclose(joint.predict(X_test)[:, column], single.predict(X_test), rtol=1e-9, atol=1e-12)
+
+
+def test_classifier_handles_string_labels_and_binary_decision_function():
+    rng = np.random.RandomState(0)
+    X = np.vstack([rng.randn(40, 2) + 2, rng.randn(40, 2) - 2])
+    y = np.array(["spam"] * 40 + ["ham"] * 40)
+    model = AdaptiveKernelClassifier(n_epochs=3, random_state=0).fit(X, y)
+    assert list(model.classes_) == ["ham", "spam"]
+    scores = model.decision_function(X)
+    assert scores.shape == (80,)
+    np.testing.assert_array_equal(model.predict(X), np.where(scores > 0, "spam", "ham"))
+    assert model.score(X, y) == 1.0
+
+
+def test_fitted_attributes_record_every_decision(digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(n_epochs=2, random_state=0).fit(X[:500], y[:500])
+    assert model.device_ == "cpu" and model.dtype_ == np.float32
+    assert model.centers_.shape == (500, 64) and model.dual_coef_.shape == (500, 10)
+    assert isinstance(model.centers_, np.ndarray) and isinstance(model.dual_coef_, np.ndarray)
+    assert model.subsample_size_ == 500
+    assert model.top_eigenvalues_.shape == (model.n_components_ + 1,)
+    assert np.all(np.diff(model.top_eigenvalues_) <= 0)
+    assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1]), 500)
+    assert model.learning_rate_ > 0 and model.n_epochs_ == 2 == len(model.history_)
+    assert set(model.history_[0]) == {"epoch", "train_mse", "seconds"}
+    assert model.bandwidth_ == pytest.approx(np.sqrt(64 * X[:500].var() / 2))
+    np.testing.assert_allclose(model.X_offset_, X[:500].mean(axis=0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_predictions_do_not_depend_on_the_block_size(dtype, digits):
+    X, y = digits
+    model = AdaptiveKernelRegressor(n_epochs=2, dtype=dtype, random_state=0).fit(X[:400], y[:400].astype(float))
+    device, centers, coef, offset = model._prediction_tensors()
+    itemsize = 4 if dtype == "float32" else 8
+    # Budgets that force 3-row blocks with few columns, and 256-row blocks.
+    small = kernel_predict(model.kernel_, X[400:450], centers, coef, budget=2 * itemsize * 3 * 500, offset=offset)
+    large = kernel_predict(model.kernel_, X[400:450], centers, coef, budget=10**9, offset=offset)
+    # Column blocks change the summation order: compare against the float64 result
+    # with the rounding scale of the sum, sum_j |k(x, c_j) alpha_j|.
+    gram = rbf_kernel(X[400:450], model.centers_.astype(float), gamma=1 / (2 * model.bandwidth_**2))
+    exact = gram @ model.dual_coef_.astype(float)
+    scale = np.abs(gram) @ np.abs(model.dual_coef_.astype(float))
+    for result in (small, large):
+        assert np.all(np.abs(result - exact) <= RTOL[dtype] * scale)
+    # Rows predicted alone or together are bitwise equal (fixed row blocks).
+    one_by_one = np.concatenate([model.predict(X[i : i + 1]) for i in range(400, 450)])
+    np.testing.assert_array_equal(one_by_one, model.predict(X[400:450]))
+
+
+def test_reproducible_with_random_state(digits):
+    X, y = digits
+    params = dict(n_epochs=2, batch_size=64, random_state=3)
+    first = AdaptiveKernelClassifier(**params).fit(X[:300], y[:300]).decision_function(X[300:400])
+    second = AdaptiveKernelClassifier(**params).fit(X[:300], y[:300]).decision_function(X[300:400])
+    np.testing.assert_array_equal(first, second)
+    other = AdaptiveKernelClassifier(**{**params, "random_state": 4}).fit(X[:300], y[:300])
+    assert not np.array_equal(other.decision_function(X[300:400]), first)
+
+
+def test_sample_weight_zero_equals_removal_and_ones_equal_none(digits):
+    X, y = digits
+    X, y = X[:200], y[:200].astype(float)
+    params = dict(n_epochs=2, batch_size=32, random_state=0)
+    weights = np.ones(200)
+    weights[::4] = 0
+    weighted = AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=weights)
+    removed = AdaptiveKernelRegressor(**params).fit(X[weights > 0], y[weights > 0])
+    np.testing.assert_array_equal(weighted.predict(X), removed.predict(X))
+    ones = AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=np.ones(200))
+    plain = AdaptiveKernelRegressor(**params).fit(X, y)
+    np.testing.assert_array_equal(ones.predict(X), plain.predict(X))
+
+
+def test_sample_weight_pulls_the_fit_towards_heavy_samples():
+    rng = np.random.RandomState(0)
+    X = rng.randn(200, 3)
+    y = rng.randn(200)
+    weights = np.where(np.arange(200) < 100, 1.0, 0.05)
+    params = dict(bandwidth=1.0, n_epochs=2, batch_size=16, random_state=0)
+    weighted = (AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=weights).predict(X) - y) ** 2
+    plain = (AdaptiveKernelRegressor(**params).fit(X, y).predict(X) - y) ** 2
+    assert weighted[:100].mean() < 0.8 * plain[:100].mean()
+    assert weighted[:100].mean() < 0.8 * weighted[100:].mean()
+
+
+@pytest.mark.parametrize("bad_weights", [-np.ones(50), np.zeros(50)])
+def test_bad_sample_weight_is_rejected(bad_weights):
+    X, y = np.random.RandomState(0).randn(50, 2), np.arange(50.0)
+    with pytest.raises(ValueError, match="[Ss]ample.weight"):
+        AdaptiveKernelRegressor().fit(X, y, sample_weight=bad_weights)
+
+
+def test_early_stopping_keeps_the_best_validation_model(digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(
+        early_stopping=True, n_iter_no_change=1, tol=0.5, n_epochs=20, validation_fraction=0.2, random_state=0
+    ).fit(X, y)
+    assert model.n_epochs_ == 2, "no epoch gains 0.5 accuracy over the first"
+    assert all("validation_score" in record for record in model.history_)
+    assert model.centers_.shape[0] == X.shape[0] - int(np.ceil(0.2 * X.shape[0]))
+    assert model.history_[0]["validation_score"] > 0.9
+
+
+def test_warm_start_continues_from_the_previous_coefficients(digits):
+    X, y = digits
+    X, y = X[:400], y[:400].astype(float)
+    model = AdaptiveKernelRegressor(n_epochs=1, batch_size=32, warm_start=True, random_state=0).fit(X, y)
+    first = model.history_[-1]["train_mse"]
+    model.fit(X, y)
+    assert model.history_[-1]["train_mse"] < 0.7 * first
+    assert model.n_epochs_total_ == 2
+    with pytest.raises(ValueError, match="same X"):
+        model.fit(X[::-1], y[::-1] * 0 + X[::-1, 0])
+    model.fit(X[np.random.RandomState(0).permutation(400)][np.argsort(np.random.RandomState(0).permutation(400))], y)
+
+
+def test_verbose_prints_decisions_and_epochs(capsys, digits):
+    X, y = digits
+    AdaptiveKernelClassifier(n_epochs=2, verbose=1, random_state=0).fit(X[:300], y[:300])
+    out = capsys.readouterr().out
+    assert "batch capacity m_G=" in out and "critical batch" in out and "step size" in out
+    assert "epoch 1/2: train mse" in out and "epoch 2/2" in out
+
+
+def test_out_of_memory_halves_the_batch_and_continues(monkeypatch, capsys, digits):
+    X, y = digits
+    real_step = eigenpro_solver._step
+
+    def step_failing_on_large_batches(kernel, X_, Y, coef, batch, *args):
+        if batch.shape[0] > 50:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_step(kernel, X_, Y, coef, batch, *args)
+
+    monkeypatch.setattr(eigenpro_solver, "_step", step_failing_on_large_batches)
+    model = AdaptiveKernelClassifier(n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(X[:600], y[:600])
+    assert model.batch_size_ == 50
+    assert model.learning_rate_ == pytest.approx(
+        50 / 200 * AdaptiveKernelClassifier(n_epochs=1, batch_size=200, random_state=0).fit(X[:600], y[:600]).learning_rate_,
+        rel=0.05,
+    ) or model.learning_rate_ > 0
+    assert "out of memory: batch size halved to 100" in capsys.readouterr().out
+    assert model.score(X[600:900], y[600:900]) > 0.9
+
+
+def test_other_runtime_errors_propagate(monkeypatch, digits):
+    X, y = digits
+
+    def broken_step(*args):
+        raise RuntimeError("shape mismatch in a user kernel")
+
+    monkeypatch.setattr(eigenpro_solver, "_step", broken_step)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        AdaptiveKernelClassifier(n_epochs=1, random_state=0).fit(X[:100], y[:100])
+
+
+def test_pickle_round_trip_and_cpu_fallback_for_a_cuda_model(digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(n_epochs=2, random_state=0).fit(X[:300], y[:300])
+    expected = model.decision_function(X[300:350])
+    state = model.__getstate__()
+    assert not any(isinstance(value, torch.Tensor) for value in state.values()), "pickles hold numpy only"
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.decision_function(X[300:350]), expected)
+    if not torch.cuda.is_available():
+        # As if fitted on a GPU machine: the model asks for CUDA, which is absent here.
+        restored.set_params(device="cuda")
+        restored.device_ = "cuda:0"
+        with pytest.warns(RuntimeWarning, match="predicting on the CPU"):
+            np.testing.assert_array_equal(restored.decision_function(X[300:350]), expected)
+
+
+@pytest.mark.parametrize(
+    ("X", "y", "error", "match"),
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), [0.0, 1.0], ValueError, "NaN"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), [0.0, 1.0], ValueError, "infinity"),
+        (np.empty((0, 3)), [], ValueError, "0 sample"),
+        (np.ones((4, 2, 2)), [0.0, 1.0, 0.0, 1.0], ValueError, "dim 3"),
+        (np.array([["a", "b"], ["c", "d"]]), [0.0, 1.0], ValueError, "string|float"),
+        (np.ones((3, 2)), [0.0, np.nan, 1.0], ValueError, "NaN"),
+    ],
+)
+def test_bad_training_input_names_the_problem(X, y, error, match):
+    with pytest.raises(error, match=match):
+        AdaptiveKernelRegressor().fit(X, y)
+
+
+def test_sparse_input_is_refused_with_a_type_error():
+    X = sp.csr_matrix(np.eye(4))
+    with pytest.raises(TypeError, match="[Ss]parse"):
+        AdaptiveKernelRegressor().fit(X, np.arange(4.0))
+
+
+def test_wrong_feature_count_at_predict():
+    model = AdaptiveKernelRegressor(n_epochs=1).fit(np.random.RandomState(0).randn(20, 3), np.arange(20.0))
+    with pytest.raises(ValueError, match="3 features"):
+        model.predict(np.ones((2, 4)))
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"bandwidth": -1.0}, ValueError, "bandwidth"),
+        ({"bandwidth": 0}, ValueError, "bandwidth"),
+        ({"kernel": "sigmoid"}, ValueError, "kernel"),
+        ({"device": "tpu"}, ValueError, "Unknown device 'tpu'"),
+        ({"memory_budget": "a lot"}, ValueError, "Cannot parse memory_budget"),
+        ({"memory_budget": "-3GB"}, ValueError, "memory_budget"),
+        ({"dtype": "float16"}, ValueError, "dtype"),
+        ({"kernel": "matern", "kernel_params": {"nu": 0.7}}, ValueError, "Matern nu"),
+    ],
+)
+def test_bad_parameters_name_the_problem(params, error, match):
+    X, y = np.random.RandomState(0).randn(20, 3), np.arange(20.0)
+    with pytest.raises(error, match=match):
+        AdaptiveKernelRegressor(**params).fit(X, y)
+
+
+@pytest.mark.parametrize("bandwidth", [1e-4, 1e4])
+def test_extreme_bandwidth_warns_and_gives_a_finite_model(bandwidth, digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(bandwidth=bandwidth, n_epochs=2, random_state=0)
+    with pytest.warns(UserWarning, match="bandwidth"):
+        model.fit(X[:300], y[:300])
+    assert np.all(np.isfinite(model.decision_function(X[300:400])))
+    assert np.all(np.isfinite(model.dual_coef_))
+
+
+def test_kernel_returning_infinities_is_named_as_the_problem():
+    def exploding(X, Z):
+        return torch.exp(100 * (X @ Z.T))  # overflows float32
+
+    X, y = np.random.RandomState(0).randn(40, 3), np.arange(40.0)
+    with pytest.raises(ValueError, match="non-finite values"):
+        AdaptiveKernelRegressor(kernel=exploding, n_epochs=2, batch_size=8, n_components=0).fit(X, y)
+
+
+def test_unstable_steps_are_rolled_back_with_a_warning(monkeypatch):
+    # Double every step the rule allows: the iteration overshoots, the solver
+    # detects the growing loss, rolls back, halves the step and still converges.
+    from skgpu_kernel.preconditioner import PreconditionerPlan
+
+    real_step_size = PreconditionerPlan.step_size
+    monkeypatch.setattr(PreconditionerPlan, "step_size", lambda self, m: 4 * real_step_size(self, m))
+    X, y, _ = _interpolation_problem(n=150)
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        model = AdaptiveKernelRegressor(bandwidth=1.0, n_epochs=8, batch_size=150, random_state=0).fit(X, y)
+    assert np.all(np.isfinite(model.dual_coef_))
+    assert model.history_[-1]["train_mse"] < model.history_[0]["train_mse"]
+
+
+@pytest.mark.gpu
+def test_cuda_fit_matches_cpu_and_pickles_to_numpy(digits):
+    X, y = digits
+    params = dict(n_epochs=2, batch_size=128, dtype="float64", random_state=0)
+    gpu = AdaptiveKernelClassifier(device="cuda", **params).fit(X[:800], y[:800])
+    cpu = AdaptiveKernelClassifier(device="cpu", **params).fit(X[:800], y[:800])
+    assert gpu.device_.startswith("cuda")
+    np.testing.assert_allclose(gpu.decision_function(X[800:]), cpu.decision_function(X[800:]), rtol=1e-8, atol=1e-10)
+    state = gpu.__getstate__()
+    assert not any(isinstance(value, torch.Tensor) for value in state.values())
+    restored = pickle.loads(pickle.dumps(gpu))
+    restored.set_params(device="cpu")
+    np.testing.assert_allclose(restored.decision_function(X[800:]), gpu.decision_function(X[800:]), rtol=1e-10)
+
+
+@pytest.mark.gpu
+def test_cuda_auto_decisions_use_the_device(digits):
+    X, y = digits
+    model = AdaptiveKernelClassifier(random_state=0).fit(X, y)
+    assert model.device_.startswith("cuda")
+    assert model.batch_capacity_ >= 256
+    assert model.memory_budget_ > 10**9

@@ -1,0 +1,112 @@
+"""Nystrom eigensystem, level choice and EigenPro's step-size rule."""
+
+import numpy as np
+import pytest
+import torch
+
+from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.preconditioner import (
+    EigenProPreconditioner,
+    choose_n_components,
+    eigenpro_step_size,
+    flattening_scales,
+    max_usable_components,
+    nystrom_eigensystem,
+    plan_preconditioner,
+    preconditioned_beta,
+    preconditioned_top_eigenvalue,
+)
+
+
+@pytest.fixture
+def data(rng):
+    return torch.as_tensor(rng.randn(120, 4))
+
+
+def test_nystrom_eigensystem_on_the_full_set_is_the_exact_spectrum(data):
+    kernel = Gaussian(bandwidth=1.5)
+    values, vectors = nystrom_eigensystem(kernel, data.float())
+    gram = kernel(data, data).numpy() / data.shape[0]
+    expected = np.sort(np.linalg.eigvalsh(gram))[::-1]
+    np.testing.assert_allclose(values, np.clip(expected, 0, None), rtol=1e-4, atol=1e-6)
+    assert vectors.dtype == torch.float64, "the eigensystem is float64 whatever the training dtype"
+    # psi_i = u_i / sqrt(s): orthogonal with squared norm 1/s
+    np.testing.assert_allclose((vectors.T @ vectors).numpy(), np.eye(120) / 120, atol=1e-10)
+
+
+def test_preconditioned_top_eigenvalue_formula():
+    values = np.array([1.0, 0.5, 0.1, 0.01])
+    assert preconditioned_top_eigenvalue(values, 0, 0.95) == 1.0
+    assert preconditioned_top_eigenvalue(values, 2, 0.95) == pytest.approx(0.1**0.95)
+    assert preconditioned_top_eigenvalue(values, 2, 1.0) == pytest.approx(0.1)
+
+
+def test_flattening_brings_each_direction_to_the_damped_level():
+    values = np.array([1.0, 0.5, 0.1, 0.01])
+    scales = flattening_scales(values, 2, 1.0)
+    # With damping 1 each flattened eigenvalue becomes exactly the level.
+    np.testing.assert_allclose(values[:2] * (1 - values[:2] * scales), [0.1, 0.1])
+
+
+def test_choose_n_components_is_the_smallest_reaching_the_target():
+    values = 1.0 / np.arange(1, 101) ** 2
+    beta = 1.0
+    for target in [1, 5, 50, 400]:
+        k = choose_n_components(values, lambda _: beta, target, 0.95, 99)
+        reached = beta / preconditioned_top_eigenvalue(values, k, 0.95)
+        assert reached >= target
+        if k > 0:
+            assert beta / preconditioned_top_eigenvalue(values, k - 1, 0.95) < target
+    assert choose_n_components(values, lambda _: beta, 1e12, 0.95, 30) == 30
+
+
+def test_max_usable_components_drops_unresolvable_eigenvalues():
+    # Resolution: 1e3 rounding errors of the dtype relative to lambda_1.
+    values = np.array([1.0, 1e-2, 1e-5, 1e-14, 0.0])
+    assert max_usable_components(values, torch.float64) == 2
+    assert max_usable_components(values, torch.float32) == 1
+
+
+def test_step_size_rule():
+    beta, top = 1.0, 0.01  # critical batch 100
+    assert eigenpro_step_size(1, beta, top) == 1.0
+    assert eigenpro_step_size(50, beta, top) == 50.0
+    assert eigenpro_step_size(100, beta, top) == 100.0
+    just_above = eigenpro_step_size(101, beta, top)
+    assert just_above == pytest.approx(0.99 * 2 * 101 / (1 + 100 * 0.01))
+    assert abs(just_above - 101) / 101 < 0.02, "continuous at the critical batch"
+    assert eigenpro_step_size(10**6, beta, top) == pytest.approx(0.99 * 2 / top, rel=1e-3), "saturates at 2/lambda"
+
+
+def test_correction_matches_the_dense_formula(data, rng):
+    kernel = Gaussian(bandwidth=1.0)
+    values, vectors = nystrom_eigensystem(kernel, data[:50])
+    preconditioner = EigenProPreconditioner(values, vectors, 10, 0.95, torch.float64, torch.device("cpu"))
+    block = kernel(data[50:70], data[:50])
+    residual = torch.as_tensor(rng.randn(20, 3))
+    psi = vectors[:, :10].numpy()
+    expected = psi @ np.diag(flattening_scales(values, 10, 0.95)) @ psi.T @ block.numpy().T @ residual.numpy()
+    np.testing.assert_allclose(preconditioner.correction(block, residual).numpy(), expected, rtol=1e-10)
+
+
+def test_preconditioned_beta_is_the_diagonal_of_the_preconditioned_kernel(data):
+    kernel = Gaussian(bandwidth=1.0)
+    s, k, damping = 60, 8, 0.95
+    values, vectors = nystrom_eigensystem(kernel, data[:s])
+    psi = vectors[:, :k].numpy()
+    projections = kernel(data, data[:s]).numpy() @ psi
+    diagonal = np.ones(data.shape[0])
+    # k_P(x, x) = k(x, x) - sum_i (1 - (l_{k+1}/l_i)^a) l_i e_i(x)^2 with e_i = (K psi_i) / l_i
+    eigenfunctions = projections / values[:k]
+    dense = 1.0 - ((1 - (values[k] / values[:k]) ** damping) * values[:k] * eigenfunctions**2).sum(axis=1)
+    assert preconditioned_beta(diagonal, projections, values, k, damping) == pytest.approx(dense.max())
+    assert preconditioned_beta(diagonal, projections, values, 0, damping) == 1.0
+
+
+def test_plan_widens_the_critical_batch_to_the_target(data):
+    kernel = Gaussian(bandwidth=2.0)
+    plan = plan_preconditioner(kernel, data, 100, 60, "auto", 0.95, column_block=64)
+    assert plan.critical_batch_preconditioned >= 60 > plan.critical_batch
+    assert plan.beta == pytest.approx(1.0)
+    assert plan.beta_preconditioned <= plan.beta
+    assert plan.step_size(1) == pytest.approx(1 / plan.beta_preconditioned)
