@@ -84,9 +84,7 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
     itemsize = torch.finfo(dtype).bits // 8
     n_centers, n_features = centers.shape
     nominal_rows = _PREDICT_ROWS[device.type]
-    column_block = column_block_size(
-        device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2
-    )
+    column_block = column_block_size(device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2)
     bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
     row_block = min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows)
     padded = torch.zeros(row_block, n_features, dtype=dtype, device=device)
@@ -111,7 +109,8 @@ def measure_batch_capacity(kernel, X, n_outputs, max_batch, column_block_for, pr
 
     Times ``K(X_batch, X_ref) @ V`` for growing batches, with ``X_ref`` the first
     ``probe_columns`` rows of ``X`` and ``column_block_for(batch_size)`` columns per
-    block, and returns the smallest batch at which samples per second stop growing (see :func:`~skgpu_kernel.device.throughput_saturation_batch`).
+    block, and returns the smallest batch at which samples per second stop growing
+    (see :func:`~skgpu_kernel.device.throughput_saturation_batch`).
     Cached in-process per device, dtype, kernel type and shape.
 
     Returns

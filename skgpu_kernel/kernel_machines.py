@@ -8,6 +8,7 @@ step size -> run the solver -> store numpy fitted attributes.
 import math
 import warnings
 from numbers import Integral, Real
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ def _auto_subsample_size(n_samples):
 class _BaseAdaptiveKernel(BaseEstimator):
     """Shared parameters, fit and decision function of the EigenPro estimators."""
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         "kernel": [StrOptions(set(KERNEL_NAMES)), callable],
         "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kernel_params": [dict, None],

@@ -1,7 +1,6 @@
 """AdaptiveKernelRegressor / AdaptiveKernelClassifier against exact references."""
 
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -64,7 +63,7 @@ def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
     Y = torch.as_tensor(rng.randn(30, 1))
     coef = torch.as_tensor(rng.randn(30, 1))
     batch = torch.tensor([4])
-    residual, weighted, _ = eigenpro_solver._step(kernel, X, Y, coef, batch, 30, 0, None, None, 16)
+    _, weighted, _ = eigenpro_solver._step(kernel, X, Y, coef, batch, 30, 0, None, None, 16)
     coef.index_add_(0, batch, weighted, alpha=-1.0)  # eta / m = 1 / beta
     np.testing.assert_allclose((kernel(X[4:5], X) @ coef).item(), Y[4].item(), rtol=1e-12)
 
@@ -147,7 +146,7 @@ def test_fitted_attributes_record_every_decision(digits):
 def test_predictions_do_not_depend_on_the_block_size(dtype, digits):
     X, y = digits
     model = AdaptiveKernelRegressor(n_epochs=2, dtype=dtype, random_state=0).fit(X[:400], y[:400].astype(float))
-    device, centers, coef, offset = model._prediction_tensors()
+    _, centers, coef, offset = model._prediction_tensors()
     itemsize = 4 if dtype == "float32" else 8
     # Budgets that force 3-row blocks with few columns, and 256-row blocks.
     small = kernel_predict(model.kernel_, X[400:450], centers, coef, budget=2 * itemsize * 3 * 500, offset=offset)
@@ -203,7 +202,7 @@ def test_sample_weight_pulls_the_fit_towards_heavy_samples():
 @pytest.mark.parametrize("bad_weights", [-np.ones(50), np.zeros(50)])
 def test_bad_sample_weight_is_rejected(bad_weights):
     X, y = np.random.RandomState(0).randn(50, 2), np.arange(50.0)
-    with pytest.raises(ValueError, match="[Ss]ample.weight"):
+    with pytest.raises(ValueError, match=r"[Ss]ample.weight"):
         AdaptiveKernelRegressor().fit(X, y, sample_weight=bad_weights)
 
 
@@ -251,10 +250,16 @@ def test_out_of_memory_halves_the_batch_and_continues(monkeypatch, capsys, digit
     monkeypatch.setattr(eigenpro_solver, "_step", step_failing_on_large_batches)
     model = AdaptiveKernelClassifier(n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(X[:600], y[:600])
     assert model.batch_size_ == 50
-    assert model.learning_rate_ == pytest.approx(
-        50 / 200 * AdaptiveKernelClassifier(n_epochs=1, batch_size=200, random_state=0).fit(X[:600], y[:600]).learning_rate_,
-        rel=0.05,
-    ) or model.learning_rate_ > 0
+    assert (
+        model.learning_rate_
+        == pytest.approx(
+            50
+            / 200
+            * AdaptiveKernelClassifier(n_epochs=1, batch_size=200, random_state=0).fit(X[:600], y[:600]).learning_rate_,
+            rel=0.05,
+        )
+        or model.learning_rate_ > 0
+    )
     assert "out of memory: batch size halved to 100" in capsys.readouterr().out
     assert model.score(X[600:900], y[600:900]) > 0.9
 
@@ -304,7 +309,7 @@ def test_bad_training_input_names_the_problem(X, y, error, match):
 
 def test_sparse_input_is_refused_with_a_type_error():
     X = sp.csr_matrix(np.eye(4))
-    with pytest.raises(TypeError, match="[Ss]parse"):
+    with pytest.raises(TypeError, match=r"[Ss]parse"):
         AdaptiveKernelRegressor().fit(X, np.arange(4.0))
 
 

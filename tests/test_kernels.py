@@ -46,7 +46,9 @@ def test_kernel_matches_float64_reference(name, dtype, rng):
     X, Z = rng.randn(40, 7), rng.randn(30, 7)
     sigma = 2.5
     expected = PROFILES[name](euclidean_distances(X, Z), sigma)
-    block = KERNELS[name](sigma)(torch.as_tensor(X, dtype=getattr(torch, dtype)), torch.as_tensor(Z, dtype=getattr(torch, dtype)))
+    block = KERNELS[name](sigma)(
+        torch.as_tensor(X, dtype=getattr(torch, dtype)), torch.as_tensor(Z, dtype=getattr(torch, dtype))
+    )
     assert block.dtype == getattr(torch, dtype)
     np.testing.assert_allclose(block.numpy(), expected, rtol=RTOL[dtype], atol=RTOL[dtype])
 
