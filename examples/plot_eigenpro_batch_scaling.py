@@ -71,11 +71,16 @@ print(
 # Iterations and seconds to a target training error
 # -------------------------------------------------
 # For each batch size we train until the mean squared training error recorded in
-# ``history_`` falls below ``TARGET`` (5% of the error of the zero function).  The fit is
-# continued with ``warm_start=True``, each call running three times as many
-# epochs as were done so far, and the crossing epoch is interpolated on a log
-# scale.  Iterations are epochs times ``ceil(n / m)``.  Seconds are epochs times
-# the fastest of the solver's own per-epoch timings (``history_[i]["seconds"]``,
+# ``history_`` (the residuals of each batch just before its update, averaged over
+# the epoch) falls below ``TARGET``, 5% of the error of the zero function, and
+# interpolate the crossing epoch on a log scale.  Below the critical batch a few
+# epochs suffice; beyond it the number of *iterations* levels off, so the number of
+# epochs grows with ``m``.  Each fit therefore gets a budget of 4 epochs plus
+# ``1000 / m_crit`` iterations (``m_crit`` being ``m*`` or ``m*(P)``), which is
+# enough here, and is continued with ``warm_start=True`` if it is not.
+#
+# Iterations are epochs times ``ceil(n / m)``.  Seconds are epochs times the
+# fastest of the solver's own per-epoch timings (``history_[i]["seconds"]``,
 # skipping the first epoch, which is cheaper because most coefficients are still
 # zero): like ``timeit``'s best-of-N this leaves out the one-off setup and is
 # robust to other programs competing for the CPU.  The batch size is passed as
@@ -84,20 +89,22 @@ print(
 # preconditioned ``beta`` and ``lambda_1`` when there is a preconditioner).
 ZERO_MODEL_ERROR = float(np.mean(Y**2))  # training error of the zero function: 0.1
 TARGET = 0.05 * ZERO_MODEL_ERROR
-MAX_EPOCHS = 1024
+MAX_EPOCHS = 2000
 batch_sizes = [2**i for i in range(10)] + [n]
 
 
-def cost_to_target(batch_size, n_components):
+def cost_to_target(batch_size, n_components, critical_batch):
     """(iterations, seconds) until the training error reaches ``TARGET``."""
+    iterations_per_epoch = math.ceil(n / batch_size)
+    budget = 4 + math.ceil(1000 / critical_batch / iterations_per_epoch)
     model = AdaptiveKernelRegressor(
-        batch_size=batch_size, n_components=n_components, n_epochs=4, warm_start=True, **common
+        batch_size=batch_size, n_components=n_components, n_epochs=budget, warm_start=True, **common
     )
     history = []
     while not any(record["train_mse"] <= TARGET for record in history) and len(history) < MAX_EPOCHS:
         model.fit(X, Y)
         history += model.history_
-        model.set_params(n_epochs=3 * len(history))
+        model.set_params(n_epochs=len(history))  # not there yet: double the epochs
     errors = [ZERO_MODEL_ERROR] + [record["train_mse"] for record in history]
     crossing = next((i for i, error in enumerate(errors) if error <= TARGET), None)
     if crossing is None:
@@ -105,12 +112,16 @@ def cost_to_target(batch_size, n_components):
     fraction = math.log(errors[crossing - 1] / TARGET) / math.log(errors[crossing - 1] / errors[crossing])
     epochs = crossing - 1 + fraction
     seconds_per_epoch = min(record["seconds"] for record in history[1:])
-    return epochs * math.ceil(n / batch_size), epochs * seconds_per_epoch
+    return epochs * iterations_per_epoch, epochs * seconds_per_epoch
 
 
 results = {}
-for label, n_components in [("SGD, no preconditioner", 0), (f"EigenPro 2, {N_COMPONENTS} components", N_COMPONENTS)]:
-    results[label] = np.array([cost_to_target(m, n_components) for m in batch_sizes])
+settings = [
+    ("SGD, no preconditioner", 0, m_star),
+    (f"EigenPro 2, {N_COMPONENTS} components", N_COMPONENTS, m_star_P),
+]
+for label, n_components, critical_batch in settings:
+    results[label] = np.array([cost_to_target(m, n_components, critical_batch) for m in batch_sizes])
     print(label)
     for m, (iterations, seconds) in zip(batch_sizes, results[label], strict=True):
         print(f"  batch {m:5d}: {iterations:8.0f} iterations, {seconds:6.3f} s")
@@ -169,12 +180,12 @@ if out:
 # %%
 # Reading the picture
 # -------------------
-# **Iterations (left).**  The iteration counts do not depend on the machine.
+# **Iterations (left).**  The iteration counts hardly depend on the machine.
 # Without a preconditioner the critical batch is tiny, ``m* ~ 3``: going from
 # ``m = 1`` to ``m = 2`` halves the number of iterations (about 2260 to 1220),
 # but the curve soon leaves the line of perfect scaling and flattens; from
 # ``m = 16`` to ``m = n = 600``, a batch 37 times larger, the count only falls
-# from about 300 to about 130.  Flattening the top 20 eigendirections raises the
+# from about 350 to about 130.  Flattening the top 20 eigendirections raises the
 # critical batch to ``m*(P) ~ 83``, and the preconditioned curve stays on its
 # linear-scaling line up to about ``m*(P)``: every doubling of the batch halves
 # the iterations, down to about 23 at ``m = 64``.  Beyond ``m*(P)`` it bends
@@ -188,18 +199,20 @@ if out:
 # from machine to machine and from run to run.  On a CPU a step with a small
 # batch is dominated by fixed overhead, so time first falls with the batch
 # size.  Without the preconditioner the iterations stop falling soon after
-# ``m*``, so the fastest batch is small (a few tens here) and larger batches only
+# ``m*``, so the fastest batch is small (about 16 here) and larger batches only
 # cost more.  With it the time keeps falling until the batch reaches the order
 # of ``m*(P)`` and the device's capacity ``m_G``, and the best preconditioned
 # time is several times shorter than the best plain SGD time.
 #
 # The measured capacity ``m_G`` is where the probe stopped seeing more samples
-# per second; on a CPU the probe is noisy (a few hundred here, at most ``n``),
-# while a GPU keeps its samples-per-second growing to much larger batches.  The
-# picture explains EigenPro 2's choices: a batch larger than ``m_G`` takes
+# per second.  On a small CPU the probe is noisy (anywhere from about a hundred
+# to ``n`` on the two-core machine this example was written on); a GPU typically
+# keeps its samples per second growing up to much larger batches.  The picture
+# explains EigenPro 2's choices: a batch larger than ``m_G`` takes
 # proportionally longer per iteration, and a batch larger than the critical
 # batch saves few iterations, so the best batch is about ``m_G``, with just
-# enough eigendirections flattened for ``m*(P)`` to reach it.  This is what
+# enough eigendirections flattened for ``m*(P)`` to reach it (as far as the
+# spectrum can be resolved in the training precision).  This is what
 # ``batch_size="auto"`` and ``n_components="auto"`` do (see the values printed
 # above for this machine).
 #
