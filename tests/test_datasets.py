@@ -37,7 +37,7 @@ def test_loader_scales_pixels_and_reports_missing_files(tmp_path):
     for split, n in (("train", 6), ("t10k", 4)):
         _write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", np.full((n, 2, 2), 255, dtype=np.uint8))
         _write_idx(tmp_path / f"{split}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8))
-    X_train, y_train, X_test, y_test = load_fashion_mnist(tmp_path)
+    X_train, _, X_test, y_test = load_fashion_mnist(tmp_path)
     assert X_train.shape == (6, 4) and X_test.shape == (4, 4)
     assert X_train.dtype == np.float32 and X_train.max() == 1.0
     np.testing.assert_array_equal(y_test, np.arange(4))
@@ -49,6 +49,7 @@ def test_loader_scales_pixels_and_reports_missing_files(tmp_path):
 def test_real_fashion_mnist_has_the_official_split():
     X_train, y_train, X_test, y_test = load_fashion_mnist()
     assert X_train.shape == (60000, 784) and X_test.shape == (10000, 784)
+    assert y_test.shape == (10000,)
     assert 0.0 <= X_train.min() and X_train.max() <= 1.0
     assert set(np.unique(y_train)) == set(range(10))
 
