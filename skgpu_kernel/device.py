@@ -242,7 +242,7 @@ def throughput_saturation_batch(
     min_batch=32,
     growth=1.1,
     patience=2,
-    repeats=2,
+    repeats=3,
     time_limit=2.0,
 ):
     """Smallest batch at which samples per second stop growing, by measurement.
@@ -288,7 +288,8 @@ def throughput_saturation_batch(
     best = 0.0
     misses = 0
     started = time.perf_counter()
-    run_batch(sizes[0])  # warm-up: allocator, thread pools, kernels' first launch
+    for _ in range(2):  # warm-up: allocator, thread pools, kernels' first launch
+        run_batch(sizes[0])
     for size in sizes:
         elapsed = math.inf
         for _ in range(repeats):

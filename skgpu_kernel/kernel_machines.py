@@ -144,7 +144,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         subsample_size = _auto_subsample_size(n) if self.subsample_size == "auto" else min(self.subsample_size, n)
         itemsize = torch.finfo(dtype).bits // 8
         block_entry_bytes = itemsize * (1 + kernel.extra_blocks)
-        fixed_bytes = itemsize * (n * (n_features + 4 * n_outputs) + subsample_size**2)
+        fixed_bytes = itemsize * (n * (n_features + 5 * n_outputs) + subsample_size**2)
 
         def column_block_for(batch):
             return column_block_size(device, batch, n, block_entry_bytes, max(budget - fixed_bytes, 0) // 2)
@@ -163,10 +163,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
-        if self.batch_size == "auto":
-            batch_size = min(capacity, max(int(plan.critical_batch_preconditioned), 1), n)
-        else:
-            batch_size = capacity
+        batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
         if self.verbose:
             print(
                 f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n}, "
@@ -367,14 +364,14 @@ default="gaussian"
         Passes over the training data.  The iteration converges towards the kernel
         interpolant; a few epochs (or early stopping) regularise.
     batch_size : int or "auto", default="auto"
-        ``"auto"`` takes ``min(m*(P), m_G)``: the preconditioned critical batch and the
-        device's measured batch capacity.  An integer fixes the batch (the step size
+        ``"auto"`` takes the device's measured batch capacity ``m_G``, kept at most
+        half the preconditioned critical batch ``m*(P)`` (a stability margin).  An integer fixes the batch (the step size
         still follows EigenPro's analytic rule), which also makes fits reproducible
         across machines.
     n_components : int or "auto", default="auto"
         Number ``k`` of top eigendirections the preconditioner flattens (the paper's
         ``q`` is ``k + 1``).  ``"auto"`` picks the smallest ``k`` whose preconditioned
-        critical batch reaches the batch capacity; ``0`` turns preconditioning off.
+        critical batch reaches twice the batch capacity; ``0`` turns preconditioning off.
     subsample_size : int or "auto", default="auto"
         Nystrom subsample for the eigensystem: ``min(n, 2000)`` up to 100k samples,
         ``min(n, 5000)`` beyond.

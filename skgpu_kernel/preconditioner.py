@@ -207,6 +207,13 @@ def warn_if_reduced(requested, usable):
         )
 
 
+# At the critical batch m*(P) the linear step m / beta_P puts the top preconditioned
+# direction at the edge of stability (the batch operator's top eigenvalue is about
+# beta_P + (m - 1) lambda_1' = 2 beta_P), and the Nystrom estimate of lambda_1' is
+# optimistic for points outside the subsample.  Batches are kept this factor below
+# m*(P): the top direction then contracts by at least a third per step.
+CRITICAL_BATCH_MARGIN = 2.0
+
 # Rows outside the subsample on which the preconditioned diagonal is evaluated, so
 # that its maximum also covers points where the Nystrom estimate is not exact.
 _BETA_PROBE_ROWS = 8192
@@ -227,13 +234,20 @@ class PreconditionerPlan:
         """Analytic step size for ``batch_size`` under this preconditioner."""
         return eigenpro_step_size(batch_size, self.beta_preconditioned, self.preconditioner.top_eigenvalue)
 
+    def batch_size(self, capacity, n_samples):
+        """Operating batch: the device capacity, kept a margin below the critical batch."""
+        stable = max(int(self.critical_batch_preconditioned / CRITICAL_BATCH_MARGIN), 1)
+        return max(min(capacity, stable, n_samples), 1)
 
-def plan_preconditioner(kernel, X, subsample_size, target_batch, n_components, damping, column_block):
+
+def plan_preconditioner(kernel, X, subsample_size, capacity, n_components, damping, column_block):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
     The first ``subsample_size`` rows are the Nystrom subsample.  With
     ``n_components="auto"`` the level is the smallest whose preconditioned critical
-    batch reaches ``target_batch`` (the device's capacity), at most 1000 components.
+    batch reaches ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``
+    (at most 1000 components), so that batches of the capacity run with the linear
+    step ``m / beta_P`` and keep a margin for the error of the Nystrom estimate.
 
     Returns
     -------
@@ -258,7 +272,8 @@ def plan_preconditioner(kernel, X, subsample_size, target_batch, n_components, d
         return min(preconditioned_beta(diagonal, projections, eigenvalues, k, damping), beta) if k else beta
 
     if n_components == "auto":
-        n_components = choose_n_components(eigenvalues, beta_at, target_batch, damping, candidates)
+        target = CRITICAL_BATCH_MARGIN * capacity
+        n_components = choose_n_components(eigenvalues, beta_at, target, damping, candidates)
     else:
         n_components = candidates
     preconditioner = EigenProPreconditioner(eigenvalues, eigenvectors, n_components, damping, X.dtype, X.device)

@@ -135,7 +135,7 @@ def test_fitted_attributes_record_every_decision(digits):
     assert model.subsample_size_ == 500
     assert model.top_eigenvalues_.shape == (model.n_components_ + 1,)
     assert np.all(np.diff(model.top_eigenvalues_) <= 0)
-    assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1]), 500)
+    assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1] / 2), 500)
     assert model.learning_rate_ > 0 and model.n_epochs_ == 2 == len(model.history_)
     assert set(model.history_[0]) == {"epoch", "train_mse", "seconds"}
     assert model.bandwidth_ == pytest.approx(np.sqrt(64 * X[:500].var() / 2))

@@ -21,10 +21,10 @@ from ..device import is_out_of_memory, synchronize
 __all__ = ["EigenProResult", "fit_eigenpro", "predict_rows"]
 
 # Mean training loss this many times the loss of the zero model counts as divergence,
-# and so does an epoch whose loss grew this many times over the previous epoch's:
+# and so does an epoch whose loss grew this many times over the lowest epoch loss:
 # in the interpolation regime a stable step decreases the loss epoch after epoch.
 _DIVERGENCE_FACTOR = 1e4
-_GROWTH_FACTOR = 2.0
+_GROWTH_FACTOR = 1.5
 _MAX_STEP_HALVINGS = 10
 
 
@@ -114,13 +114,14 @@ def fit_eigenpro(
     stopped_early = False
     epoch = 0
     halvings = 0
-    # Coefficients at the start of the previous and of the current epoch: the loss
-    # of an epoch is measured before each step, so a step that overshot in one epoch
-    # shows in the next, and a divergence rolls back over both.
-    starts = [coef.clone()]
+    # The loss of an epoch is measured before each of its steps, so it reflects the
+    # coefficients during that epoch.  The anchor is the start of the epoch with the
+    # lowest loss so far: a safe point to return to when the loss grows again.
+    anchor_coef, anchor_epoch, anchor_loss = coef.clone(), 0, math.inf
     while epoch < n_epochs:
         synchronize(device)
         tic = time.perf_counter()
+        epoch_start = coef.clone()
         sparse_epoch = fresh_start and epoch == 0
         if sparse_epoch:
             order = torch.arange(n, device=device)
@@ -153,34 +154,35 @@ def fit_eigenpro(
             position += batch.shape[0]
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
-        if _diverged(train_loss, loss_of_zero_model, history):
-            coef.copy_(starts[0])
+        if _diverged(train_loss, loss_of_zero_model, anchor_loss):
+            coef.copy_(anchor_coef)
             if not math.isfinite(train_loss):
                 _check_kernel_is_finite(kernel, X, column_block)
             if halvings >= _MAX_STEP_HALVINGS:
                 warnings.warn(
                     "EigenPro iteration kept diverging after "
-                    f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last finite "
+                    f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
                     "coefficients. Check the bandwidth and the scale of the data.",
                     RuntimeWarning,
                     stacklevel=2,
                 )
+                del history[anchor_epoch:]
                 break
             halvings += 1
             step_size_for = _scaled(step_size_for, 0.5)
             warnings.warn(
-                f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}); going back "
-                f"{len(starts)} epoch(s) with the step size halved to "
-                f"{step_size_for(batch_size):.4g}. The bandwidth may be badly scaled.",
+                f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}, lowest "
+                f"{anchor_loss:.3g}); resuming from the start of epoch {anchor_epoch + 1} with the "
+                f"step size halved to {step_size_for(batch_size):.4g}.",
                 RuntimeWarning,
                 stacklevel=2,
             )
-            if len(starts) == 2:
-                epoch -= 1
-                history.pop()
-                starts = starts[:1]
+            epoch = anchor_epoch
+            del history[anchor_epoch:]
+            anchor_loss = math.inf
             continue
-        starts = [starts[-1], coef.clone()]
+        if train_loss < anchor_loss:
+            anchor_coef, anchor_epoch, anchor_loss = epoch_start, epoch, train_loss
 
         record = {"epoch": epoch + 1, "train_mse": train_loss}
         if validation is not None:
@@ -250,10 +252,10 @@ def _check_kernel_is_finite(kernel, X, column_block):
         )
 
 
-def _diverged(train_loss, loss_of_zero_model, history):
+def _diverged(train_loss, loss_of_zero_model, lowest_loss):
     if not math.isfinite(train_loss) or train_loss > _DIVERGENCE_FACTOR * max(loss_of_zero_model, 1e-30):
         return True
-    return bool(history) and train_loss > _GROWTH_FACTOR * history[-1]["train_mse"]
+    return train_loss > _GROWTH_FACTOR * lowest_loss
 
 
 def _scaled(step_size_for, factor):
