@@ -18,19 +18,20 @@ _PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 __all__ = ["kernel_diagonal_max", "kernel_matmul", "kernel_predict", "measure_batch_capacity"]
 
 
-def kernel_matmul(kernel, X, Z, V, column_block, leading=0):
+def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
     """Compute ``K(X, Z) @ V`` summing over blocks of ``column_block`` columns.
 
     Parameters
     ----------
     kernel : Kernel
     X : Tensor of shape (m, d)
-    Z : Tensor of shape (n, d)
+    centers : Tensor with n rows
+        ``kernel.prepare_centers(Z)``.
     V : Tensor of shape (n, l)
     column_block : int
         Columns of ``K`` evaluated at once.
     leading : int, default=0
-        When positive, the first block is exactly ``Z[:leading]`` and its kernel
+        When positive, the first block is exactly ``centers[:leading]`` and its kernel
         block ``K(X, Z[:leading])`` is returned as well, for callers that need it
         (the EigenPro correction on the Nystrom subsample).
 
@@ -39,14 +40,14 @@ def kernel_matmul(kernel, X, Z, V, column_block, leading=0):
     out : Tensor of shape (m, l)
     leading_block : Tensor of shape (m, leading), only when ``leading > 0``
     """
-    n = Z.shape[0]
+    n = centers.shape[0]
     out = torch.zeros(X.shape[0], V.shape[1], dtype=X.dtype, device=X.device)
     starts = [0, *list(range(leading, n, column_block))] if leading > 0 else list(range(0, n, column_block))
     leading_block = None
     for start, stop in zip(starts, [*starts[1:], n], strict=False):
         if stop <= start:
             continue
-        block = kernel(X, Z[start:stop])
+        block = kernel.block(X, centers[start:stop])
         out.addmm_(block, V[start:stop])
         if leading > 0 and start == 0:
             leading_block = block
@@ -69,7 +70,8 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
     ----------
     kernel : Kernel
     X : ndarray of shape (n_samples, n_features)
-    centers : Tensor of shape (n_centers, n_features), on the compute device
+    centers : Tensor with n_centers rows, on the compute device
+        ``kernel.prepare_centers`` of the (centred) centers.
     coef : Tensor of shape (n_centers, n_outputs), on the compute device
     budget : int
         Bytes available for row blocks and kernel blocks.
@@ -82,7 +84,7 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
     """
     device, dtype = centers.device, centers.dtype
     itemsize = torch.finfo(dtype).bits // 8
-    n_centers, n_features = centers.shape
+    n_centers, n_features = centers.shape[0], X.shape[1]
     nominal_rows = _PREDICT_ROWS[device.type]
     column_block = column_block_size(device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2)
     bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
@@ -104,13 +106,13 @@ def kernel_diagonal_max(kernel, X, block=4096):
     return max(float(kernel.diagonal(X[start : start + block]).max()) for start in range(0, X.shape[0], block))
 
 
-def measure_batch_capacity(kernel, X, n_outputs, max_batch, column_block_for, probe_columns=8192):
+def measure_batch_capacity(kernel, X, centers, n_outputs, max_batch, column_block_for, probe_columns=8192):
     """Measured batch capacity ``m_G`` for kernel-block products on ``X``'s device.
 
     Times ``K(X_batch, X_ref) @ V`` for growing batches, with ``X_ref`` the first
-    ``probe_columns`` rows of ``X`` and ``column_block_for(batch_size)`` columns per
-    block, and returns the smallest batch at which samples per second stop growing
-    (see :func:`~skgpu_kernel.device.throughput_saturation_batch`).
+    ``probe_columns`` of the prepared ``centers`` and ``column_block_for(batch_size)``
+    columns per block, and returns the smallest batch at which samples per second
+    stop growing (see :func:`~skgpu_kernel.device.throughput_saturation_batch`).
     Cached in-process per device, dtype, kernel type and shape.
 
     Returns
@@ -119,7 +121,7 @@ def measure_batch_capacity(kernel, X, n_outputs, max_batch, column_block_for, pr
     throughputs : dict
         Samples per second for each probed batch size.
     """
-    reference = X[: min(X.shape[0], probe_columns)]
+    reference = centers[: min(centers.shape[0], probe_columns)]
     values = torch.ones(reference.shape[0], n_outputs, dtype=X.dtype, device=X.device)
     max_batch = min(int(max_batch), X.shape[0])
 

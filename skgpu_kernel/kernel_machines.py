@@ -135,6 +135,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         coef_init = self._warm_start_coef(X_train, order)
         to_device = _DeviceCopier(device, dtype, offset)
         X_dev = to_device(X_train[order])
+        centers_dev = kernel.prepare_centers(X_dev)
         Y_dev = to_device(Y_train[order], center=False)
         w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
         coef = (
@@ -144,7 +145,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         subsample_size = _auto_subsample_size(n) if self.subsample_size == "auto" else min(self.subsample_size, n)
         itemsize = torch.finfo(dtype).bits // 8
         block_entry_bytes = itemsize * (1 + kernel.extra_blocks)
-        fixed_bytes = itemsize * (n * (n_features + 5 * n_outputs) + subsample_size**2)
+        fixed_bytes = itemsize * (n * (2 * n_features + 2 + 5 * n_outputs) + subsample_size**2)
 
         def column_block_for(batch):
             return column_block_size(device, batch, n, block_entry_bytes, max(budget - fixed_bytes, 0) // 2)
@@ -155,11 +156,20 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
         memory_limit = batch_limit(budget, fixed_bytes, bytes_for_batch, n)
         if self.batch_size == "auto":
-            capacity, throughputs = measure_batch_capacity(kernel, X_dev, n_outputs, memory_limit, column_block_for)
+            capacity, throughputs = measure_batch_capacity(
+                kernel, X_dev, centers_dev, n_outputs, memory_limit, column_block_for
+            )
         else:
             capacity, throughputs = min(self.batch_size, n), {}
         plan = plan_preconditioner(
-            kernel, X_dev, subsample_size, capacity, self.n_components, self.damping, column_block_for(1024)
+            kernel,
+            X_dev,
+            centers_dev,
+            subsample_size,
+            capacity,
+            self.n_components,
+            self.damping,
+            column_block_for(1024),
         )
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
@@ -179,6 +189,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         result = fit_eigenpro(
             kernel,
             X_dev,
+            centers_dev,
             Y_dev,
             coef,
             plan.preconditioner if n_components else None,
@@ -215,7 +226,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.centers_ = X_train[order].astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
         self._training_order = order
-        self._device_cache = (device, X_dev, result.coef, None if offset is None else to_device.offset)
+        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
         return self
 
     def _split_validation(self, X, Y, weights, stratify, rng):
@@ -271,7 +282,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         dtype = resolve_dtype(self.dtype_)
         to_device = _DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
-        return device, to_device(self.centers_), to_device(self.dual_coef_, center=False), offset
+        centers = self.kernel_.prepare_centers(to_device(self.centers_))
+        return device, centers, to_device(self.dual_coef_, center=False), offset
 
     def _prediction_device(self):
         try:
@@ -365,9 +377,9 @@ default="gaussian"
         interpolant; a few epochs (or early stopping) regularise.
     batch_size : int or "auto", default="auto"
         ``"auto"`` takes the device's measured batch capacity ``m_G``, kept at most
-        half the preconditioned critical batch ``m*(P)`` (a stability margin).  An integer fixes the batch (the step size
-        still follows EigenPro's analytic rule), which also makes fits reproducible
-        across machines.
+        half the preconditioned critical batch ``m*(P)`` (a stability margin).  An
+        integer fixes the batch (the step size still follows EigenPro's analytic
+        rule), which also makes fits reproducible across machines.
     n_components : int or "auto", default="auto"
         Number ``k`` of top eigendirections the preconditioner flattens (the paper's
         ``q`` is ``k + 1``).  ``"auto"`` picks the smallest ``k`` whose preconditioned

@@ -10,6 +10,10 @@ with one matrix product on inputs augmented by two columns (the squared norms an
 column of ones), which fuses the norm terms into the product and leaves only the
 kernel profile as element-wise work.  Squared distances that round to a negative
 number are clamped at zero before any square root or exponential.
+
+Centers that are used again and again (the training points of a kernel machine)
+are put once into the form the kernel evaluates fastest with
+:meth:`Kernel.prepare_centers`, and blocks are computed by :meth:`Kernel.block`.
 """
 
 import math
@@ -63,31 +67,40 @@ class Kernel(BaseEstimator):
         """Return the block ``K(X, Z)`` of shape (m, n) on ``X``'s device and dtype."""
         raise NotImplementedError(f"{type(self).__name__} must implement __call__(X, Z).")
 
+    def prepare_centers(self, Z):
+        """Return ``Z`` in the form :meth:`block` takes, computed once per fit.
+
+        Must act row by row (``prepare_centers(Z)[i:j]`` equals
+        ``prepare_centers(Z[i:j])``) so that blocks of centers can be sliced from
+        it.  The default returns ``Z``.
+        """
+        return Z
+
+    def block(self, X, prepared_centers):
+        """``K(X, Z)`` from centers returned by :meth:`prepare_centers`."""
+        return self(X, prepared_centers)
+
     def diagonal(self, X):
         """Return ``k(x_i, x_i)`` for every row of ``X`` as a 1-D tensor."""
         return torch.cat([torch.diagonal(self(chunk, chunk)) for chunk in torch.split(X, 256)])
 
 
-def _augmented_scaled_sq_dists(X, Z, scale):
-    """Return ``scale * (||x_i - z_j||^2 - rounding_allowance_ij)`` with one matrix product.
-
-    Rows of ``X`` become ``[-2 scale x, c scale ||x||^2, 1]`` and rows of ``Z``
-    become ``[z, 1, c scale ||z||^2]`` with ``c = 1 - allowance``; their product is
-    the scaled squared distance minus ``allowance (||x||^2 + ||z||^2)``, the size of
-    the rounding error of the expansion.  After clamping, distances within rounding
-    error of zero are exactly zero (``k(x, x)`` is exact even for the Laplacian's
-    square root), and each entry depends only on its own pair of rows.
-    """
-    allowance = 4.0 * math.sqrt(X.shape[1] + 1) * torch.finfo(X.dtype).eps
-    x_sq = (X * X).sum(dim=1, keepdim=True) * ((1.0 - allowance) * scale)
-    z_sq = (Z * Z).sum(dim=1, keepdim=True) * ((1.0 - allowance) * scale)
-    X_aug = torch.cat([X * (-2.0 * scale), x_sq, torch.ones_like(x_sq)], dim=1)
-    Z_aug = torch.cat([Z, torch.ones_like(z_sq), z_sq], dim=1)
-    return X_aug @ Z_aug.T
+def _rounding_allowance(n_features, dtype):
+    """Relative size of the rounding error of ``||x||^2 + ||z||^2 - 2 x.z``."""
+    return 4.0 * math.sqrt(n_features + 1) * torch.finfo(dtype).eps
 
 
 class RadialKernel(Kernel):
     """Base class for kernels of the distance alone, ``k(x, z) = phi(||x - z||)``.
+
+    Squared distances come from one matrix product of augmented rows: centers are
+    prepared once as ``[z, 1, c ||z||^2]`` and rows become
+    ``[-2 t x, c t ||x||^2, t]`` with the kernel's distance scale ``t``, so the
+    product is ``t (||x - z||^2 - allowance (||x||^2 + ||z||^2))``
+    (``c = 1 - allowance``).  The allowance is the size of the expansion's rounding
+    error: after clamping, distances within rounding error of zero are exactly zero
+    (``k(x, x)`` is exact even for the Laplacian's square root), and each entry
+    depends on its own pair of rows only.
 
     Subclasses implement :meth:`_profile_from_sq_dists`, applied in place to a block
     of squared distances divided by ``bandwidth ** 2``.
@@ -115,13 +128,29 @@ class RadialKernel(Kernel):
         return validate_bandwidth(bandwidth)
 
     def __call__(self, X, Z):
-        sigma = self._sigma()
-        scaled = _augmented_scaled_sq_dists(X, Z, 1.0 / sigma**2)
-        return self._profile_from_sq_dists(scaled.clamp_min_(0.0))
+        return self.block(X, self.prepare_centers(Z))
+
+    def prepare_centers(self, Z):
+        keep = 1.0 - _rounding_allowance(Z.shape[1], Z.dtype)
+        z_sq = (Z * Z).sum(dim=1, keepdim=True) * keep
+        return torch.cat([Z, torch.ones_like(z_sq), z_sq], dim=1)
+
+    def block(self, X, prepared_centers):
+        scale = self._distance_scale()
+        keep = 1.0 - _rounding_allowance(X.shape[1], X.dtype)
+        x_sq = (X * X).sum(dim=1, keepdim=True) * (keep * scale)
+        X_aug = torch.cat([X * (-2.0 * scale), x_sq, torch.full_like(x_sq, scale)], dim=1)
+        return self._profile_from_scaled(X_aug @ prepared_centers.T)
 
     def diagonal(self, X):
         zero = torch.zeros(1, dtype=X.dtype, device=X.device)
         return self._profile_from_sq_dists(zero).expand(X.shape[0]).clone()
+
+    def _distance_scale(self):
+        return 1.0 / self._sigma() ** 2
+
+    def _profile_from_scaled(self, scaled_sq_dists):
+        return self._profile_from_sq_dists(scaled_sq_dists.clamp_min_(0.0))
 
     def _profile_from_sq_dists(self, scaled_sq_dists):
         raise NotImplementedError
@@ -148,11 +177,12 @@ class Gaussian(RadialKernel):
             [0.3679, 1.0000]], dtype=torch.float64)
     """
 
-    def __call__(self, X, Z):
-        # The exponent is computed directly by the product (scale -1/(2 sigma^2)),
-        # leaving two element-wise passes: the clamp and the exponential.
-        sigma = self._sigma()
-        exponent = _augmented_scaled_sq_dists(X, Z, -0.5 / sigma**2)
+    # The product yields the exponent directly (scale -1/(2 sigma^2)), leaving two
+    # element-wise passes: the clamp and the exponential.
+    def _distance_scale(self):
+        return -0.5 / self._sigma() ** 2
+
+    def _profile_from_scaled(self, exponent):
         return exponent.clamp_max_(0.0).exp_()
 
     def _profile_from_sq_dists(self, scaled_sq_dists):

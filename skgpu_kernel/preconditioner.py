@@ -240,9 +240,10 @@ class PreconditionerPlan:
         return max(min(capacity, stable, n_samples), 1)
 
 
-def plan_preconditioner(kernel, X, subsample_size, capacity, n_components, damping, column_block):
+def plan_preconditioner(kernel, X, centers, subsample_size, capacity, n_components, damping, column_block):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
+    ``centers`` is ``kernel.prepare_centers(X)``.
     The first ``subsample_size`` rows are the Nystrom subsample.  With
     ``n_components="auto"`` the level is the smallest whose preconditioned critical
     batch reaches ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``
@@ -265,7 +266,7 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, n_components, dampi
     rows = X[: min(X.shape[0], subsample_size + _BETA_PROBE_ROWS)]
     diagonal = kernel.diagonal(rows).double().cpu().numpy()
     subsample_vectors = eigenvectors[:, :candidates].to(X.dtype)
-    projections = kernel_matmul(kernel, rows, X[:subsample_size], subsample_vectors, column_block)
+    projections = kernel_matmul(kernel, rows, centers[:subsample_size], subsample_vectors, column_block)
     projections = projections.double().cpu().numpy()
 
     def beta_at(k):

@@ -13,7 +13,8 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     Checks that the block has the right shape, dtype and device, that the kernel is
     symmetric and positive semi-definite on a small sample, that ``diagonal`` agrees
     with the block's diagonal, that blocks do not depend on how rows are chunked,
-    and that ``clone`` reproduces the kernel's parameters.
+    that prepared centers give the same blocks and are prepared row by row, and
+    that ``clone`` reproduces the kernel's parameters.
 
     Parameters
     ----------
@@ -49,6 +50,13 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     chunked = torch.cat([kernel(X[:5], Z), kernel(X[5:], Z)])
     assert torch.allclose(block, chunked, rtol=tolerance, atol=tolerance), (
         f"{kernel!r}: rows of K(X, Z) depend on how X is chunked"
+    )
+    prepared = kernel.prepare_centers(Z)
+    assert torch.allclose(kernel.block(X, prepared), block, rtol=tolerance, atol=tolerance), (
+        f"{kernel!r}: block(X, prepare_centers(Z)) differs from K(X, Z)"
+    )
+    assert torch.equal(prepared[3:7], kernel.prepare_centers(Z[3:7])), (
+        f"{kernel!r}: prepare_centers must act row by row"
     )
     gram = kernel(X, X)
     assert torch.allclose(gram, gram.T, rtol=tolerance, atol=tolerance), f"{kernel!r} is not symmetric"

@@ -63,7 +63,7 @@ def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
     Y = torch.as_tensor(rng.randn(30, 1))
     coef = torch.as_tensor(rng.randn(30, 1))
     batch = torch.tensor([4])
-    _, weighted, _ = eigenpro_solver._step(kernel, X, Y, coef, batch, 30, 0, None, None, 16)
+    _, weighted, _ = eigenpro_solver._step(kernel, X, kernel.prepare_centers(X), Y, coef, batch, 30, 0, None, None, 16)
     coef.index_add_(0, batch, weighted, alpha=-1.0)  # eta / m = 1 / beta
     np.testing.assert_allclose((kernel(X[4:5], X) @ coef).item(), Y[4].item(), rtol=1e-12)
 
@@ -242,10 +242,10 @@ def test_out_of_memory_halves_the_batch_and_continues(monkeypatch, capsys, digit
     X, y = digits
     real_step = eigenpro_solver._step
 
-    def step_failing_on_large_batches(kernel, X_, Y, coef, batch, *args):
+    def step_failing_on_large_batches(kernel, X_, centers, Y, coef, batch, *args):
         if batch.shape[0] > 50:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_step(kernel, X_, Y, coef, batch, *args)
+        return real_step(kernel, X_, centers, Y, coef, batch, *args)
 
     monkeypatch.setattr(eigenpro_solver, "_step", step_failing_on_large_batches)
     model = AdaptiveKernelClassifier(n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(X[:600], y[:600])

@@ -40,11 +40,11 @@ class EigenProResult:
     stopped_early: bool = False
 
 
-def predict_rows(kernel, X_rows, X, coef, batch_size, column_block):
-    """``K(X_rows, X) @ coef`` for device tensors, ``batch_size`` rows at a time."""
+def predict_rows(kernel, X_rows, centers, coef, batch_size, column_block):
+    """``K(X_rows, X) @ coef`` for device tensors (prepared ``centers``), ``batch_size`` rows at a time."""
     return torch.cat(
         [
-            kernel_matmul(kernel, X_rows[start : start + batch_size], X, coef, column_block)
+            kernel_matmul(kernel, X_rows[start : start + batch_size], centers, coef, column_block)
             for start in range(0, X_rows.shape[0], batch_size)
         ]
     )
@@ -53,6 +53,7 @@ def predict_rows(kernel, X_rows, X, coef, batch_size, column_block):
 def fit_eigenpro(
     kernel,
     X,
+    centers,
     Y,
     coef,
     preconditioner,
@@ -75,6 +76,8 @@ def fit_eigenpro(
     kernel : Kernel
     X : Tensor of shape (n, d)
         Training rows; rows ``[0, s)`` are the preconditioner's subsample.
+    centers : Tensor with n rows
+        ``kernel.prepare_centers(X)``.
     Y : Tensor of shape (n, l)
     coef : Tensor of shape (n, l)
         Initial coefficients, updated in place.
@@ -133,7 +136,9 @@ def fit_eigenpro(
             batch = order[position : position + batch_size]
             active = max(leading, position) if sparse_epoch else n
             try:
-                update = _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, column_block)
+                update = _step(
+                    kernel, X, centers, Y, coef, batch, active, leading, preconditioner, weights, column_block
+                )
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error) or batch_size == 1:
                     raise
@@ -157,7 +162,7 @@ def fit_eigenpro(
         if _diverged(train_loss, loss_of_zero_model, anchor_loss):
             coef.copy_(anchor_coef)
             if not math.isfinite(train_loss):
-                _check_kernel_is_finite(kernel, X, column_block)
+                _check_kernel_is_finite(kernel, X, centers, column_block)
             if halvings >= _MAX_STEP_HALVINGS:
                 warnings.warn(
                     "EigenPro iteration kept diverging after "
@@ -188,7 +193,7 @@ def fit_eigenpro(
         if validation is not None:
             X_val, Y_val, score = validation
             record["validation_score"] = float(
-                score(predict_rows(kernel, X_val, X, coef, batch_size, column_block), Y_val)
+                score(predict_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
             )
         synchronize(device)
         record["seconds"] = time.perf_counter() - tic
@@ -222,7 +227,7 @@ def fit_eigenpro(
     )
 
 
-def _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, column_block):
+def _step(kernel, X, centers, Y, coef, batch, active, leading, preconditioner, weights, column_block):
     """Residual, weighted residual and subsample correction for one batch (no update yet).
 
     Everything that allocates happens here, so an out-of-memory error leaves the
@@ -231,20 +236,20 @@ def _step(kernel, X, Y, coef, batch, active, leading, preconditioner, weights, c
     X_batch = X[batch]
     if leading:
         predictions, subsample_block = kernel_matmul(
-            kernel, X_batch, X[:active], coef[:active], column_block, leading=leading
+            kernel, X_batch, centers[:active], coef[:active], column_block, leading=leading
         )
     else:
-        predictions = kernel_matmul(kernel, X_batch, X[:active], coef[:active], column_block)
+        predictions = kernel_matmul(kernel, X_batch, centers[:active], coef[:active], column_block)
     residual = predictions.sub_(Y[batch])
     weighted = residual if weights is None else residual * weights[batch, None]
     correction = preconditioner.correction(subsample_block, weighted) if leading else None
     return residual, weighted, correction
 
 
-def _check_kernel_is_finite(kernel, X, column_block):
+def _check_kernel_is_finite(kernel, X, centers, column_block):
     """Raise when the kernel itself returns inf or NaN, which no step size can fix."""
     sample = X[: min(X.shape[0], 256)]
-    block = kernel(sample, X[:column_block])
+    block = kernel.block(sample, centers[:column_block])
     if not torch.isfinite(block).all():
         raise ValueError(
             f"The kernel {kernel!r} returned non-finite values (inf or NaN) on the training data "
