@@ -15,6 +15,7 @@ import warnings
 import torch
 
 __all__ = [
+    "TrainingMemoryPlan",
     "available_memory",
     "batch_limit",
     "column_block_size",
@@ -34,7 +35,7 @@ _DEFAULT_BUDGET_FRACTION = {"cuda": 0.8, "cpu": 0.5}
 
 # On a CPU, blocks of about this many entries stay in the last-level cache, which
 # keeps the element-wise kernel passes from being memory bound.
-_CPU_BLOCK_ENTRIES = 2**20
+_CPU_BLOCK_ENTRIES = 2**19
 
 _UNITS = {
     "": 1,
@@ -213,11 +214,66 @@ def column_block_size(device, n_rows, n_columns, bytes_per_entry, budget):
     budget allows, up to all columns.
     """
     if device.type == "cpu":
-        wanted = max(_CPU_BLOCK_ENTRIES // max(n_rows, 1), 256)
+        wanted = max(_CPU_BLOCK_ENTRIES // max(n_rows, 1), 512)
     else:
         wanted = n_columns
     affordable = max(int(budget // max(n_rows * bytes_per_entry, 1)), 1)
     return int(max(min(wanted, affordable, n_columns), 1))
+
+
+class TrainingMemoryPlan:
+    """Linear memory model of kernel SGD on ``n`` centers, in the spirit of Falkon's helpers.
+
+    Fixed: the training rows and their prepared copy, targets, coefficients and their
+    snapshots (``copies_of_outputs`` arrays of n x l), and the s x s eigenvectors.
+    Per batch row: the row and its augmented copy, residual-sized buffers, one row of
+    ``K(X_B, X_S)`` and one row of the current kernel block, each kernel entry
+    counted ``1 + extra_blocks`` times.
+
+    Parameters
+    ----------
+    device : torch.device
+    budget : int
+        Bytes available.
+    n_rows, n_features, n_outputs, subsample_size : int
+    itemsize : int
+        Bytes per value of the training dtype.
+    extra_blocks : int
+        The kernel's temporary blocks (``Kernel.extra_blocks``).
+    copies_of_outputs : int, default=5
+    """
+
+    def __init__(
+        self,
+        device,
+        budget,
+        n_rows,
+        n_features,
+        n_outputs,
+        subsample_size,
+        itemsize,
+        extra_blocks,
+        copies_of_outputs=5,
+    ):
+        self.device, self.budget, self.n_rows = device, budget, n_rows
+        self.entry_bytes = itemsize * (1 + extra_blocks)
+        self.fixed_bytes = itemsize * (
+            n_rows * (2 * n_features + 2 + copies_of_outputs * n_outputs) + subsample_size**2
+        )
+        self.row_bytes = itemsize * (2 * (n_features + 2) + 4 * n_outputs) + subsample_size * self.entry_bytes
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows (half the free budget at most)."""
+        free = max(self.budget - self.fixed_bytes, 0) // 2
+        return column_block_size(self.device, batch_size, self.n_rows, self.entry_bytes, free)
+
+    def max_batch(self):
+        """Largest batch whose blocks fit next to the fixed costs (at least 1)."""
+
+        def bytes_for_batch(batch):
+            return batch * (self.row_bytes + self.column_block(batch) * self.entry_bytes)
+
+        return batch_limit(self.budget, self.fixed_bytes, bytes_for_batch, self.n_rows)
 
 
 def synchronize(device):

@@ -20,13 +20,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .blockwise import kernel_predict, measure_batch_capacity
-from .device import (
-    batch_limit,
-    column_block_size,
-    resolve_device,
-    resolve_dtype,
-    resolve_memory_budget,
-)
+from .device import TrainingMemoryPlan, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
 from .preconditioner import plan_preconditioner
 from .solvers.eigenpro import fit_eigenpro
@@ -143,21 +137,13 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
 
         subsample_size = _auto_subsample_size(n) if self.subsample_size == "auto" else min(self.subsample_size, n)
-        itemsize = torch.finfo(dtype).bits // 8
-        block_entry_bytes = itemsize * (1 + kernel.extra_blocks)
-        fixed_bytes = itemsize * (n * (2 * n_features + 2 + 5 * n_outputs) + subsample_size**2)
-
-        def column_block_for(batch):
-            return column_block_size(device, batch, n, block_entry_bytes, max(budget - fixed_bytes, 0) // 2)
-
-        def bytes_for_batch(batch):
-            per_row = itemsize * (2 * (n_features + 2) + 4 * n_outputs) + subsample_size * block_entry_bytes
-            return batch * (per_row + column_block_for(batch) * block_entry_bytes)
-
-        memory_limit = batch_limit(budget, fixed_bytes, bytes_for_batch, n)
+        memory = TrainingMemoryPlan(
+            device, budget, n, n_features, n_outputs, subsample_size, torch.finfo(dtype).bits // 8, kernel.extra_blocks
+        )
+        memory_limit = memory.max_batch()
         if self.batch_size == "auto":
             capacity, throughputs = measure_batch_capacity(
-                kernel, X_dev, centers_dev, n_outputs, memory_limit, column_block_for
+                kernel, X_dev, centers_dev, n_outputs, memory_limit, memory.column_block
             )
         else:
             capacity, throughputs = min(self.batch_size, n), {}
@@ -169,7 +155,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             capacity,
             self.n_components,
             self.damping,
-            column_block_for(1024),
+            memory.column_block(1024),
         )
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
@@ -195,7 +181,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             plan.preconditioner if n_components else None,
             batch_size=batch_size,
             step_size_for=plan.step_size,
-            column_block_for=column_block_for,
+            column_block_for=memory.column_block,
             n_epochs=self.n_epochs,
             generator=generator,
             weights=w_dev,

@@ -100,9 +100,10 @@ def test_rows_within_budget_and_batch_limit():
 
 def test_column_block_size_is_cache_sized_on_cpu_and_bounded_by_budget():
     cpu = torch.device("cpu")
-    assert column_block_size(cpu, 1024, 10**6, 4, 10**12) == 1024
-    assert column_block_size(cpu, 1024, 500, 4, 10**12) == 500
-    assert column_block_size(cpu, 1024, 10**6, 4, 1024 * 4 * 300) == 300
+    assert column_block_size(cpu, 256, 10**6, 4, 10**12) == 2048  # 2**19 entries
+    assert column_block_size(cpu, 4096, 10**6, 4, 10**12) == 512  # at least 512 columns
+    assert column_block_size(cpu, 256, 500, 4, 10**12) == 500
+    assert column_block_size(cpu, 256, 10**6, 4, 256 * 4 * 300) == 300
 
 
 def test_throughput_probe_finds_the_saturation_point(monkeypatch):
@@ -126,3 +127,22 @@ def test_throughput_probe_finds_the_saturation_point(monkeypatch):
 def test_throughput_probe_small_problem_skips_measuring():
     batch, throughputs = throughput_saturation_batch(lambda m: None, 20, torch.device("cpu"))
     assert batch == 20 and throughputs == {}
+
+
+def test_training_memory_plan_keeps_blocks_within_the_budget():
+    from skgpu_kernel.device import TrainingMemoryPlan
+
+    cpu = torch.device("cpu")
+    n, d, l, s, itemsize = 10_000, 50, 3, 500, 4
+    budget = 64 * 2**20
+    plan = TrainingMemoryPlan(cpu, budget, n, d, l, s, itemsize, extra_blocks=1)
+    batch = plan.max_batch()
+    assert 1 <= batch <= n
+    used = plan.fixed_bytes + batch * (plan.row_bytes + plan.column_block(batch) * plan.entry_bytes)
+    assert used <= budget
+    bigger = batch + 1
+    if bigger <= n:
+        assert plan.fixed_bytes + bigger * (plan.row_bytes + plan.column_block(bigger) * plan.entry_bytes) > budget
+    roomy = TrainingMemoryPlan(cpu, 10**12, n, d, l, s, itemsize, extra_blocks=0)
+    assert roomy.max_batch() == n
+    assert roomy.column_block(256) == 2048  # cache-sized on the CPU
