@@ -5,8 +5,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 
-# Small fixed batch: the checks fit hundreds of tiny models, and a fixed batch makes
-# them independent of the timing-based capacity probe.
+# Default parameters: the checks' data sets are tiny, so the batch is bounded by the
+# number of samples and the fits do not depend on the timing-based capacity probe.
 ESTIMATORS = [
     AdaptiveKernelRegressor(random_state=0),
     AdaptiveKernelClassifier(random_state=0),
