@@ -176,11 +176,23 @@ def available_memory(device):
 
 
 def resolve_memory_budget(spec, device):
-    """Bytes the estimator may use on ``device``: the given budget, or a safe fraction of free memory."""
+    """Bytes the estimator may use on ``device``: the given budget, or a safe fraction of free memory.
+
+    An explicit budget above the memory free on the device is kept (the caller may
+    know better, e.g. about memory about to be released) but warned about.
+    """
     budget = parse_memory_budget(spec)
-    if budget is not None:
-        return budget
-    return int(_DEFAULT_BUDGET_FRACTION[device.type] * available_memory(device))
+    free = available_memory(device)
+    if budget is None:
+        return int(_DEFAULT_BUDGET_FRACTION[device.type] * free)
+    if budget > free:
+        warnings.warn(
+            f"memory_budget of {budget / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB free on {device}; "
+            "blocks planned for it may not fit.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return budget
 
 
 def rows_within_budget(budget, fixed_bytes, bytes_per_row):
@@ -368,15 +380,3 @@ def throughput_saturation_batch(
     if key is not None:
         _CAPACITY_CACHE[key] = result
     return result
-
-
-def warn_if_budget_exceeds_free(budget, device):
-    """Warn when an explicit budget is larger than the memory free on ``device``."""
-    free = available_memory(device)
-    if budget > free:
-        warnings.warn(
-            f"memory_budget of {budget / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB free on {device}; "
-            "blocks may not fit.",
-            RuntimeWarning,
-            stacklevel=3,
-        )

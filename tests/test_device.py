@@ -87,6 +87,8 @@ def test_memory_budget_defaults_to_a_fraction_of_available_memory():
     budget = resolve_memory_budget(None, cpu)
     assert 0.3 * free <= budget <= 0.7 * free
     assert resolve_memory_budget("1GB", cpu) == 10**9
+    with pytest.warns(RuntimeWarning, match="exceeds the"):
+        assert resolve_memory_budget(100 * free, cpu) == 100 * free
 
 
 def test_rows_within_budget_and_batch_limit():
