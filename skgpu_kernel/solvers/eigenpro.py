@@ -37,7 +37,6 @@ class EigenProResult:
     batch_size: int
     learning_rate: float
     history: list = field(default_factory=list)
-    stopped_early: bool = False
 
 
 def predict_rows(kernel, X_rows, centers, coef, batch_size, column_block):
@@ -114,7 +113,6 @@ def fit_eigenpro(
 
     history = []
     best_score, best_coef, epochs_without_gain = -math.inf, None, 0
-    stopped_early = False
     epoch = 0
     halvings = 0
     # The loss of an epoch is measured before each of its steps, so it reflects the
@@ -210,7 +208,6 @@ def fit_eigenpro(
             if record["validation_score"] > best_score:
                 best_score, best_coef = record["validation_score"], coef.clone()
             if epochs_without_gain >= n_iter_no_change:
-                stopped_early = True
                 if log is not None:
                     log(f"early stopping: no gain above tol for {n_iter_no_change} epochs")
                 break
@@ -223,7 +220,6 @@ def fit_eigenpro(
         batch_size=batch_size,
         learning_rate=step_size_for(batch_size),
         history=history,
-        stopped_early=stopped_early,
     )
 
 
