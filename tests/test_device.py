@@ -110,13 +110,14 @@ def test_column_block_size_is_cache_sized_on_cpu_and_bounded_by_budget():
 
 def test_throughput_probe_finds_the_saturation_point(monkeypatch):
     monkeypatch.setattr(device_module, "_CAPACITY_CACHE", {})
-    # A device that costs a fixed 2 ms per call up to 256 rows and is linear beyond:
-    # samples per second grow until 256 and stay flat after.
+    # A device that costs a fixed 10 ms per call up to 256 rows and is linear beyond:
+    # samples per second grow until 256 and stay flat after.  (Long enough sleeps
+    # that scheduling noise on a busy machine stays well below the 10% criterion.)
     calls = []
 
     def run_batch(size):
         calls.append(size)
-        time.sleep(0.002 * max(size, 256) / 256)
+        time.sleep(0.01 * max(size, 256) / 256)
 
     batch, throughputs = throughput_saturation_batch(run_batch, 4096, torch.device("cpu"), cache_key="fake")
     assert batch == 256
