@@ -15,7 +15,7 @@ from .device import column_block_size, rows_within_budget, throughput_saturation
 # large on CUDA (the device needs wide products to be busy).
 _PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 
-__all__ = ["kernel_diagonal_max", "kernel_matmul", "kernel_predict", "measure_batch_capacity"]
+__all__ = ["kernel_diagonal_max", "kernel_matmul", "kernel_matmul_rows", "kernel_predict", "measure_batch_capacity"]
 
 
 def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
@@ -56,6 +56,16 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
             leading_block = torch.zeros(X.shape[0], 0, dtype=X.dtype, device=X.device)
         return out, leading_block
     return out
+
+
+def kernel_matmul_rows(kernel, X, centers, V, row_block, column_block):
+    """:func:`kernel_matmul` for a device tensor ``X`` of any length, ``row_block`` rows at a time."""
+    return torch.cat(
+        [
+            kernel_matmul(kernel, X[start : start + row_block], centers, V, column_block)
+            for start in range(0, X.shape[0], row_block)
+        ]
+    )
 
 
 def kernel_predict(kernel, X, centers, coef, budget, offset=None):

@@ -22,7 +22,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from .blockwise import kernel_predict, measure_batch_capacity
 from .device import TrainingMemoryPlan, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
-from .preconditioner import plan_preconditioner
+from .preconditioner import max_usable_components, plan_preconditioner
 from .solvers.eigenpro import fit_eigenpro
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
@@ -307,7 +307,7 @@ def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):
             UserWarning,
             stacklevel=4,
         )
-    elif eigenvalues[1] <= 1e3 * torch.finfo(dtype).eps * eigenvalues[0]:
+    elif max_usable_components(eigenvalues, dtype) == 0:
         warnings.warn(
             f"{described} is numerically constant on the data in {dtype}: the model can fit "
             "little more than a constant. The bandwidth is probably too large for the "

@@ -242,9 +242,13 @@ class Matern(RadialKernel):
         super().__init__(bandwidth=bandwidth)
         self.nu = nu
 
-    def _profile_from_sq_dists(self, scaled_sq_dists):
+    def check_nu(self):
+        """Raise ``ValueError`` unless ``nu`` is one of the supported smoothness values."""
         if self.nu not in self._SUPPORTED_NU:
             raise ValueError(f"Matern nu must be one of {self._SUPPORTED_NU}, got {self.nu!r}.")
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        self.check_nu()
         r = scaled_sq_dists.sqrt_()
         if self.nu == 0.5:
             return r.neg_().exp_()
@@ -376,6 +380,6 @@ def make_kernel(kernel, bandwidth, kernel_params, X):
             raise ValueError(f"bandwidth must be a positive float or 'auto', got {resolved.bandwidth!r}.")
         resolved.set_params(bandwidth=auto_bandwidth(X))
     resolved.set_params(bandwidth=validate_bandwidth(resolved.bandwidth))
-    if isinstance(resolved, Matern) and resolved.nu not in Matern._SUPPORTED_NU:
-        raise ValueError(f"Matern nu must be one of {Matern._SUPPORTED_NU}, got {resolved.nu!r}.")
+    if isinstance(resolved, Matern):
+        resolved.check_nu()
     return resolved, resolved.bandwidth

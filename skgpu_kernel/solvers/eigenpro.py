@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..blockwise import kernel_matmul
+from ..blockwise import kernel_matmul, kernel_matmul_rows
 from ..device import is_out_of_memory, synchronize
 
-__all__ = ["EigenProResult", "fit_eigenpro", "predict_rows"]
+__all__ = ["EigenProResult", "fit_eigenpro"]
 
 # Mean training loss this many times the loss of the zero model counts as divergence,
 # and so does an epoch whose loss grew this many times over the lowest epoch loss:
@@ -37,16 +37,6 @@ class EigenProResult:
     batch_size: int
     learning_rate: float
     history: list = field(default_factory=list)
-
-
-def predict_rows(kernel, X_rows, centers, coef, batch_size, column_block):
-    """``K(X_rows, X) @ coef`` for device tensors (prepared ``centers``), ``batch_size`` rows at a time."""
-    return torch.cat(
-        [
-            kernel_matmul(kernel, X_rows[start : start + batch_size], centers, coef, column_block)
-            for start in range(0, X_rows.shape[0], batch_size)
-        ]
-    )
 
 
 def fit_eigenpro(
@@ -191,7 +181,7 @@ def fit_eigenpro(
         if validation is not None:
             X_val, Y_val, score = validation
             record["validation_score"] = float(
-                score(predict_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
+                score(kernel_matmul_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
             )
         synchronize(device)
         record["seconds"] = time.perf_counter() - tic
