@@ -295,8 +295,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
 def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):
     """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
-    if subsample_size < 2:
-        return
+    if subsample_size < 2 or not np.all(np.isfinite(plan.eigenvalues)):
+        return  # a kernel returning inf/NaN is reported by the solver as an error
     eigenvalues = plan.eigenvalues
     described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
     if eigenvalues[0] * subsample_size <= 1.05 * plan.beta:
