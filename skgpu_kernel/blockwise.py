@@ -7,15 +7,24 @@ block size.
 """
 
 import numpy as np
+import scipy.sparse
 import torch
 
 from .device import column_block_size, rows_within_budget, throughput_saturation_batch
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
 # large on CUDA (the device needs wide products to be busy).
-_PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
+PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 
-__all__ = ["kernel_diagonal_max", "kernel_matmul", "kernel_matmul_rows", "kernel_predict", "measure_batch_capacity"]
+__all__ = [
+    "csr_to_torch",
+    "kernel_diagonal_max",
+    "kernel_matmul",
+    "kernel_matmul_rows",
+    "kernel_predict",
+    "map_row_blocks",
+    "measure_batch_capacity",
+]
 
 
 def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
@@ -95,20 +104,68 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
     device, dtype = centers.device, centers.dtype
     itemsize = torch.finfo(dtype).bits // 8
     n_centers, n_features = centers.shape[0], X.shape[1]
-    nominal_rows = _PREDICT_ROWS[device.type]
+    nominal_rows = PREDICT_ROWS[device.type]
     column_block = column_block_size(device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2)
     bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
     row_block = min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows)
-    padded = torch.zeros(row_block, n_features, dtype=dtype, device=device)
+    return map_row_blocks(
+        X,
+        lambda rows: kernel_matmul(kernel, rows, centers, coef, column_block),
+        coef.shape[1],
+        row_block,
+        device,
+        dtype,
+        offset=offset,
+    )
+
+
+def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None):
+    """Apply ``function`` to host rows moved to the device in fixed-size blocks.
+
+    Dense rows go in blocks of exactly ``row_block`` rows, the last one padded with
+    zeros: every product then has the same shape, so a row's result does not depend
+    on which or how many rows come with it (BLAS libraries pick different summation
+    orders for different shapes).  Sparse rows (scipy CSR) become torch sparse COO
+    blocks, whose products are row by row anyway.
+
+    Parameters
+    ----------
+    X : ndarray, row-sliceable array-like or scipy CSR matrix of shape (n, d)
+    function : callable
+        ``function(rows) -> Tensor of shape (len(rows), n_outputs)``.
+    n_outputs : int
+    row_block : int
+    device : torch.device
+    dtype : torch.dtype
+    offset : Tensor of shape (d,) or None
+        Subtracted from each dense row first.
+
+    Returns
+    -------
+    ndarray of shape (n, n_outputs), in ``dtype``
+    """
+    sparse = scipy.sparse.issparse(X)
+    padded = None if sparse else torch.zeros(row_block, X.shape[1], dtype=dtype, device=device)
     outputs = []
     for start in range(0, X.shape[0], row_block):
+        if sparse:
+            outputs.append(function(csr_to_torch(X[start : start + row_block], dtype, device)).cpu())
+            continue
         rows = torch.as_tensor(np.ascontiguousarray(X[start : start + row_block]), dtype=dtype).to(device)
         padded.zero_()
         padded[: rows.shape[0]] = rows if offset is None else rows - offset
-        outputs.append(kernel_matmul(kernel, padded, centers, coef, column_block)[: rows.shape[0]].cpu())
+        outputs.append(function(padded)[: rows.shape[0]].cpu())
     if not outputs:
-        return torch.zeros(0, coef.shape[1], dtype=dtype).numpy()
+        return torch.zeros(0, n_outputs, dtype=dtype).numpy()
     return torch.cat(outputs).numpy()
+
+
+def csr_to_torch(matrix, dtype, device):
+    """A scipy sparse matrix as a coalesced torch sparse COO tensor on ``device``."""
+    coo = scipy.sparse.coo_matrix(matrix)
+    indices = torch.as_tensor(np.vstack([coo.row, coo.col]).astype(np.int64))
+    values = torch.as_tensor(coo.data, dtype=dtype)
+    return torch.sparse_coo_tensor(indices, values, coo.shape, check_invariants=False).coalesce().to(device)
 
 
 def kernel_diagonal_max(kernel, X, block=4096):

@@ -21,6 +21,7 @@ __all__ = [
     "column_block_size",
     "is_out_of_memory",
     "parse_memory_budget",
+    "prediction_device",
     "resolve_device",
     "resolve_dtype",
     "resolve_memory_budget",
@@ -84,6 +85,18 @@ def resolve_device(spec):
             )
         device = torch.device("cuda", index)
     return device
+
+
+def prediction_device(spec):
+    """The device to predict on: ``spec`` when available here, else the CPU with a warning.
+
+    A model trained on CUDA and loaded on a machine without it still predicts.
+    """
+    try:
+        return resolve_device(spec)
+    except ValueError:
+        warnings.warn(f"device={spec!r} is not available here; predicting on the CPU.", RuntimeWarning, stacklevel=4)
+        return torch.device("cpu")
 
 
 def resolve_dtype(spec):

@@ -1,0 +1,302 @@
+"""Buffered mini-batch gradient descent (BMGD) on linear models.
+
+Each pass over the data arrives as a sequence of buffers already on the device
+(the caller's iterable, typically a :class:`~skgpu_kernel.buffer.BufferPrefetcher`
+that loads the next buffer while this one trains).  Every buffer is used for
+``n_rounds`` rounds; each round shuffles the buffer and takes one step per
+mini-batch on the mean loss of the batch plus ``alpha / 2 ||W||^2``.  The loop only
+sees tensors: no input validation, no scikit-learn.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..device import synchronize, throughput_saturation_batch
+from .losses import HuberLoss, SquaredLoss
+
+__all__ = ["SGDResult", "fit_buffered_sgd", "linear_scores", "linear_spectrum", "measure_sgd_capacity"]
+
+
+@dataclass
+class SGDResult:
+    """What a run of :func:`fit_buffered_sgd` did and measured."""
+
+    n_epochs: int
+    n_steps: int
+    learning_rate: float
+    io_wait_seconds: float
+    seconds: float
+    history: list = field(default_factory=list)
+
+
+def linear_scores(X, coef, intercept):
+    """``X W + b`` for a dense or sparse (COO) ``X``."""
+    if X.is_sparse:
+        return torch.sparse.mm(X, coef) + intercept
+    return torch.addmm(intercept, X, coef)
+
+
+def _row_range(X, start, stop):
+    """Rows ``start:stop`` of a dense or sparse COO tensor (sparse tensors have no slicing)."""
+    if X.is_sparse:
+        return X.index_select(0, torch.arange(start, stop, device=X.device))
+    return X[start:stop]
+
+
+def _transposed_product(X, gradient):
+    if X.is_sparse:
+        return torch.sparse.mm(X.t(), gradient)
+    return X.T @ gradient
+
+
+def fit_buffered_sgd(
+    loss,
+    coef,
+    intercept,
+    open_pass,
+    *,
+    batch_size,
+    n_rounds,
+    learning_rate,
+    alpha,
+    fit_intercept,
+    n_epochs,
+    generator,
+    shuffle=True,
+    start_step=0,
+    validation=None,
+    tol=None,
+    n_iter_no_change=5,
+    log=None,
+):
+    """Run BMGD passes, updating ``coef`` and ``intercept`` in place.
+
+    Parameters
+    ----------
+    loss : callable
+        ``loss(scores, targets) -> (loss per sample, dL/dscores)``; see
+        :mod:`skgpu_kernel.solvers.losses`.
+    coef : Tensor of shape (d, l)
+    intercept : Tensor of shape (l,)
+    open_pass : callable
+        ``open_pass(epoch)`` returns a context manager and iterable of buffers
+        ``(X, targets, weights)`` (``weights`` may be None) with an
+        ``io_wait_seconds`` attribute: the time spent waiting for data.
+    batch_size : int
+    n_rounds : int
+        Rounds ``R`` of mini-batch steps on each buffer.
+    learning_rate : callable
+        ``learning_rate(step, batch_size) -> float`` for update number ``step``.
+    alpha : float
+        L2 penalty strength (0 for none).
+    fit_intercept : bool
+    n_epochs : int
+        Passes over the data.
+    generator : torch.Generator
+        Seeds the shuffles within buffers (on the CPU).
+    shuffle : bool, default=True
+    start_step : int, default=0
+        Updates taken before this call (the schedule continues from there).
+    validation : callable or None
+        ``validation(coef, intercept) -> float``, larger is better; the stopping
+        criterion then uses it and the best coefficients are kept.
+    tol : float or None
+        Stop when the criterion (validation score, else the training loss) has not
+        improved by ``tol`` for ``n_iter_no_change`` passes.
+    log : callable or None
+        Receives one progress line per pass.
+
+    Returns
+    -------
+    SGDResult
+
+    Raises
+    ------
+    ValueError
+        When the loss becomes non-finite (the step size diverges).  ``coef`` is
+        then invalid; callers keep their previous coefficients.
+    """
+    device = coef.device
+    step = start_step
+    history = []
+    best, best_state, passes_without_gain = math.inf, None, 0
+    last_rate = math.nan
+    total_io_wait = 0.0
+    started = time.perf_counter()
+    for epoch in range(n_epochs):
+        synchronize(device)
+        tic = time.perf_counter()
+        loss_sum = torch.zeros((), dtype=coef.dtype, device=device)
+        n_seen = 0
+        with open_pass(epoch) as buffers:
+            for X, targets, weights in buffers:
+                rows = X.shape[0]
+                for _ in range(n_rounds):
+                    order = torch.randperm(rows, generator=generator).to(device) if shuffle else None
+                    for start in range(0, rows, batch_size):
+                        stop = min(start + batch_size, rows)
+                        if order is None:
+                            X_batch = _row_range(X, start, stop)
+                            target_batch = targets[start:stop]
+                            weight_batch = None if weights is None else weights[start:stop]
+                        else:
+                            batch = order[start:stop]
+                            X_batch = X.index_select(0, batch)
+                            target_batch = targets.index_select(0, batch)
+                            weight_batch = None if weights is None else weights.index_select(0, batch)
+                        last_rate = learning_rate(step, stop - start)
+                        loss_sum += _step(
+                            loss, coef, intercept, X_batch, target_batch, weight_batch, last_rate, alpha, fit_intercept
+                        )
+                        step += 1
+                    n_seen += rows
+                    if not torch.isfinite(loss_sum):
+                        raise ValueError(
+                            f"The training loss became non-finite at update {step} with learning rate "
+                            f"{last_rate:.4g}: the step size is too large for this data. Lower the "
+                            "scaling rule's base_lr (or its scale), or standardise the features."
+                        )
+            io_wait = float(buffers.io_wait_seconds)
+        total_io_wait += io_wait
+        synchronize(device)
+        seconds = time.perf_counter() - tic
+        train_loss = float(loss_sum) / max(n_seen, 1)
+        if alpha:
+            train_loss += 0.5 * alpha * float((coef * coef).sum())
+        record = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "learning_rate": learning_rate(step - 1, batch_size),
+            "n_steps": step,
+            "seconds": seconds,
+            "io_wait_seconds": io_wait,
+            "samples_per_second": n_seen / max(seconds, 1e-12),
+        }
+        if validation is not None:
+            record["validation_score"] = float(validation(coef, intercept))
+        history.append(record)
+        if log is not None:
+            log(_format_record(record, n_epochs))
+
+        if tol is None:
+            continue
+        criterion = -record["validation_score"] if validation is not None else train_loss
+        passes_without_gain = passes_without_gain + 1 if criterion > best - tol else 0
+        if criterion < best:
+            best = criterion
+            if validation is not None:
+                best_state = (coef.clone(), intercept.clone())
+        if passes_without_gain >= n_iter_no_change:
+            if log is not None:
+                log(f"stopping: no improvement above tol={tol} for {n_iter_no_change} passes")
+            break
+    if best_state is not None:
+        coef.copy_(best_state[0])
+        intercept.copy_(best_state[1])
+    return SGDResult(
+        n_epochs=len(history),
+        n_steps=step - start_step,
+        learning_rate=learning_rate(step - 1, batch_size) if step > start_step else math.nan,
+        io_wait_seconds=total_io_wait,
+        seconds=time.perf_counter() - started,
+        history=history,
+    )
+
+
+def _step(loss, coef, intercept, X, targets, weights, rate, alpha, fit_intercept):
+    """One gradient step on the batch's mean loss; returns the batch's summed loss before it."""
+    values, gradient = loss(linear_scores(X, coef, intercept), targets)
+    if weights is not None:
+        gradient = gradient * weights[:, None]
+        values = values * weights
+    scale = rate / X.shape[0]
+    if fit_intercept:
+        intercept.sub_(gradient.sum(dim=0), alpha=scale)
+    if alpha:
+        coef.mul_(1.0 - rate * alpha)
+    coef.sub_(_transposed_product(X, gradient), alpha=scale)
+    return values.sum()
+
+
+def _format_record(record, n_epochs):
+    text = (
+        f"pass {record['epoch']}/{n_epochs}: train loss {record['train_loss']:.5g}, "
+        f"lr {record['learning_rate']:.4g}, {record['samples_per_second']:.3g} samples/s, "
+        f"I/O wait {record['io_wait_seconds']:.2f} of {record['seconds']:.2f} s"
+    )
+    if "validation_score" in record:
+        text += f", validation score {record['validation_score']:.5g}"
+    return text
+
+
+def linear_spectrum(X, weights, fit_intercept, generator, n_iter=30):
+    """``beta`` and ``lambda_1`` of the square loss's Hessian, from sample rows.
+
+    With rows ``x_i`` (augmented with 1 when fitting an intercept) and weights
+    ``w_i``, ``beta = max_i w_i ||x_i||^2`` bounds the curvature of one sample's
+    loss and ``lambda_1`` is the top eigenvalue of ``sum_i w_i x_i x_i^T / m``
+    (power iteration, Rayleigh quotient).  These are the quantities EigenPro's
+    step rule needs; the caller scales them by the loss's curvature.
+
+    Parameters
+    ----------
+    X : Tensor of shape (m, d), dense or sparse COO
+    weights : Tensor of shape (m,) or None
+    fit_intercept : bool
+    generator : torch.Generator
+        Seeds the power iteration's start.
+    n_iter : int, default=30
+
+    Returns
+    -------
+    beta, top_eigenvalue : float
+    """
+    m, d = X.shape
+    w = torch.ones(m, dtype=X.dtype, device=X.device) if weights is None else weights
+    squared_norms = (X * X).sum(dim=1).to_dense() if X.is_sparse else (X * X).sum(dim=1)
+    beta = float((w * (squared_norms + float(fit_intercept))).max())
+    vector = torch.randn(d + 1, 1, generator=generator, dtype=torch.float64).to(X.device, X.dtype)
+    if not fit_intercept:
+        vector[d] = 0.0
+    eigenvalue = 0.0
+    for _ in range(n_iter):
+        vector /= vector.norm().clamp_min(torch.finfo(X.dtype).tiny)
+        scores = linear_scores(X, vector[:d], vector[d])
+        weighted = scores * w[:, None] / m
+        image = torch.cat([_transposed_product(X, weighted), weighted.sum(dim=0, keepdim=True) * fit_intercept])
+        eigenvalue = float((vector * image).sum())
+        vector = image
+    return beta, eigenvalue
+
+
+def measure_sgd_capacity(X, n_outputs, loss, max_batch, cache_key):
+    """Measured batch capacity of one SGD step on ``X``'s device.
+
+    Times a step (scores, loss gradient, the coefficient update) on the rows of
+    ``X`` (repeated when ``max_batch`` exceeds them) and returns the smallest batch
+    at which samples per second stop growing (see
+    :func:`~skgpu_kernel.device.throughput_saturation_batch`).
+
+    Returns
+    -------
+    batch : int
+    throughputs : dict
+    """
+    device, dtype = X.device, X.dtype
+    repeats = -(-int(max_batch) // X.shape[0])
+    rows = torch.cat([X] * repeats).coalesce() if X.is_sparse and repeats > 1 else torch.cat([X] * repeats)
+    coef = torch.zeros(X.shape[1], n_outputs, dtype=dtype, device=device)
+    intercept = torch.zeros(n_outputs, dtype=dtype, device=device)
+    targets = (
+        torch.zeros(rows.shape[0], n_outputs, dtype=dtype, device=device)
+        if isinstance(loss, (SquaredLoss, HuberLoss))
+        else torch.zeros(rows.shape[0], dtype=torch.int64, device=device)
+    )
+
+    def run_batch(batch_size):
+        _step(loss, coef, intercept, _row_range(rows, 0, batch_size), targets[:batch_size], None, 0.0, 0.0, True)
+
+    return throughput_saturation_batch(run_batch, max_batch, device, cache_key=cache_key)
