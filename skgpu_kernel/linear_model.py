@@ -39,8 +39,8 @@ _SAMPLE_ROWS = 8192
 
 def _is_out_of_core(X):
     """Whether ``X`` is read in buffers rather than validated whole in memory."""
-    if isinstance(X, (str, os.PathLike, np.memmap)):
-        return True
+    if isinstance(X, (str, os.PathLike, np.memmap)) or hasattr(X, "__next__"):
+        return True  # iterators go to the source layer, which names what it accepts
     if isinstance(X, (np.ndarray, list, tuple, torch.Tensor)) or scipy.sparse.issparse(X):
         return False
     # h5py / zarr style datasets: shape, dtype and row slicing, but not data frames.
@@ -299,15 +299,18 @@ class _BaseBufferedSGD(BaseEstimator):
             sources.append(as_row_source(weights, "sample_weight"))
             dtypes.append(dtype)
 
+        # The rule is resolved on every call, so that set_params between partial_fit
+        # calls takes effect; sizes and spectrum stay those of the first call.
+        rule = resolve_scaling_rule(self.scaling_rule)
         if continuing:
             buffer_size, batch_size, context = self.buffer_size_, self.batch_size_, self._schedule_context
-            rule = self.scaling_rule_
         else:
-            rule = resolve_scaling_rule(self.scaling_rule)
             buffer_size = self._resolve_buffer_size(
                 source, nonzeros_per_row, n_train, n_outputs, weights is not None, dtype, budget
             )
             sample = self._read(sources, dtypes, _map_ranges(train_segments, self._sample_plan(n_train, rng)), device)
+            if check_finite:
+                _check_finite(sample[0])
             beta, top = linear_spectrum(
                 sample[0], sample[2] if weights is not None else None, self.fit_intercept, generator
             )
@@ -460,7 +463,7 @@ class _BaseBufferedSGD(BaseEstimator):
         key = ("sgd", device.type, device.index, dtype, sample.shape[1], n_outputs, sample.is_sparse, type(loss))
         capacity, throughputs = measure_sgd_capacity(sample, n_outputs, loss, min(buffer_size, 2**16), key)
         # Beyond the critical batch a step gains nothing per sample over a smaller one.
-        return max(min(capacity, math.ceil(critical), buffer_size), 1), throughputs
+        return max(min(capacity, math.ceil(min(critical, buffer_size)), buffer_size), 1), throughputs
 
     # --- prediction -----------------------------------------------------------------
 

@@ -1,0 +1,889 @@
+"""Data buffering: row sources, pass plans and a prefetching buffer iterator.
+
+Training data that does not fit on the device (or in memory) is read one *buffer*
+of rows at a time (BMGD, ``ALGORITHMS.md`` section 2).  This module provides
+
+* :func:`as_row_source`: one read-only interface over numpy arrays, memory maps,
+  ``.npy`` files, scipy sparse matrices and h5py/zarr-like datasets;
+* :func:`plan_pass`: which rows go into which buffer during one pass, as lists of
+  contiguous row ranges (sequential reads) in a shuffled order (mixed labels);
+* :class:`BufferPrefetcher`: an iterator that hands device tensors of one buffer to
+  the trainer while a background thread reads the next one, through pinned
+  staging memory and a side CUDA stream when the device is a GPU.
+
+Nothing here knows about models or losses.
+"""
+
+import math
+import mmap
+import os
+import queue
+import threading
+import time
+import warnings
+import weakref
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+__all__ = ["BufferPrefetcher", "RowSource", "as_row_source", "default_chunk_size", "plan_pass"]
+
+# Seconds between checks of the stop flag and of the worker's liveness: short enough
+# that close() and error propagation feel immediate, long enough not to spin.
+_POLL_SECONDS = 0.05
+
+# close() gives a worker stuck in one slow read this long before warning about it.
+_JOIN_SECONDS = 10.0
+
+# Chunks per buffer for default_chunk_size: enough to mix data sorted by label
+# within each buffer, few enough that each chunk is a long sequential read.
+_CHUNKS_PER_BUFFER = 16
+
+# Upper bound on chunks per pass for default_chunk_size: keeps the plan's Python
+# lists (and the per-chunk overhead) small for very large data sets.
+_MAX_CHUNKS_PER_PASS = 2**16
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+_THREAD_PREFIX = "skgpu_kernel-prefetch"
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # pragma: no cover - numpy 1.x
+    _byte_bounds = np.byte_bounds  # noqa: NPY201
+
+
+def _backing_memmap(array):
+    """The ``np.memmap`` of a file that ``array`` is a view of, or None."""
+    obj = array
+    while isinstance(obj, np.ndarray):
+        if isinstance(obj, np.memmap) and getattr(obj, "_mmap", None) is not None and obj.filename:
+            return obj
+        obj = obj.base
+    return None
+
+
+def _file_extent(array, mapped):
+    """Bytes the file behind ``mapped`` must hold so that every element of ``array`` is backed."""
+    try:
+        # Position of the array's last byte inside the mapping, plus the file offset
+        # at which the mapping starts (np.memmap aligns it to the allocation granularity).
+        mapping_start = np.frombuffer(mapped._mmap, dtype=np.uint8).ctypes.data
+        _low, high = _byte_bounds(array)
+        file_start = mapped.offset - mapped.offset % mmap.ALLOCATIONGRANULARITY
+        return int(file_start + (high - mapping_start))
+    except (AttributeError, BufferError, TypeError, ValueError):
+        return int(getattr(mapped, "offset", 0) + array.nbytes)
+
+
+def _check_numeric(dtype, name):
+    if dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold numbers (bool, integer or float), got dtype {dtype}.")
+
+
+def _check_ndim(shape, name, allowed=(1, 2)):
+    if len(shape) not in allowed:
+        expected = " or ".join(f"{n}-D" for n in allowed)
+        raise ValueError(f"{name} must be {expected}, got an array of shape {tuple(shape)}.")
+
+
+class RowSource:
+    """Read-only access to the rows of a data set, in ranges.
+
+    Build one with :func:`as_row_source`, which validates the input; the
+    constructor assumes validated arguments.
+
+    Parameters
+    ----------
+    data : ndarray, scipy.sparse.csr_matrix or array-like
+        Dense array (possibly a memory map), CSR matrix, or an object with ``shape``
+        and row slicing (h5py/zarr style).
+    name : str
+        Used in error messages.
+    kind : {"dense", "sparse", "lazy"}
+    dtype : numpy.dtype
+    path : str or None
+        The file behind a memory map.
+    owned : bool
+        Whether this source opened ``data`` itself (then :meth:`close` releases it).
+
+    Attributes
+    ----------
+    shape : tuple
+    n_rows : int
+    dtype : numpy.dtype
+    is_sparse : bool
+    path : str or None
+        The file behind a memory map or ``.npy`` source, else None.
+    name : str
+    """
+
+    def __init__(self, data, name, kind, dtype, path=None, owned=False):
+        self._data = data
+        self.name = name
+        self._kind = kind
+        self.shape = tuple(int(n) for n in data.shape)
+        self.n_rows = self.shape[0]
+        self.dtype = np.dtype(dtype)
+        self.is_sparse = kind == "sparse"
+        self.path = path
+        self._owned = owned
+        self._file_id = None
+        self._needed_bytes = 0
+        if path is not None:
+            status = os.stat(path)
+            self._file_id = (status.st_dev, status.st_ino)
+            self._needed_bytes = _file_extent(data, _backing_memmap(data))
+
+    def __repr__(self):
+        where = f", path={self.path!r}" if self.path is not None else ""
+        return f"RowSource(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, kind={self._kind!r}{where})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    @property
+    def closed(self):
+        """Whether :meth:`close` was called."""
+        return self._data is None
+
+    def _live_data(self):
+        data = self._data
+        if data is None:
+            raise ValueError(f"{self.name}: the row source is closed.")
+        return data
+
+    def check_alive(self):
+        """Raise if the file behind a memory-mapped source vanished, was replaced or shrank.
+
+        Touching a page of a memory map beyond the end of its (truncated) file
+        kills the process with SIGBUS, which no ``except`` can catch; this check
+        compares the file's size with the bytes the mapping needs *before* any page
+        is read.  A no-op for in-memory sources.
+
+        Raises
+        ------
+        FileNotFoundError
+            The file was deleted.
+        OSError
+            The file was replaced by another one or is now too short.
+        """
+        if self._file_id is None:
+            return
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{self.name}: the file {self.path!r} behind the memory-mapped data was deleted while reading it."
+            ) from None
+        if (status.st_dev, status.st_ino) != self._file_id:
+            raise OSError(f"{self.name}: the file {self.path!r} behind the memory-mapped data was replaced.")
+        if status.st_size < self._needed_bytes:
+            raise OSError(
+                f"{self.name}: the file {self.path!r} behind the memory-mapped data shrank to "
+                f"{status.st_size} bytes; its rows need {self._needed_bytes} bytes."
+            )
+
+    def _check_ranges(self, ranges):
+        checked = []
+        for start, stop in ranges:
+            start, stop = int(start), int(stop)
+            if not 0 <= start <= stop <= self.n_rows:
+                raise ValueError(f"{self.name}: row range ({start}, {stop}) is outside [0, {self.n_rows}].")
+            checked.append((start, stop))
+        return checked
+
+    def read(self, ranges):
+        """The rows of ``ranges``, concatenated in that order, as a new array.
+
+        Parameters
+        ----------
+        ranges : sequence of (int, int)
+            ``(start, stop)`` row ranges.
+
+        Returns
+        -------
+        ndarray or scipy.sparse.csr_matrix
+            A C-contiguous array of the source dtype (dense sources) or a CSR
+            matrix (sparse sources); never a view of the source.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skgpu_kernel.buffer import as_row_source
+        >>> as_row_source(np.arange(6)).read([(4, 6), (0, 2)])
+        array([4, 5, 0, 1])
+        """
+        ranges = self._check_ranges(ranges)
+        data = self._live_data()
+        if self.is_sparse:
+            self.check_alive()
+            parts = [data[start:stop] for start, stop in ranges]
+            if not parts:
+                return sp.csr_matrix((0, self.shape[1]), dtype=self.dtype)
+            if len(parts) > 1:
+                return sp.vstack(parts, format="csr")
+            # A full-range slice may share the source's arrays; the caller must never
+            # be able to modify the source through the result.
+            part = parts[0]
+            return part.copy() if np.may_share_memory(part.data, data.data) else part
+        out = np.empty((sum(stop - start for start, stop in ranges), *self.shape[1:]), dtype=self.dtype)
+        self.read_into(ranges, out)
+        return out
+
+    def read_into(self, ranges, out):
+        """Copy the rows of ``ranges`` into the first rows of the host array ``out``.
+
+        Used to fill (pinned) staging buffers without an intermediate copy.  Dense
+        sources only.
+
+        Parameters
+        ----------
+        ranges : sequence of (int, int)
+            ``(start, stop)`` row ranges, concatenated in that order.
+        out : ndarray of shape (>= total rows, *shape[1:])
+            Values are cast with ``casting="same_kind"``.
+
+        Returns
+        -------
+        int
+            Rows written.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skgpu_kernel.buffer import as_row_source
+        >>> out = np.zeros(5)
+        >>> as_row_source(np.arange(4.0)).read_into([(2, 4), (0, 1)], out)
+        3
+        >>> out
+        array([2., 3., 0., 0., 0.])
+        """
+        if self.is_sparse:
+            raise TypeError(f"{self.name}: read_into supports dense sources only; use read for sparse data.")
+        ranges = self._check_ranges(ranges)
+        data = self._live_data()
+        total = sum(stop - start for start, stop in ranges)
+        if out.shape[1:] != self.shape[1:] or out.shape[0] < total:
+            raise ValueError(
+                f"{self.name}: out of shape {out.shape} cannot hold {total} rows of shape {self.shape[1:]}."
+            )
+        position = 0
+        for start, stop in ranges:
+            count = stop - start
+            # Checked per range: each range may start on pages that a shrunk file no longer backs.
+            self.check_alive()
+            if self._kind == "lazy":
+                rows = np.asarray(data[start:stop])
+                if rows.shape != (count, *self.shape[1:]):
+                    raise ValueError(
+                        f"{self.name}: rows [{start}:{stop}] came back with shape {rows.shape}, "
+                        f"expected {(count, *self.shape[1:])}."
+                    )
+            else:
+                rows = data[start:stop]
+            np.copyto(out[position : position + count], rows, casting="same_kind")
+            position += count
+        return position
+
+    def close(self):
+        """Release what this source opened itself (the memory map of a ``.npy`` path).
+
+        Objects passed in by the user are never closed, only dereferenced.  Reads
+        after ``close`` raise ``ValueError``.
+        """
+        data, self._data = self._data, None
+        if data is None or not self._owned:
+            return
+        mapped = _backing_memmap(data)
+        handle = getattr(mapped, "_mmap", None)
+        del data, mapped
+        if handle is not None:
+            try:
+                handle.close()
+            except BufferError:
+                # Views that someone still holds keep the mapping alive; it is
+                # unmapped when the last of them is garbage collected.
+                pass
+
+
+def _open_npy(path, name):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{name}: no such file {path!r}.")
+    if not os.path.isfile(path):
+        raise ValueError(f"{name}: {path!r} is not a regular file; expected a .npy file.")
+    with open(path, "rb") as handle:
+        magic = handle.read(len(_NPY_MAGIC))
+    if magic != _NPY_MAGIC:
+        raise ValueError(f"{name}: {path!r} is not a .npy file (use numpy.save to write one).")
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise ValueError(f"{name}: cannot memory-map {path!r}: {exc}") from exc
+    return array
+
+
+def as_row_source(data, name="X"):
+    """Wrap training data in a read-only :class:`RowSource`.
+
+    Parameters
+    ----------
+    data : ndarray, str, os.PathLike, scipy.sparse matrix, array-like or RowSource
+        * a numpy array, including an ``np.memmap`` (its file is watched by
+          :meth:`RowSource.check_alive`);
+        * the path of a ``.npy`` file, opened with ``np.load(mmap_mode="r")``;
+        * a scipy sparse matrix or array (CSR is kept, other formats are
+          converted with ``tocsr``);
+        * an object with a ``shape`` and row slicing ``data[start:stop]`` that
+          returns something ``np.asarray`` accepts (h5py, zarr, ...), read lazily;
+        * a list or tuple, converted with ``np.asarray``;
+        * a :class:`RowSource`, returned unchanged.
+
+        1-D or 2-D (sparse: 2-D), with a bool, integer or float dtype.
+    name : str, default="X"
+        Used in error messages.
+
+    Returns
+    -------
+    RowSource
+
+    Raises
+    ------
+    TypeError
+        ``data`` is none of the above (a generator, for instance).
+    FileNotFoundError
+        The path does not exist.
+    ValueError
+        The path is not a ``.npy`` file, or the data is not 1-D/2-D or not numeric.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skgpu_kernel.buffer import as_row_source
+    >>> source = as_row_source(np.arange(12.0).reshape(6, 2))
+    >>> source.shape, source.dtype, source.is_sparse
+    ((6, 2), dtype('float64'), False)
+    >>> source.read([(4, 6)])
+    array([[ 8.,  9.],
+           [10., 11.]])
+    """
+    if isinstance(data, RowSource):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        array = _open_npy(data, name)
+        _check_ndim(array.shape, name)
+        _check_numeric(array.dtype, name)
+        return RowSource(array, name, "dense", array.dtype, path=array.filename, owned=True)
+    if sp.issparse(data):
+        if data.ndim != 2:
+            raise ValueError(f"{name}: sparse data must be 2-D, got shape {data.shape}.")
+        _check_numeric(data.dtype, name)
+        csr = data if data.format == "csr" else data.tocsr()
+        return RowSource(csr, name, "sparse", csr.dtype)
+    if isinstance(data, (list, tuple)):
+        data = np.asarray(data)
+    if isinstance(data, np.ndarray):
+        _check_ndim(data.shape, name)
+        _check_numeric(data.dtype, name)
+        mapped = _backing_memmap(data)
+        path = None if mapped is None else os.fspath(mapped.filename)
+        return RowSource(data, name, "dense", data.dtype, path=path)
+    if hasattr(data, "shape") and hasattr(data, "__getitem__"):
+        shape = tuple(data.shape)
+        _check_ndim(shape, name)
+        try:
+            dtype = np.dtype(data.dtype)
+        except (AttributeError, TypeError):
+            # No numpy dtype (a torch tensor, a DataFrame): take the one of a first slice.
+            dtype = np.asarray(data[0 : min(1, shape[0])]).dtype
+        _check_numeric(dtype, name)
+        return RowSource(data, name, "lazy", dtype)
+    raise TypeError(
+        f"{name} must be a numpy array, a path to a .npy file, a scipy sparse matrix or an array-like "
+        f"with `shape` and row slicing; got {type(data).__name__}."
+    )
+
+
+def default_chunk_size(buffer_size, n_rows):
+    """Rows per contiguous chunk of :func:`plan_pass` for a given buffer size.
+
+    About a sixteenth of a buffer (of the whole data when it is smaller than a
+    buffer), so that each buffer gathers rows from 16 random places of the data
+    set while each read stays a long sequential run; but at least
+    ``n_rows / 65536`` rows, so that a pass has at most 65,536 chunks however
+    small the buffer; and at most one buffer.
+
+    Parameters
+    ----------
+    buffer_size : int
+    n_rows : int
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> from skgpu_kernel.buffer import default_chunk_size
+    >>> default_chunk_size(100_000, 10_000_000)
+    6250
+    >>> default_chunk_size(1000, 10**9)
+    1000
+    """
+    buffer_size, n_rows = int(buffer_size), int(n_rows)
+    if buffer_size < 1:
+        raise ValueError(f"buffer_size must be positive, got {buffer_size}.")
+    by_buffer = math.ceil(min(buffer_size, max(n_rows, 1)) / _CHUNKS_PER_BUFFER)
+    by_count = math.ceil(n_rows / _MAX_CHUNKS_PER_PASS)
+    return max(1, min(buffer_size, max(by_buffer, by_count)))
+
+
+def plan_pass(n_rows, buffer_size, chunk_size, rng, shuffle=True):
+    """Row ranges of each buffer for one pass over ``n_rows`` rows.
+
+    The rows are cut into contiguous chunks of ``chunk_size`` rows (the last may be
+    shorter).  With ``shuffle`` the order of the chunks is permuted, then
+    consecutive chunks fill buffers of ``buffer_size`` rows, a chunk being split at
+    a buffer boundary when needed: every buffer but the last has exactly
+    ``buffer_size`` rows.  Contiguous chunks keep reads sequential, the shuffled
+    order mixes data stored sorted (by label, by time); the rows within a buffer
+    are shuffled later, on the device, by the solver.
+
+    Parameters
+    ----------
+    n_rows : int
+    buffer_size : int
+        Rows per buffer.
+    chunk_size : int
+        Rows per chunk (see :func:`default_chunk_size`).
+    rng : numpy.random.RandomState
+        Draws the chunk order (``rng.permutation``); a ``numpy.random.Generator``
+        works too but gives other permutations.  Unused (may be None) without
+        ``shuffle``.
+    shuffle : bool, default=True
+        Without it the buffers are ``0..buffer_size-1``, ``buffer_size..`` and so on.
+
+    Returns
+    -------
+    list of list of (int, int)
+        Per buffer, its ``(start, stop)`` row ranges in reading order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skgpu_kernel.buffer import plan_pass
+    >>> plan_pass(10, buffer_size=4, chunk_size=3, rng=None, shuffle=False)
+    [[(0, 3), (3, 4)], [(4, 6), (6, 8)], [(8, 9), (9, 10)]]
+    >>> plan = plan_pass(10, buffer_size=4, chunk_size=3, rng=np.random.RandomState(0))
+    >>> [sum(stop - start for start, stop in buffer) for buffer in plan]
+    [4, 4, 2]
+    """
+    n_rows, buffer_size, chunk_size = int(n_rows), int(buffer_size), int(chunk_size)
+    if n_rows < 0:
+        raise ValueError(f"n_rows must be non-negative, got {n_rows}.")
+    if buffer_size < 1 or chunk_size < 1:
+        raise ValueError(f"buffer_size and chunk_size must be positive, got {buffer_size} and {chunk_size}.")
+    starts = range(0, n_rows, chunk_size)
+    if shuffle:
+        if not hasattr(rng, "permutation"):
+            raise TypeError(f"rng must be a numpy RandomState (or Generator), got {type(rng).__name__}.")
+        starts = [starts[i] for i in rng.permutation(len(starts))]
+    plan, current, room = [], [], buffer_size
+    for chunk_start in starts:
+        start, chunk_stop = int(chunk_start), min(int(chunk_start) + chunk_size, n_rows)
+        while start < chunk_stop:
+            stop = min(chunk_stop, start + room)
+            current.append((start, stop))
+            room -= stop - start
+            start = stop
+            if room == 0:
+                plan.append(current)
+                current, room = [], buffer_size
+    if current:
+        plan.append(current)
+    return plan
+
+
+class _Stopped(Exception):
+    """The consumer asked the worker to stop."""
+
+
+class _ReadFailure(Exception):
+    def __init__(self, buffer_index, source_index, error):
+        super().__init__(buffer_index, source_index, error)
+        self.buffer_index, self.source_index, self.error = buffer_index, source_index, error
+
+
+def _torch_dtype_of(np_dtype):
+    try:
+        return torch.from_numpy(np.empty(0, dtype=np_dtype.newbyteorder("="))).dtype
+    except TypeError:
+        return None
+
+
+class _Pipeline:
+    """State shared by the consumer and the worker thread.
+
+    Holds no reference to the :class:`BufferPrefetcher`, so that a prefetcher
+    dropped without ``close`` is garbage collected and its finalizer stops the
+    worker.
+    """
+
+    def __init__(self, sources, plan, device, dtypes, pin_memory):
+        self.sources, self.plan, self.device, self.dtypes = sources, plan, device, dtypes
+        self.pin_memory = pin_memory
+        self.cuda = device.type == "cuda"
+        self.max_rows = max((sum(stop - start for start, stop in ranges) for ranges in plan), default=0)
+        # Staged in the source's own dtype where torch has one, so that the
+        # host-to-device copy moves the source's bytes and the cast runs on the device.
+        self.stage_dtypes = []
+        for source, dtype in zip(sources, dtypes, strict=True):
+            staged = None if source.is_sparse else _torch_dtype_of(source.dtype)
+            if staged is None and not source.is_sparse:
+                staged = dtype
+                target = torch.empty(0, dtype=dtype).numpy().dtype
+                if not np.can_cast(source.dtype, target, "same_kind"):
+                    raise ValueError(f"{source.name}: cannot convert dtype {source.dtype} to {dtype}.")
+            self.stage_dtypes.append(staged)
+        self.staging = [None, None]
+        self.slot_events = [None, None]
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.stop = threading.Event()
+        self.ready = queue.Queue()
+        self.free = queue.Queue()
+        self.read_seconds = 0.0
+
+    def _slot_buffers(self, slot):
+        if self.staging[slot] is None:
+            self.staging[slot] = [
+                None
+                if source.is_sparse
+                else torch.empty(
+                    (self.max_rows, *source.shape[1:]),
+                    dtype=staged,
+                    pin_memory=self.pin_memory,
+                )
+                for source, staged in zip(self.sources, self.stage_dtypes, strict=True)
+            ]
+        return self.staging[slot]
+
+    def _read_dense(self, source, ranges, host):
+        position = 0
+        array = host.numpy()
+        for start, stop in ranges:
+            if self.stop.is_set():
+                raise _Stopped
+            position += source.read_into([(start, stop)], array[position:])
+        return host
+
+    def _read_sparse(self, source, ranges, rows):
+        parts = []
+        for start, stop in ranges:
+            if self.stop.is_set():
+                raise _Stopped
+            parts.append(source.read([(start, stop)]))
+        matrix = sp.vstack(parts, format="csr") if len(parts) != 1 else parts[0]
+        matrix.sum_duplicates()  # also sorts the indices: the COO tensor is then coalesced
+        coo = matrix.tocoo()
+        indices = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+        values = torch.from_numpy(np.ascontiguousarray(coo.data, dtype=coo.data.dtype.newbyteorder("=")))
+        return torch.sparse_coo_tensor(indices, values, (rows, source.shape[1]), check_invariants=False).coalesce()
+
+    def _to_device(self, host, dtype):
+        # Copy first, cast after: the transfer moves the source's bytes, not the wider training dtype's.
+        tensor = host.to(self.device, non_blocking=True).to(dtype)
+        if tensor.is_sparse and not tensor.is_coalesced():
+            tensor = tensor.coalesce()
+        return tensor
+
+    def produce(self, index, slot):
+        """Read buffer ``index`` into staging ``slot`` and start its transfer; returns the payload."""
+        ranges = self.plan[index]
+        rows = sum(stop - start for start, stop in ranges)
+        tic = time.perf_counter()
+        buffers = self._slot_buffers(slot)
+        if self.slot_events[slot] is not None:
+            # The pinned slot is still the source of an asynchronous copy until this fires.
+            self.slot_events[slot].synchronize()
+            self.slot_events[slot] = None
+        hosts = []
+        for position, source in enumerate(self.sources):
+            try:
+                if source.is_sparse:
+                    hosts.append(self._read_sparse(source, ranges, rows))
+                else:
+                    hosts.append(self._read_dense(source, ranges, buffers[position][:rows]))
+            except _Stopped:
+                raise
+            except Exception as exc:
+                raise _ReadFailure(index, position, exc) from exc
+        event = None
+        if self.cuda:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                tensors = tuple(self._to_device(host, dtype) for host, dtype in zip(hosts, self.dtypes, strict=True))
+                event = torch.cuda.Event()
+                event.record(self.stream)
+            self.slot_events[slot] = event
+        else:
+            tensors = tuple(self._to_device(host, dtype) for host, dtype in zip(hosts, self.dtypes, strict=True))
+        self.read_seconds += time.perf_counter() - tic
+        return index, slot, tensors, event
+
+    def next_free_slot(self):
+        while not self.stop.is_set():
+            try:
+                slot = self.free.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                continue
+            if slot is not None:
+                return slot
+        raise _Stopped
+
+
+def _worker(pipeline):
+    try:
+        for index in range(len(pipeline.plan)):
+            slot = pipeline.next_free_slot()
+            pipeline.ready.put(("buffer", pipeline.produce(index, slot)))
+        pipeline.ready.put(("done", None))
+    except _Stopped:
+        pass
+    except BaseException as exc:  # reported to the consumer, which re-raises it
+        pipeline.ready.put(("error", exc))
+
+
+def _shutdown(pipeline):
+    pipeline.stop.set()
+    pipeline.free.put(None)  # wakes a worker waiting for a free slot
+
+
+class BufferPrefetcher:
+    """Iterate over the buffers of a pass as device tensors, reading ahead in a thread.
+
+    Each step yields one tuple of tensors, one per source, for the next buffer of
+    ``plan``: a dense 2-D source gives a ``(rows, d)`` tensor, a 1-D source a
+    ``(rows,)`` tensor, a sparse source a coalesced ``torch.sparse_coo_tensor`` of
+    shape ``(rows, d)``; all on ``device`` in the corresponding ``dtypes``.
+
+    With ``prefetch``, a daemon thread reads buffer ``k + 1`` while the consumer
+    works on buffer ``k``; at most two buffers are resident (the one yielded and
+    the next).  Rows are read in their source dtype into host staging buffers
+    (pinned on CUDA), copied to the device on a side stream and converted there,
+    so float32 data trained in float64 crosses the bus at half the size; the
+    consumer's current stream waits on the copy with an event and nothing blocks
+    the host unless the prefetch is late.  Without ``prefetch`` the same steps run
+    inside ``__next__``; the tensors are the same, bit for bit.
+
+    Parameters
+    ----------
+    sources : list of RowSource
+        All with the same number of rows (``X``, ``y``, ``sample_weight``, ...).
+    plan : list of list of (int, int)
+        Buffers of row ranges, as returned by :func:`plan_pass`.
+    device : torch.device or str
+    dtypes : list of torch.dtype
+        One per source.
+    prefetch : bool, default=True
+        Read the next buffer in a background thread.
+    pin_memory : bool or "auto", default="auto"
+        Pinned host staging for dense sources; "auto" pins on CUDA.  Ignored on the
+        CPU.
+
+    Attributes
+    ----------
+    io_wait_seconds : float
+        Time the consumer spent blocked in ``__next__`` waiting for data (the BMGD
+        "I/O wait"); all of the reading without ``prefetch``.
+    read_seconds : float
+        Time spent reading and copying, in the worker (or in ``__next__``).
+    n_buffers : int
+
+    Notes
+    -----
+    Memory: two staging buffers per dense source, each as large as the largest
+    buffer of the plan.  On the CPU, when the dtype does not change, a yielded
+    tensor *is* a staging buffer: it stays valid until the next call to
+    ``__next__``, after which the worker refills it; clone it to keep it longer.
+    Tensors on CUDA are fresh device allocations.  Sparse sources are read as CSR,
+    converted to COO on the host and moved with ``.to(device)``: not zero-copy.
+
+    Errors raised while reading (a failing reader, a memory-mapped file that was
+    deleted, replaced or truncated) are re-raised by the next ``__next__`` as a
+    ``RuntimeError`` naming the source and the buffer, chained to the original.
+    Leaving early (``break``, an exception in training) should be followed by
+    :meth:`close`, or use the prefetcher as a context manager; a prefetcher that is
+    garbage collected also stops its thread.  Sources are not closed: they belong
+    to the caller.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from skgpu_kernel.buffer import BufferPrefetcher, as_row_source, plan_pass
+    >>> X = np.arange(20, dtype=np.float32).reshape(10, 2)
+    >>> y = np.arange(10) % 3
+    >>> plan = plan_pass(10, buffer_size=4, chunk_size=2, rng=np.random.RandomState(0))
+    >>> sources = [as_row_source(X), as_row_source(y, name="y")]
+    >>> with BufferPrefetcher(sources, plan, torch.device("cpu"), [torch.float64, torch.int64]) as buffers:
+    ...     shapes = [(tuple(Xb.shape), Xb.dtype, yb.dtype) for Xb, yb in buffers]
+    >>> shapes[0], shapes[-1]
+    (((4, 2), torch.float64, torch.int64), ((2, 2), torch.float64, torch.int64))
+    """
+
+    def __init__(self, sources, plan, device, dtypes, prefetch=True, pin_memory="auto"):
+        sources, dtypes = list(sources), list(dtypes)
+        if not sources:
+            raise ValueError("BufferPrefetcher needs at least one source.")
+        for source in sources:
+            if not isinstance(source, RowSource):
+                raise TypeError(f"sources must be RowSource objects (see as_row_source), got {type(source).__name__}.")
+        if len({source.n_rows for source in sources}) != 1:
+            rows = ", ".join(f"{source.name}: {source.n_rows}" for source in sources)
+            raise ValueError(f"All sources must have the same number of rows, got {rows}.")
+        if len(dtypes) != len(sources):
+            raise ValueError(f"Expected one dtype per source ({len(sources)}), got {len(dtypes)}.")
+        for dtype in dtypes:
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"dtypes must be torch dtypes, got {dtype!r}.")
+        for source in sources:
+            if source.is_sparse and len(source.shape) != 2:
+                raise ValueError(f"{source.name}: sparse sources must be 2-D.")
+        device = torch.device(device)
+        if pin_memory == "auto":
+            pin_memory = device.type == "cuda"
+        elif not isinstance(pin_memory, bool):
+            raise ValueError(f"pin_memory must be True, False or 'auto', got {pin_memory!r}.")
+        plan = [sources[0]._check_ranges(ranges) for ranges in plan]
+
+        self.device = device
+        self.prefetch = bool(prefetch)
+        self.n_buffers = len(plan)
+        self.io_wait_seconds = 0.0
+        self._pipeline = _Pipeline(sources, plan, device, dtypes, pin_memory and device.type == "cuda")
+        self._thread = None
+        self._next_index = 0
+        self._held_slot = None
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _shutdown, self._pipeline)
+
+    @property
+    def read_seconds(self):
+        """Time spent reading and copying data so far."""
+        return self._pipeline.read_seconds
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __iter__(self):
+        self._start()
+        return self
+
+    def _start(self):
+        if self.prefetch and self._thread is None and not self._closed and self.n_buffers:
+            for slot in (0, 1):
+                self._pipeline.free.put(slot)
+            self._thread = threading.Thread(
+                target=_worker,
+                args=(self._pipeline,),
+                name=f"{_THREAD_PREFIX}-{id(self):x}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def _wait_for_worker(self):
+        ready = self._pipeline.ready
+        while True:
+            try:
+                return ready.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    try:  # the worker may have delivered just before exiting
+                        return ready.get_nowait()
+                    except queue.Empty:
+                        return ("error", RuntimeError("the prefetch thread stopped without delivering a buffer"))
+
+    def _raise(self, error):
+        self.close()
+        if isinstance(error, _ReadFailure):
+            source = self._pipeline.sources[error.source_index]
+            raise RuntimeError(
+                f"Reading {source.name!r} for buffer {error.buffer_index + 1} of {self.n_buffers} failed: "
+                f"{type(error.error).__name__}: {error.error}"
+            ) from error.error
+        raise RuntimeError(f"Prefetching buffer {self._next_index + 1} of {self.n_buffers} failed: {error}") from error
+
+    def __next__(self):
+        if self._closed or self._next_index >= self.n_buffers:
+            self.close()
+            raise StopIteration
+        pipeline = self._pipeline
+        tic = time.perf_counter()
+        if self.prefetch:
+            self._start()
+            if self._held_slot is not None:
+                # The consumer has moved past the previous buffer: its slot may be refilled.
+                pipeline.free.put(self._held_slot)
+                self._held_slot = None
+            kind, payload = self._wait_for_worker()
+            if kind == "error":
+                self.io_wait_seconds += time.perf_counter() - tic
+                self._raise(payload)
+            if kind == "done":  # pragma: no cover - the worker delivers exactly n_buffers buffers
+                self.close()
+                raise StopIteration
+        else:
+            try:
+                payload = pipeline.produce(self._next_index, 0)
+            except Exception as exc:
+                self.io_wait_seconds += time.perf_counter() - tic
+                self._raise(exc)
+        self.io_wait_seconds += time.perf_counter() - tic
+        _index, slot, tensors, event = payload
+        self._held_slot = slot if self.prefetch else None
+        self._next_index += 1
+        if event is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(event)
+            for tensor in tensors:
+                # Allocated on the side stream, used on this one: keep the caching
+                # allocator from handing the memory out before this stream is done.
+                parts = (tensor._indices(), tensor._values()) if tensor.is_sparse else (tensor,)
+                for part in parts:
+                    part.record_stream(stream)
+        return tensors
+
+    def close(self):
+        """Stop and join the worker thread and release the staging memory; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        pipeline = self._pipeline
+        self._finalizer()  # sets the stop flag and wakes the worker
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(_JOIN_SECONDS)
+            if thread.is_alive():
+                warnings.warn(
+                    f"The prefetch thread {thread.name} is still reading after {_JOIN_SECONDS:.0f} s; "
+                    "it will stop after its current read.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        if pipeline.cuda:
+            for event in pipeline.slot_events:
+                if event is not None:
+                    event.synchronize()
+        pipeline.staging = [None, None]
+        pipeline.slot_events = [None, None]
+        while True:  # drop buffers read ahead but never consumed
+            try:
+                pipeline.ready.get_nowait()
+            except queue.Empty:
+                break
