@@ -1,8 +1,9 @@
 """EigenPro 2 kernel machines that adapt to the device: thin scikit-learn shells.
 
-fit = validate -> resolve runtime (device, dtype, memory budget) -> Nystrom
-eigensystem -> measure batch capacity -> choose preconditioner level, batch and
-step size -> run the solver -> store numpy fitted attributes.
+fit = validate -> resolve runtime (device, dtype, memory budget, scaling rule) ->
+Nystrom eigensystem -> measure batch capacity -> choose preconditioner level and
+batch -> run the solver with the scaling rule's step sizes -> store numpy fitted
+attributes.
 """
 
 import math
@@ -23,6 +24,7 @@ from .blockwise import kernel_predict, measure_batch_capacity
 from .device import TrainingMemoryPlan, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
 from .preconditioner import max_usable_components, plan_preconditioner
+from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule
 from .solvers.eigenpro import fit_eigenpro
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
@@ -44,6 +46,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "n_components": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "subsample_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "damping": [Interval(Real, 0, 1, closed="right")],
+        "scaling_rule": [StrOptions(set(SCALING_RULES)), ScalingRule],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
@@ -67,6 +70,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         n_components="auto",
         subsample_size="auto",
         damping=0.95,
+        scaling_rule="eigenpro",
         early_stopping=False,
         validation_fraction=0.1,
         n_iter_no_change=3,
@@ -86,6 +90,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.n_components = n_components
         self.subsample_size = subsample_size
         self.damping = damping
+        self.scaling_rule = scaling_rule
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
@@ -113,10 +118,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
         device = resolve_device(self.device)
         dtype = resolve_dtype(self.dtype)
         budget = resolve_memory_budget(self.memory_budget, device)
+        scaling_rule = resolve_scaling_rule(self.scaling_rule)
         rng = check_random_state(self.random_state)
         # A warm start continues the sequence of epoch permutations instead of
-        # repeating the first one.
+        # repeating the first one, and the scaling rule's count of updates.
         epochs_done = getattr(self, "n_epochs_total_", 0) if self.warm_start else 0
+        steps_done = getattr(self, "n_steps_total_", 0) if self.warm_start else 0
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)) + epochs_done)
 
         X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, rng)
@@ -160,13 +167,14 @@ class _BaseAdaptiveKernel(BaseEstimator):
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
         batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
+        learning_rate_for = _learning_rate_function(scaling_rule, plan, self.n_epochs)
         if self.verbose:
             print(
                 f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n}, "
                 f"batch capacity m_G={capacity} (memory limit {memory_limit}), critical batch "
                 f"{plan.critical_batch:.1f} -> {plan.critical_batch_preconditioned:.1f} with "
-                f"{n_components} components, batch size {batch_size}, "
-                f"step size {plan.step_size(batch_size):.4g}"
+                f"{n_components} components, batch size {batch_size}, scaling rule {scaling_rule!r}, "
+                f"step size {learning_rate_for(steps_done, batch_size, math.ceil(n / batch_size)):.4g}"
             )
         validation_dev = None
         if validation is not None:
@@ -180,7 +188,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             coef,
             plan.preconditioner if n_components else None,
             batch_size=batch_size,
-            step_size_for=plan.step_size,
+            learning_rate_for=learning_rate_for,
             column_block_for=memory.column_block,
             n_epochs=self.n_epochs,
             generator=generator,
@@ -189,6 +197,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             validation=validation_dev,
             n_iter_no_change=self.n_iter_no_change,
             tol=self.tol,
+            first_step=steps_done,
             log=print if self.verbose else None,
         )
 
@@ -204,10 +213,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.batch_capacity_ = capacity
         self.throughput_probe_ = throughputs
         self.critical_batch_size_ = (plan.critical_batch, plan.critical_batch_preconditioned)
+        self.scaling_rule_ = scaling_rule
         self.batch_size_ = result.batch_size
         self.learning_rate_ = result.learning_rate
         self.n_epochs_ = result.n_epochs
         self.n_epochs_total_ = epochs_done + result.n_epochs
+        self.n_steps_total_ = steps_done + result.n_steps
         self.history_ = result.history
         self.centers_ = X_train[order].astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
@@ -293,6 +304,22 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return tags
 
 
+def _learning_rate_function(scaling_rule, plan, n_epochs):
+    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
+
+    def learning_rate_for(step, batch_size, steps_per_epoch):
+        context = ScheduleContext(
+            batch_size,
+            steps_per_epoch,
+            n_epochs,
+            beta=plan.beta_preconditioned,
+            top_eigenvalue=plan.top_eigenvalue_preconditioned,
+        )
+        return scaling_rule(step, context)
+
+    return learning_rate_for
+
+
 def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):
     """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
     if subsample_size < 2 or not np.all(np.isfinite(plan.eigenvalues)):
@@ -366,8 +393,8 @@ default="gaussian"
     batch_size : int or "auto", default="auto"
         ``"auto"`` takes the device's measured batch capacity ``m_G``, kept at most
         half the preconditioned critical batch ``m*(P)`` (a stability margin).  An
-        integer fixes the batch (the step size still follows EigenPro's analytic
-        rule), which also makes fits reproducible across machines.
+        integer fixes the batch (the step size still follows ``scaling_rule``),
+        which also makes fits reproducible across machines.
     n_components : int or "auto", default="auto"
         Number ``k`` of top eigendirections the preconditioner flattens (the paper's
         ``q`` is ``k + 1``).  ``"auto"`` takes at least the smallest ``k`` whose
@@ -380,6 +407,18 @@ default="gaussian"
         ``min(n, 5000)`` beyond.
     damping : float in (0, 1], default=0.95
         Exponent ``a`` of the spectral flattening.
+    scaling_rule : {"eigenpro", "constant", "linear", "sqrt", "legw"} or ScalingRule, \
+default="eigenpro"
+        Step size of each update as a function of the batch size and of the update
+        count; see :mod:`skgpu_kernel.scaling`.  The default is EigenPro's analytic
+        step from the preconditioned spectrum, ``m / beta`` up to the critical batch
+        and saturating near ``2 / lambda_1`` beyond, which needs no tuning.  A name
+        takes the rule's defaults; a rule object is used (cloned) with its own
+        parameters, e.g. ``EigenProRule(scale=0.5, decay="exponential")``, or
+        ``ConstantRule(base_lr=...)`` searched as ``scaling_rule__base_lr``.  The
+        schedule's horizon is ``n_epochs``; with ``warm_start`` the update count
+        continues from the previous fit, so a decaying schedule resumes where it
+        stopped.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the data (stratified for classifiers) and
         stop when the validation score has not improved by ``tol`` for
@@ -430,15 +469,23 @@ _COMMON_ATTRIBUTES = """
         ``(beta / lambda_1, beta / lambda_1')``: before and after preconditioning.
     batch_size_ : int
         Batch size used (after any halving on out-of-memory).
+    scaling_rule_ : ScalingRule
+        The resolved scaling rule (a copy of ``scaling_rule``).
     learning_rate_ : float
-        Step size ``eta`` used with ``batch_size_``.
+        Step size ``eta`` of the last update, at ``batch_size_``: the scaling rule's,
+        halved once per divergence rollback.
     n_epochs_ : int
         Epochs run by the last call to ``fit``.
     n_epochs_total_ : int
         Epochs run since the last fit without ``warm_start``.
+    n_steps_total_ : int
+        Updates made since the last fit without ``warm_start``: the count the
+        scaling rule's schedule continues from.
     history_ : list of dict
         Per epoch: ``epoch``, ``train_mse`` (mean over the epoch's batches before each
-        step), ``validation_score`` when early stopping, and ``seconds``.
+        step), ``learning_rate`` (step size of the epoch's last update, at the
+        epoch's batch size), ``validation_score`` when early stopping, and
+        ``seconds``.
     centers_ : ndarray of shape (n_centers, n_features)
         Training points serving as centers, in the order of the internal shuffle.
     dual_coef_ : ndarray of shape (n_centers, n_outputs)

@@ -230,9 +230,10 @@ class PreconditionerPlan:
     critical_batch: float
     critical_batch_preconditioned: float
 
-    def step_size(self, batch_size):
-        """Analytic step size for ``batch_size`` under this preconditioner."""
-        return eigenpro_step_size(batch_size, self.beta_preconditioned, self.preconditioner.top_eigenvalue)
+    @property
+    def top_eigenvalue_preconditioned(self):
+        """``lambda_1'``, the top eigenvalue after flattening (``lambda_1`` with no component)."""
+        return self.preconditioner.top_eigenvalue
 
     def batch_size(self, capacity, n_samples):
         """Operating batch: the device capacity, kept a margin below the critical batch."""

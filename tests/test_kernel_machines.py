@@ -14,6 +14,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.blockwise import kernel_predict
+from skgpu_kernel.scaling import LEGW, ConstantRule, EigenProRule
 from skgpu_kernel.solvers import eigenpro as eigenpro_solver
 
 from .conftest import RTOL
@@ -137,7 +138,10 @@ def test_fitted_attributes_record_every_decision(digits):
     assert np.all(np.diff(model.top_eigenvalues_) <= 0)
     assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1] / 2), 500)
     assert model.learning_rate_ > 0 and model.n_epochs_ == 2 == len(model.history_)
-    assert set(model.history_[0]) == {"epoch", "train_mse", "seconds"}
+    assert set(model.history_[0]) == {"epoch", "train_mse", "learning_rate", "seconds"}
+    assert model.history_[-1]["learning_rate"] == model.learning_rate_
+    assert model.scaling_rule_.get_params() == EigenProRule().get_params()
+    assert model.n_steps_total_ == 2 * int(np.ceil(500 / model.batch_size_))
     assert model.bandwidth_ == pytest.approx(np.sqrt(64 * X[:500].var() / 2))
     np.testing.assert_allclose(model.X_offset_, X[:500].mean(axis=0))
 
@@ -359,18 +363,78 @@ def test_kernel_returning_infinities_is_named_as_the_problem():
         AdaptiveKernelRegressor(kernel=exploding, n_epochs=2, batch_size=8, n_components=0).fit(X, y)
 
 
-def test_unstable_steps_are_rolled_back_with_a_warning(monkeypatch):
-    # Double every step the rule allows: the iteration overshoots, the solver
-    # detects the growing loss, rolls back, halves the step and still converges.
-    from skgpu_kernel.preconditioner import PreconditionerPlan
-
-    real_step_size = PreconditionerPlan.step_size
-    monkeypatch.setattr(PreconditionerPlan, "step_size", lambda self, m: 4 * real_step_size(self, m))
+def test_unstable_steps_are_rolled_back_with_a_warning():
+    # Four times the analytic step: the iteration overshoots, the solver detects
+    # the growing loss, rolls back, halves the step and still converges.
     X, y, _ = _interpolation_problem(n=150)
+    params = dict(bandwidth=1.0, n_epochs=8, batch_size=150, random_state=0)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        model = AdaptiveKernelRegressor(bandwidth=1.0, n_epochs=8, batch_size=150, random_state=0).fit(X, y)
+        model = AdaptiveKernelRegressor(scaling_rule=EigenProRule(scale=4), **params).fit(X, y)
     assert np.all(np.isfinite(model.dual_coef_))
     assert model.history_[-1]["train_mse"] < model.history_[0]["train_mse"]
+    # The halving acts on top of the rule: half of four times the analytic step.
+    analytic = AdaptiveKernelRegressor(**{**params, "n_epochs": 1}).fit(X, y).learning_rate_
+    assert model.learning_rate_ == pytest.approx(2 * analytic, rel=1e-12)
+    assert model.scaling_rule_.scale == 4, "the rule itself is not modified by the rollback"
+
+
+def test_constant_rule_sets_the_learning_rate(digits):
+    X, y = digits
+    X, y = X[:200], y[:200].astype(float)
+    rule = ConstantRule(base_lr=1e-6)
+    model = AdaptiveKernelRegressor(scaling_rule=rule, n_epochs=2, batch_size=32, random_state=0).fit(X, y)
+    assert model.learning_rate_ == 1e-6
+    assert [record["learning_rate"] for record in model.history_] == [1e-6, 1e-6]
+    # Such a step barely moves the model away from zero.
+    assert np.abs(model.predict(X)).max() < 1e-4 * np.abs(y).max()
+    assert model.scaling_rule_ is not rule and model.scaling_rule is rule
+    assert rule.get_params() == ConstantRule(base_lr=1e-6).get_params()
+    assert model.n_steps_total_ == 2 * 7
+
+
+def test_legw_on_the_classifier_warms_up_then_decays(digits):
+    X, y = digits
+    # 600 rows in batches of 64: 10 updates per epoch.  k = 64 / 16 = 4: peak
+    # 2 * 100, warm-up 4 * 0.5 = 2 epochs, quadratic decay to 0 over epochs 2 to 5.
+    rule = LEGW(base_lr=100.0, base_batch_size=16, base_warmup_epochs=0.5)
+    model = AdaptiveKernelClassifier(scaling_rule=rule, batch_size=64, n_epochs=5, random_state=0)
+    model.fit(X[:600], y[:600])
+    rates = [record["learning_rate"] for record in model.history_]  # at each epoch's last update
+    expected = [200 * 10 / 20, 200.0] + [200 * (1 - (t / 10 - 2) / 3) ** 2 for t in (29, 39, 49)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-12)
+    assert model.learning_rate_ == rates[-1]
+    assert model.n_steps_total_ == 50
+    assert model.history_[-1]["train_mse"] < model.history_[0]["train_mse"]
+    assert model.score(X[600:900], y[600:900]) > 0.9
+
+
+def test_warm_start_continues_the_schedule(digits):
+    X, y = digits
+    X, y = X[:200], y[:200].astype(float)
+    # 7 updates per epoch; the rate halves after each epoch.
+    rule = ConstantRule(base_lr=1.0, decay="step", decay_rate=0.5, decay_every=1.0)
+    model = AdaptiveKernelRegressor(
+        scaling_rule=rule, n_epochs=1, batch_size=32, n_components=0, warm_start=True, random_state=0
+    )
+    assert model.fit(X, y).learning_rate_ == 1.0
+    assert model.fit(X, y).learning_rate_ == 0.5
+    assert model.n_steps_total_ == 14 and model.n_epochs_total_ == 2
+    model.set_params(warm_start=False)
+    assert model.fit(X, y).learning_rate_ == 1.0 and model.n_steps_total_ == 7
+
+
+@pytest.mark.parametrize(
+    ("scaling_rule", "match"),
+    [
+        ("adam", "'scaling_rule' parameter of AdaptiveKernelRegressor"),
+        (LEGW(base_lr=-1.0), "'base_lr' parameter of LEGW"),
+        (EigenProRule(scale=0), "'scale' parameter of EigenProRule"),
+    ],
+)
+def test_bad_scaling_rules_are_named(scaling_rule, match):
+    X, y = np.random.RandomState(0).randn(20, 3), np.arange(20.0)
+    with pytest.raises(ValueError, match=match):
+        AdaptiveKernelRegressor(scaling_rule=scaling_rule).fit(X, y)
 
 
 @pytest.mark.gpu

@@ -110,4 +110,9 @@ def test_plan_widens_the_critical_batch_to_the_target(data):
     assert plan.batch_size(30, 120) == 30
     assert plan.beta == pytest.approx(1.0)
     assert plan.beta_preconditioned <= plan.beta
-    assert plan.step_size(1) == pytest.approx(1 / plan.beta_preconditioned)
+    assert plan.critical_batch_preconditioned == pytest.approx(
+        plan.beta_preconditioned / plan.top_eigenvalue_preconditioned
+    )
+    # One sample is below the critical batch: the analytic step 1 / beta_P interpolates it.
+    step = eigenpro_step_size(1, plan.beta_preconditioned, plan.top_eigenvalue_preconditioned)
+    assert step == pytest.approx(1 / plan.beta_preconditioned)

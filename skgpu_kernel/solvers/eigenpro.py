@@ -5,7 +5,9 @@ rows of ``X`` are the Nystrom subsample of the preconditioner and, for a fresh f
 the rows are already in a random order.  The first epoch of a fresh fit then visits
 the rows in that order, and since coefficients beyond the rows visited so far (and
 the subsample) are still zero, each step only evaluates the kernel against that
-prefix: this is exact and halves the first epoch's cost.
+prefix: this is exact and halves the first epoch's cost.  The step size of each
+update comes from the caller's scaling rule, as a function of the update count
+and of the batch size.
 """
 
 import math
@@ -34,6 +36,7 @@ class EigenProResult:
 
     coef: torch.Tensor
     n_epochs: int
+    n_steps: int
     batch_size: int
     learning_rate: float
     history: list = field(default_factory=list)
@@ -47,7 +50,7 @@ def fit_eigenpro(
     coef,
     preconditioner,
     batch_size,
-    step_size_for,
+    learning_rate_for,
     column_block_for,
     n_epochs,
     generator,
@@ -56,6 +59,7 @@ def fit_eigenpro(
     validation=None,
     n_iter_no_change=3,
     tol=1e-4,
+    first_step=0,
     log=None,
 ):
     """Run EigenPro 2 epochs, updating ``coef`` in place.
@@ -72,9 +76,13 @@ def fit_eigenpro(
         Initial coefficients, updated in place.
     preconditioner : EigenProPreconditioner or None
     batch_size : int
-    step_size_for : callable
-        ``step_size_for(batch_size) -> float``, used again when an out-of-memory
-        error halves the batch.
+    learning_rate_for : callable
+        ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``, the step
+        size of update number ``step`` (counted from ``first_step``) on a batch of
+        ``batch_size`` rows, when an epoch takes ``steps_per_epoch`` updates.  The
+        last, smaller batch of an epoch passes its own size; after an out-of-memory
+        error halves the batch, the halved size and its steps per epoch.  Each
+        divergence rollback halves a factor on top of it.
     column_block_for : callable
         ``column_block_for(batch_size) -> int`` columns per kernel block.
     n_epochs : int
@@ -88,6 +96,9 @@ def fit_eigenpro(
     validation : tuple (X_val, Y_val, score) or None
         ``score(predictions, Y_val) -> float``, larger is better; enables early
         stopping with ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
+    first_step : int
+        Updates made by earlier runs (warm starts): the count ``learning_rate_for``
+        continues from.  A rollback rewinds the count with the coefficients.
     log : callable or None
         Receives progress messages.
 
@@ -99,6 +110,10 @@ def fit_eigenpro(
     device = X.device
     leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
     column_block = column_block_for(batch_size)
+    steps_per_epoch = math.ceil(n / batch_size)
+    step = first_step
+    # Divergence halves a factor on top of the rule, so the rule's schedule stays as given.
+    rollback = 1.0
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
 
     history = []
@@ -108,11 +123,11 @@ def fit_eigenpro(
     # The loss of an epoch is measured before each of its steps, so it reflects the
     # coefficients during that epoch.  The anchor is the start of the epoch with the
     # lowest loss so far: a safe point to return to when the loss grows again.
-    anchor_coef, anchor_epoch, anchor_loss = coef.clone(), 0, math.inf
+    anchor_coef, anchor_epoch, anchor_step, anchor_loss = coef.clone(), 0, step, math.inf
     while epoch < n_epochs:
         synchronize(device)
         tic = time.perf_counter()
-        epoch_start = coef.clone()
+        epoch_start, epoch_start_step = coef.clone(), step
         sparse_epoch = fresh_start and epoch == 0
         if sparse_epoch:
             order = torch.arange(n, device=device)
@@ -131,53 +146,58 @@ def fit_eigenpro(
                 if not is_out_of_memory(error) or batch_size == 1:
                     raise
                 batch_size = max(batch_size // 2, 1)
+                steps_per_epoch = math.ceil(n / batch_size)
                 column_block = column_block_for(batch_size)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 if log is not None:
-                    log(f"out of memory: batch size halved to {batch_size}, step size {step_size_for(batch_size):.4g}")
+                    rate = rollback * learning_rate_for(step, batch_size, steps_per_epoch)
+                    log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
                 continue
             residual, weighted, correction = update
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = step_size_for(batch.shape[0]) / batch.shape[0]
+            scale = rollback * learning_rate_for(step, batch.shape[0], steps_per_epoch) / batch.shape[0]
             coef.index_add_(0, batch, weighted, alpha=-scale)
             if correction is not None:
                 coef[:leading].add_(correction, alpha=scale)
             loss_sum += (residual * residual).sum()
             position += batch.shape[0]
+            step += 1
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if _diverged(train_loss, loss_of_zero_model, anchor_loss, X.dtype):
             coef.copy_(anchor_coef)
+            step = anchor_step
+            del history[anchor_epoch:]
             if not math.isfinite(train_loss):
                 _check_kernel_is_finite(kernel, X, centers, column_block)
             if halvings >= _MAX_STEP_HALVINGS:
                 warnings.warn(
                     "EigenPro iteration kept diverging after "
                     f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
-                    "coefficients. Check the bandwidth and the scale of the data.",
+                    "coefficients. Check the bandwidth, the scale of the data and the scaling rule.",
                     RuntimeWarning,
                     stacklevel=2,
                 )
-                del history[anchor_epoch:]
                 break
             halvings += 1
-            step_size_for = _scaled(step_size_for, 0.5)
+            rollback *= 0.5
             warnings.warn(
                 f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}, lowest "
                 f"{anchor_loss:.3g}); resuming from the start of epoch {anchor_epoch + 1} with the "
-                f"step size halved to {step_size_for(batch_size):.4g}.",
+                f"scaling rule's step size halved ({rollback:g} times the rule's, "
+                f"{rollback * learning_rate_for(step, batch_size, steps_per_epoch):.4g} at the next update).",
                 RuntimeWarning,
                 stacklevel=2,
             )
             epoch = anchor_epoch
-            del history[anchor_epoch:]
             anchor_loss = math.inf
             continue
         if train_loss < anchor_loss:
-            anchor_coef, anchor_epoch, anchor_loss = epoch_start, epoch, train_loss
+            anchor_coef, anchor_epoch, anchor_step, anchor_loss = epoch_start, epoch, epoch_start_step, train_loss
 
-        record = {"epoch": epoch + 1, "train_mse": train_loss}
+        last_rate = rollback * learning_rate_for(step - 1, batch_size, steps_per_epoch)
+        record = {"epoch": epoch + 1, "train_mse": train_loss, "learning_rate": last_rate}
         if validation is not None:
             X_val, Y_val, score = validation
             record["validation_score"] = float(
@@ -207,8 +227,9 @@ def fit_eigenpro(
     return EigenProResult(
         coef=coef,
         n_epochs=len(history),
+        n_steps=step - first_step,
         batch_size=batch_size,
-        learning_rate=step_size_for(batch_size),
+        learning_rate=rollback * learning_rate_for(max(step - 1, first_step), batch_size, steps_per_epoch),
         history=history,
     )
 
@@ -252,12 +273,9 @@ def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
     return train_loss > _GROWTH_FACTOR * max(lowest_loss, rounding_floor)
 
 
-def _scaled(step_size_for, factor):
-    return lambda batch_size: factor * step_size_for(batch_size)
-
-
 def _format_record(record, n_epochs):
     text = f"epoch {record['epoch']}/{n_epochs}: train mse {record['train_mse']:.5g}"
+    text += f", step size {record['learning_rate']:.4g}"
     if "validation_score" in record:
         text += f", validation score {record['validation_score']:.5g}"
     return text + f", {record['seconds']:.2f} s"
