@@ -18,16 +18,14 @@ for a quick run) and ``--skip`` (baselines to leave out).
 """
 
 import argparse
-import multiprocessing
 import os
-import platform
-import resource
 import time
 
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
 import torch
+from _common import append_section, in_child, machine_description, peak_rss_gb
 
 BANDWIDTH = 5.0
 GAMMA = 1.0 / (2.0 * BANDWIDTH**2)  # the same Gaussian kernel in scikit-learn's convention
@@ -38,10 +36,6 @@ def _data(n_train):
 
     X_train, y_train, X_test, y_test = load_fashion_mnist()
     return X_train[:n_train], y_train[:n_train], X_test, y_test
-
-
-def _peak_rss_gb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
 def run_ours(n_train, device):
@@ -62,7 +56,7 @@ def run_ours(n_train, device):
     return {
         "fit_seconds": fit_seconds,
         "accuracy": accuracy,
-        "peak_gb": _peak_rss_gb(),
+        "peak_gb": peak_rss_gb(),
         "peak_device_gb": peak_device,
         "notes": notes,
         "device": model.device_,
@@ -83,7 +77,7 @@ def run_kernel_ridge(n_train, device):
     model.fit(X_train[:n_sub].astype(np.float64), Y)
     fit_seconds = time.perf_counter() - tic
     accuracy = float(np.mean(encoder.classes_[model.predict(X_test).argmax(axis=1)] == y_test))
-    return {"fit_seconds": fit_seconds, "accuracy": accuracy, "peak_gb": _peak_rss_gb(), "notes": f"{n_sub} samples"}
+    return {"fit_seconds": fit_seconds, "accuracy": accuracy, "peak_gb": peak_rss_gb(), "notes": f"{n_sub} samples"}
 
 
 def run_nystroem_ridge(n_train, device):
@@ -97,7 +91,7 @@ def run_nystroem_ridge(n_train, device):
     model.fit(X_train, y_train)
     fit_seconds = time.perf_counter() - tic
     accuracy = model.score(X_test, y_test)
-    return {"fit_seconds": fit_seconds, "accuracy": accuracy, "peak_gb": _peak_rss_gb(), "notes": "2000 components"}
+    return {"fit_seconds": fit_seconds, "accuracy": accuracy, "peak_gb": peak_rss_gb(), "notes": "2000 components"}
 
 
 def run_throughput(n_train, device, batch_size):
@@ -140,41 +134,6 @@ def run_throughput(n_train, device, batch_size):
     kernel_gflops = flops / timed(kernel_blocks) / 1e9
     mm_gflops = flops / timed(plain_products) / 1e9
     return {"kernel_gflops": kernel_gflops, "mm_gflops": mm_gflops, "column_block": block}
-
-
-def _child(target, args, queue):
-    try:
-        queue.put(("ok", target(*args)))
-    except Exception as error:  # reported, not hidden
-        queue.put(("error", f"{type(error).__name__}: {error}"))
-
-
-def in_child(target, *args):
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_child, args=(target, args, queue))
-    process.start()
-    status, payload = queue.get()
-    process.join()
-    if status != "ok":
-        raise RuntimeError(payload)
-    return payload
-
-
-def machine_description(device):
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
-    if torch.cuda.is_available() and device != "cpu":
-        text += f", GPU {torch.cuda.get_device_name()}"
-    return text
 
 
 def main():
@@ -226,8 +185,7 @@ def main():
     print()
     print(table)
     if args.write:
-        with open(args.write, "a") as results:
-            results.write("\n" + table + "\n")
+        append_section(args.write, table)
 
 
 if __name__ == "__main__":

