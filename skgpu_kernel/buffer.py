@@ -245,7 +245,7 @@ class RowSource:
         ----------
         ranges : sequence of (int, int)
             ``(start, stop)`` row ranges, concatenated in that order.
-        out : ndarray of shape (>= total rows, *shape[1:])
+        out : ndarray of shape ``(>= total rows, *shape[1:])``
             Values are cast with ``casting="same_kind"``.
 
         Returns
