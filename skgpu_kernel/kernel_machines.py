@@ -24,7 +24,7 @@ from .blockwise import kernel_predict, measure_batch_capacity
 from .device import TrainingMemoryPlan, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
 from .preconditioner import max_usable_components, plan_preconditioner
-from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule
+from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.eigenpro import fit_eigenpro
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
@@ -168,6 +168,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
         batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
         learning_rate_for = _learning_rate_function(scaling_rule, plan, self.n_epochs)
+        warn_if_warmup_fills_run(
+            scaling_rule, _schedule_context(plan, batch_size, math.ceil(n / batch_size), self.n_epochs)
+        )
         if self.verbose:
             print(
                 f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n}, "
@@ -308,16 +311,19 @@ def _learning_rate_function(scaling_rule, plan, n_epochs):
     """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
 
     def learning_rate_for(step, batch_size, steps_per_epoch):
-        context = ScheduleContext(
-            batch_size,
-            steps_per_epoch,
-            n_epochs,
-            beta=plan.beta_preconditioned,
-            top_eigenvalue=plan.top_eigenvalue_preconditioned,
-        )
-        return scaling_rule(step, context)
+        return scaling_rule(step, _schedule_context(plan, batch_size, steps_per_epoch, n_epochs))
 
     return learning_rate_for
+
+
+def _schedule_context(plan, batch_size, steps_per_epoch, n_epochs):
+    return ScheduleContext(
+        batch_size,
+        steps_per_epoch,
+        n_epochs,
+        beta=plan.beta_preconditioned,
+        top_eigenvalue=plan.top_eigenvalue_preconditioned,
+    )
 
 
 def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):

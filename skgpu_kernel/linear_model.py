@@ -27,7 +27,7 @@ from sklearn.utils.validation import _check_sample_weight, check_array, check_is
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, plan_pass
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
-from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule
+from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.losses import make_loss
 from .solvers.sgd import fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
 
@@ -93,26 +93,49 @@ def _complement(ranges, n_rows):
     return kept
 
 
-class _CheckedPass:
-    """A pass over prefetched buffers that rejects non-finite features as they arrive."""
+class _StreamedPasses:
+    """Every pass of a fit read by one prefetcher, buffer after buffer.
 
-    def __init__(self, prefetcher, check_finite):
+    The first buffer of a pass then loads while the last buffer of the previous pass
+    trains, instead of each pass starting with a wait.  Features are checked for
+    NaN and infinity as buffers arrive (sources not validated in memory).
+    """
+
+    def __init__(self, prefetcher, buffers_per_pass, check_finite):
         self.prefetcher = prefetcher
+        self.buffers = iter(prefetcher)
+        self.buffers_per_pass = buffers_per_pass
         self.check_finite = check_finite
+
+    def open(self, epoch):
+        return _PassView(self)
+
+    def close(self):
+        self.prefetcher.close()
+
+
+class _PassView:
+    """The buffers of one pass out of :class:`_StreamedPasses`, with its own I/O wait."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.wait_before = stream.prefetcher.io_wait_seconds
 
     @property
     def io_wait_seconds(self):
-        return self.prefetcher.io_wait_seconds
+        return self.stream.prefetcher.io_wait_seconds - self.wait_before
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc_info):
-        self.prefetcher.close()
+    def __exit__(self, error_type, *exc_info):
+        if error_type is not None:
+            self.stream.close()
 
     def __iter__(self):
-        for X, targets, *weights in self.prefetcher:
-            if self.check_finite:
+        for _ in range(self.stream.buffers_per_pass):
+            X, targets, *weights = next(self.stream.buffers)
+            if self.stream.check_finite:
                 _check_finite(X)
             yield X, targets, weights[0] if weights else None
 
@@ -342,26 +365,24 @@ class _BaseBufferedSGD(BaseEstimator):
                 top_eigenvalue=top,
             )
 
+        if not continuing:
+            warn_if_warmup_fills_run(rule, context)
+
         def learning_rate(step, size):
             return rule(step, context if size == batch_size else dataclasses.replace(context, batch_size=size))
 
-        resident = None
+        n_passes = 1 if incremental else self.n_epochs
         if buffer_size >= n_train:
             resident = self._read(sources, dtypes, train_segments, device)
             if check_finite:
                 _check_finite(resident[0])
-        chunk_size = default_chunk_size(buffer_size, n_train)
+            resident_pass = _ResidentPass((*resident[:2], resident[2] if len(resident) > 2 else None))
+            stream = None
+        else:
+            stream = self._stream(sources, dtypes, device, train_segments, n_train, buffer_size, n_passes, check_finite)
 
         def open_pass(epoch):
-            if resident is not None:
-                return _ResidentPass((*resident[:2], resident[2] if len(resident) > 2 else None))
-            pass_rng = np.random.RandomState([self._seed, self._passes_done + epoch, 1])
-            plan = [
-                _map_ranges(train_segments, ranges)
-                for ranges in plan_pass(n_train, buffer_size, chunk_size, pass_rng, shuffle=self.shuffle)
-            ]
-            prefetcher = BufferPrefetcher(sources, plan, device, dtypes, prefetch=self.prefetch)
-            return _CheckedPass(prefetcher, check_finite)
+            return resident_pass if stream is None else stream.open(epoch)
 
         validation = None
         if validation_ranges is not None:
@@ -383,29 +404,33 @@ class _BaseBufferedSGD(BaseEstimator):
             print(
                 f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n_train}, "
                 f"buffer {buffer_size} rows ({math.ceil(n_train / buffer_size)} per pass, "
-                f"{'resident' if resident is not None else 'prefetched' if self.prefetch else 'loaded on demand'}), "
+                f"{'resident' if stream is None else 'prefetched' if self.prefetch else 'loaded on demand'}), "
                 f"batch {batch_size} (critical batch {context.beta / context.top_eigenvalue:.1f}), "
                 f"R={self.n_rounds}, first learning rate {learning_rate(start_step, batch_size):.4g}"
             )
-        result = fit_buffered_sgd(
-            loss,
-            coef,
-            intercept,
-            open_pass,
-            batch_size=batch_size,
-            n_rounds=self.n_rounds,
-            learning_rate=learning_rate,
-            alpha=alpha,
-            fit_intercept=self.fit_intercept,
-            n_epochs=1 if incremental else self.n_epochs,
-            generator=generator,
-            shuffle=self.shuffle,
-            start_step=start_step,
-            validation=validation,
-            tol=None if incremental else self.tol,
-            n_iter_no_change=self.n_iter_no_change,
-            log=print if self.verbose else None,
-        )
+        try:
+            result = fit_buffered_sgd(
+                loss,
+                coef,
+                intercept,
+                open_pass,
+                batch_size=batch_size,
+                n_rounds=self.n_rounds,
+                learning_rate=learning_rate,
+                alpha=alpha,
+                fit_intercept=self.fit_intercept,
+                n_epochs=n_passes,
+                generator=generator,
+                shuffle=self.shuffle,
+                start_step=start_step,
+                validation=validation,
+                tol=None if incremental else self.tol,
+                n_iter_no_change=self.n_iter_no_change,
+                log=print if self.verbose else None,
+            )
+        finally:
+            if stream is not None:
+                stream.close()
 
         self.device_ = str(device)
         self.dtype_ = np.dtype(self.dtype)
@@ -422,6 +447,19 @@ class _BaseBufferedSGD(BaseEstimator):
         self.history_ = [*self.history_, *result.history] if continuing else result.history
         self._store_coef(coef.T.cpu().numpy(), intercept.cpu().numpy())
         return self
+
+    def _stream(self, sources, dtypes, device, train_segments, n_train, buffer_size, n_passes, check_finite):
+        """One prefetcher over the buffers of ``n_passes`` passes (chunk order reshuffled per pass)."""
+        chunk_size = default_chunk_size(buffer_size, n_train)
+        plans = []
+        for epoch in range(n_passes):
+            pass_rng = np.random.RandomState([self._seed, self._passes_done + epoch, 1])
+            plan = plan_pass(n_train, buffer_size, chunk_size, pass_rng, shuffle=self.shuffle)
+            plans.append([_map_ranges(train_segments, ranges) for ranges in plan])
+        prefetcher = BufferPrefetcher(
+            sources, [buffer for plan in plans for buffer in plan], device, dtypes, self.prefetch
+        )
+        return _StreamedPasses(prefetcher, len(plans[0]), check_finite)
 
     def _split_validation(self, n_rows, rng):
         """Training segments and validation ranges: random blocks of rows.

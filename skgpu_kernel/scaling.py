@@ -52,6 +52,7 @@ References
 """
 
 import math
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
@@ -72,6 +73,7 @@ __all__ = [
     "ScheduleContext",
     "SqrtScaling",
     "resolve_scaling_rule",
+    "warn_if_warmup_fills_run",
 ]
 
 
@@ -732,3 +734,40 @@ def resolve_scaling_rule(spec):
     raise ValueError(
         f"scaling_rule must be one of {sorted(SCALING_RULES)} or a ScalingRule instance, got {spec!r}{hint}."
     )
+
+
+def warn_if_warmup_fills_run(rule, context):
+    """Warn when ``rule``'s warm-up lasts the whole run, so its rate never reaches the peak.
+
+    Warm-ups are counted in epochs (LEGW's grows with the batch), so a short run or
+    a large batch can end inside them; the estimators call this before training.
+    Rules without a warm-up, and user rules, never warn.
+
+    Parameters
+    ----------
+    rule : ScalingRule
+    context : ScheduleContext
+        The run's operating batch, steps per epoch and epoch count.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from skgpu_kernel.scaling import LinearScaling, ScheduleContext, warn_if_warmup_fills_run
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_warmup_fills_run(LinearScaling(), ScheduleContext(256, 100, n_epochs=3))
+    >>> len(caught)
+    1
+    """
+    if not isinstance(rule, _WarmupDecayRule):
+        return
+    warmup_epochs = rule._warmup(context)[0]
+    if warmup_epochs >= context.n_epochs:
+        warnings.warn(
+            f"{rule!r} warms up over {warmup_epochs:.3g} epochs at batch size {context.batch_size}, no shorter "
+            f"than the {context.n_epochs:g}-epoch run: the learning rate never reaches its peak"
+            + (" and never decays" if rule.decay is not None else "")
+            + ". Shorten the warm-up or train for more epochs.",
+            UserWarning,
+            stacklevel=3,
+        )

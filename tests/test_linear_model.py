@@ -3,6 +3,7 @@
 import hashlib
 import os
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -101,6 +102,21 @@ def test_memmap_npy_and_array_give_the_same_model(tmp_path):
     np.testing.assert_allclose(from_path.predict(str(path)), from_array.predict(X), rtol=0, atol=1e-5)
     assert _file_digest(path) == digest, "the source file must never be written"
     assert from_array.buffer_size_ == 1200 and len(from_array.history_) == 3
+
+
+def _prefetch_threads():
+    return [thread for thread in threading.enumerate() if thread.name.startswith("skgpu_kernel-prefetch")]
+
+
+def test_no_reader_thread_outlives_a_fit(tmp_path):
+    X, y = _regression(np.random.RandomState(19), n=3000)
+    # Stopped early by tol: the passes planned after the stop are never read.
+    model = BufferedSGDRegressor(buffer_size=500, n_epochs=50, tol=10.0, n_iter_no_change=1, random_state=0)
+    model.fit(X, y)
+    assert model.n_iter_ < 50 and not _prefetch_threads()
+    with pytest.raises(ValueError, match="non-finite"):
+        BufferedSGDRegressor(buffer_size=500, scaling_rule=ConstantRule(base_lr=1e4)).fit(X, y)
+    assert not _prefetch_threads()
 
 
 def test_prefetch_does_not_change_the_model(tmp_path):

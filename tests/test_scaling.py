@@ -2,13 +2,15 @@
 
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.datasets import make_regression
 from sklearn.model_selection import GridSearchCV
 
-from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
 from skgpu_kernel.preconditioner import eigenpro_step_size
 from skgpu_kernel.scaling import (
     LEGW,
@@ -20,6 +22,7 @@ from skgpu_kernel.scaling import (
     ScheduleContext,
     SqrtScaling,
     resolve_scaling_rule,
+    warn_if_warmup_fills_run,
 )
 from skgpu_kernel.testing import check_scaling_rule
 
@@ -399,3 +402,30 @@ def test_grid_search_over_base_lr_of_a_constant_rule():
     assert search.best_params_ == {"scaling_rule__base_lr": 1.0}
     assert search.best_estimator_.learning_rate_ == 1.0
     assert rule.get_params() == ConstantRule().get_params()
+
+
+@pytest.mark.parametrize(
+    ("rule", "batch_size", "n_epochs", "warns"),
+    [
+        (LinearScaling(), 256, 5, True),  # Goyal's 5-epoch warm-up fills a 5-epoch run
+        (LinearScaling(), 256, 6, False),
+        (LEGW(base_batch_size=32, base_warmup_epochs=0.25), 32 * 64, 10, True),  # 16 epochs
+        (LEGW(base_batch_size=32, base_warmup_epochs=0.25), 32 * 16, 10, False),  # 4 epochs
+        (ConstantRule(), 256, 1, False),
+    ],
+)
+def test_a_warm_up_that_fills_the_run_is_reported(rule, batch_size, n_epochs, warns):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_warmup_fills_run(rule, ScheduleContext(batch_size, 10, n_epochs))
+    assert len(caught) == int(warns)
+    if warns:
+        assert "never reaches its peak" in str(caught[0].message)
+
+
+def test_estimators_report_a_warm_up_that_fills_the_run():
+    X, y = make_regression(n_samples=200, n_features=4, random_state=0)
+    with pytest.warns(UserWarning, match="never reaches its peak"):
+        BufferedSGDRegressor(scaling_rule=LinearScaling(base_lr=1e-3), n_epochs=2, batch_size=32).fit(X, y)
+    with pytest.warns(UserWarning, match="never reaches its peak"):
+        AdaptiveKernelRegressor(scaling_rule=LinearScaling(base_lr=1e-3), n_epochs=2, batch_size=32).fit(X, y)
