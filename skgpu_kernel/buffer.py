@@ -27,7 +27,15 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-__all__ = ["BufferPrefetcher", "RowSource", "as_row_source", "default_chunk_size", "plan_pass"]
+__all__ = [
+    "BufferPrefetcher",
+    "RowSource",
+    "as_row_source",
+    "default_chunk_size",
+    "map_ranges",
+    "plan_pass",
+    "plan_passes",
+]
 
 # Seconds between checks of the stop flag and of the worker's liveness: short enough
 # that close() and error propagation feel immediate, long enough not to spin.
@@ -507,6 +515,63 @@ def plan_pass(n_rows, buffer_size, chunk_size, rng, shuffle=True):
     if current:
         plan.append(current)
     return plan
+
+
+def map_ranges(segments, ranges):
+    """Map ranges over the concatenation of ``segments`` onto the rows they stand for.
+
+    Parameters
+    ----------
+    segments : sequence of (int, int)
+        Sorted, disjoint row ranges (e.g. the training rows left by a validation
+        split, or one worker's shard).
+    ranges : sequence of (int, int)
+        Ranges of positions in ``range(total length of the segments)``.
+
+    Returns
+    -------
+    list of (int, int)
+        Row ranges, split where a range crosses from one segment into the next.
+
+    Examples
+    --------
+    >>> from skgpu_kernel.buffer import map_ranges
+    >>> map_ranges([(0, 3), (10, 20)], [(2, 5)])
+    [(2, 3), (10, 12)]
+    """
+    starts = np.array([start for start, _ in segments])
+    offsets = np.concatenate([[0], np.cumsum([stop - start for start, stop in segments])])
+    mapped = []
+    for start, stop in ranges:
+        while start < stop:
+            segment = int(np.searchsorted(offsets, start, side="right")) - 1
+            take = int(min(stop, offsets[segment + 1]) - start)
+            first = int(starts[segment] + start - offsets[segment])
+            mapped.append((first, first + take))
+            start += take
+    return mapped
+
+
+def plan_passes(segments, buffer_size, seed, first_pass, n_passes, shuffle=True):
+    """Buffers of ``n_passes`` consecutive passes over the rows of ``segments``.
+
+    Pass ``p`` (counted from ``first_pass``, so that continued fits draw new chunk
+    orders) is :func:`plan_pass` with ``RandomState([seed, p, 1])`` and
+    :func:`default_chunk_size`, mapped onto the segments' rows.
+
+    Returns
+    -------
+    plans : list of lists
+        Per pass, per buffer, its ``(start, stop)`` row ranges.
+    """
+    n_rows = sum(stop - start for start, stop in segments)
+    chunk_size = default_chunk_size(buffer_size, n_rows)
+    plans = []
+    for index in range(first_pass, first_pass + n_passes):
+        rng = np.random.RandomState([seed, index, 1])
+        plan = plan_pass(n_rows, buffer_size, chunk_size, rng, shuffle=shuffle)
+        plans.append([map_ranges(segments, ranges) for ranges in plan])
+    return plans
 
 
 class _Stopped(Exception):

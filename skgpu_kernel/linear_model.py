@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
 
 from .blockwise import PREDICT_ROWS, map_row_blocks
-from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, plan_pass
+from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, map_ranges, plan_pass, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
 from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.losses import make_loss
@@ -63,22 +63,6 @@ class _RowSlices:
 
     def __getitem__(self, rows):
         return self.source.read([(rows.start, min(rows.stop, self.source.n_rows))])
-
-
-def _map_ranges(segments, virtual_ranges):
-    """Map ranges over the concatenation of ``segments`` to ranges of real rows."""
-    starts = np.array([start for start, _ in segments])
-    lengths = np.array([stop - start for start, stop in segments])
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    real = []
-    for start, stop in virtual_ranges:
-        while start < stop:
-            segment = int(np.searchsorted(offsets, start, side="right")) - 1
-            take = min(stop, offsets[segment + 1]) - start
-            first = int(starts[segment] + start - offsets[segment])
-            real.append((first, first + int(take)))
-            start += take
-    return real
 
 
 def _complement(ranges, n_rows):
@@ -343,7 +327,7 @@ class _BaseBufferedSGD(BaseEstimator):
             buffer_size = self._resolve_buffer_size(
                 source, nonzeros_per_row, n_train, n_outputs, weights is not None, device, dtype, budget
             )
-            sample = self._read(sources, dtypes, _map_ranges(train_segments, self._sample_plan(n_train, rng)), device)
+            sample = self._read(sources, dtypes, map_ranges(train_segments, self._sample_plan(n_train, rng)), device)
             if check_finite:
                 _check_finite(sample[0])
             beta, top = linear_spectrum(
@@ -379,7 +363,7 @@ class _BaseBufferedSGD(BaseEstimator):
             resident_pass = _ResidentPass((*resident[:2], resident[2] if len(resident) > 2 else None))
             stream = None
         else:
-            stream = self._stream(sources, dtypes, device, train_segments, n_train, buffer_size, n_passes, check_finite)
+            stream = self._stream(sources, dtypes, device, train_segments, buffer_size, n_passes, check_finite)
 
         def open_pass(epoch):
             return resident_pass if stream is None else stream.open(epoch)
@@ -448,14 +432,9 @@ class _BaseBufferedSGD(BaseEstimator):
         self._store_coef(coef.T.cpu().numpy(), intercept.cpu().numpy())
         return self
 
-    def _stream(self, sources, dtypes, device, train_segments, n_train, buffer_size, n_passes, check_finite):
+    def _stream(self, sources, dtypes, device, train_segments, buffer_size, n_passes, check_finite):
         """One prefetcher over the buffers of ``n_passes`` passes (chunk order reshuffled per pass)."""
-        chunk_size = default_chunk_size(buffer_size, n_train)
-        plans = []
-        for epoch in range(n_passes):
-            pass_rng = np.random.RandomState([self._seed, self._passes_done + epoch, 1])
-            plan = plan_pass(n_train, buffer_size, chunk_size, pass_rng, shuffle=self.shuffle)
-            plans.append([_map_ranges(train_segments, ranges) for ranges in plan])
+        plans = plan_passes(train_segments, buffer_size, self._seed, self._passes_done, n_passes, self.shuffle)
         prefetcher = BufferPrefetcher(
             sources, [buffer for plan in plans for buffer in plan], device, dtypes, self.prefetch
         )

@@ -17,7 +17,17 @@ import torch
 from ..device import synchronize, throughput_saturation_batch
 from .losses import HuberLoss, SquaredLoss
 
-__all__ = ["SGDResult", "fit_buffered_sgd", "linear_scores", "linear_spectrum", "measure_sgd_capacity"]
+__all__ = [
+    "SGDResult",
+    "apply_gradient",
+    "batch_gradient",
+    "buffer_batches",
+    "check_finite_loss",
+    "fit_buffered_sgd",
+    "linear_scores",
+    "linear_spectrum",
+    "measure_sgd_capacity",
+]
 
 
 @dataclass
@@ -37,6 +47,38 @@ def linear_scores(X, coef, intercept):
     if X.is_sparse:
         return torch.sparse.mm(X, coef) + intercept
     return torch.addmm(intercept, X, coef)
+
+
+def buffer_batches(X, targets, weights, batch_size, shuffle, generator):
+    """The mini-batches ``(X, targets, weights)`` of one round over a buffer.
+
+    With ``shuffle`` the rows are visited in a fresh permutation drawn from
+    ``generator`` (on the CPU, so that results do not depend on the device);
+    the last batch may be smaller.
+    """
+    rows = X.shape[0]
+    order = torch.randperm(rows, generator=generator).to(X.device) if shuffle else None
+    for start in range(0, rows, batch_size):
+        stop = min(start + batch_size, rows)
+        if order is None:
+            yield _row_range(X, start, stop), targets[start:stop], None if weights is None else weights[start:stop]
+        else:
+            batch = order[start:stop]
+            yield (
+                X.index_select(0, batch),
+                targets.index_select(0, batch),
+                None if weights is None else weights.index_select(0, batch),
+            )
+
+
+def check_finite_loss(loss_sum, step, rate):
+    """Raise when the accumulated training loss is no longer finite (a diverging step)."""
+    if not torch.isfinite(loss_sum):
+        raise ValueError(
+            f"The training loss became non-finite at update {step} with learning rate "
+            f"{rate:.4g}: the step size is too large for this data. Lower the "
+            "scaling rule's base_lr (or its scale), or standardise the features."
+        )
 
 
 def _row_range(X, start, stop):
@@ -133,32 +175,17 @@ def fit_buffered_sgd(
         n_seen = 0
         with open_pass(epoch) as buffers:
             for X, targets, weights in buffers:
-                rows = X.shape[0]
                 for _ in range(n_rounds):
-                    order = torch.randperm(rows, generator=generator).to(device) if shuffle else None
-                    for start in range(0, rows, batch_size):
-                        stop = min(start + batch_size, rows)
-                        if order is None:
-                            X_batch = _row_range(X, start, stop)
-                            target_batch = targets[start:stop]
-                            weight_batch = None if weights is None else weights[start:stop]
-                        else:
-                            batch = order[start:stop]
-                            X_batch = X.index_select(0, batch)
-                            target_batch = targets.index_select(0, batch)
-                            weight_batch = None if weights is None else weights.index_select(0, batch)
-                        last_rate = learning_rate(step, stop - start)
+                    for X_batch, target_batch, weight_batch in buffer_batches(
+                        X, targets, weights, batch_size, shuffle, generator
+                    ):
+                        last_rate = learning_rate(step, X_batch.shape[0])
                         loss_sum += _step(
                             loss, coef, intercept, X_batch, target_batch, weight_batch, last_rate, alpha, fit_intercept
                         )
                         step += 1
-                    n_seen += rows
-                    if not torch.isfinite(loss_sum):
-                        raise ValueError(
-                            f"The training loss became non-finite at update {step} with learning rate "
-                            f"{last_rate:.4g}: the step size is too large for this data. Lower the "
-                            "scaling rule's base_lr (or its scale), or standardise the features."
-                        )
+                    n_seen += X.shape[0]
+                    check_finite_loss(loss_sum, step, last_rate)
             io_wait = float(buffers.io_wait_seconds)
         total_io_wait += io_wait
         synchronize(device)
@@ -206,19 +233,37 @@ def fit_buffered_sgd(
     )
 
 
-def _step(loss, coef, intercept, X, targets, weights, rate, alpha, fit_intercept):
-    """One gradient step on the batch's mean loss; returns the batch's summed loss before it."""
+def batch_gradient(loss, coef, intercept, X, targets, weights=None):
+    """Summed loss and summed gradients of a batch (divide by the batch size for the mean).
+
+    Returns
+    -------
+    loss_sum : Tensor (scalar)
+    coef_gradient : Tensor of shape (d, l)
+    intercept_gradient : Tensor of shape (l,)
+    """
     values, gradient = loss(linear_scores(X, coef, intercept), targets)
     if weights is not None:
         gradient = gradient * weights[:, None]
         values = values * weights
-    scale = rate / X.shape[0]
+    return values.sum(), _transposed_product(X, gradient), gradient.sum(dim=0)
+
+
+def apply_gradient(coef, intercept, coef_gradient, intercept_gradient, batch_size, rate, alpha, fit_intercept):
+    """``W -= rate (G / m + alpha W)`` and ``b -= rate g / m`` from summed gradients of ``m`` samples."""
+    scale = rate / batch_size
     if fit_intercept:
-        intercept.sub_(gradient.sum(dim=0), alpha=scale)
+        intercept.sub_(intercept_gradient, alpha=scale)
     if alpha:
         coef.mul_(1.0 - rate * alpha)
-    coef.sub_(_transposed_product(X, gradient), alpha=scale)
-    return values.sum()
+    coef.sub_(coef_gradient, alpha=scale)
+
+
+def _step(loss, coef, intercept, X, targets, weights, rate, alpha, fit_intercept):
+    """One gradient step on the batch's mean loss; returns the batch's summed loss before it."""
+    loss_sum, coef_gradient, intercept_gradient = batch_gradient(loss, coef, intercept, X, targets, weights)
+    apply_gradient(coef, intercept, coef_gradient, intercept_gradient, X.shape[0], rate, alpha, fit_intercept)
+    return loss_sum
 
 
 def _format_record(record, n_epochs):
