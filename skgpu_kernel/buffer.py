@@ -159,6 +159,11 @@ class RowSource:
         """Whether :meth:`close` was called."""
         return self._data is None
 
+    @property
+    def data(self):
+        """The underlying array, memory map, CSR matrix or dataset (to read, never to write)."""
+        return self._live_data()
+
     def _live_data(self):
         data = self._data
         if data is None:
