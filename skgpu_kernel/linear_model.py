@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
@@ -27,9 +27,12 @@ from sklearn.utils.validation import _check_sample_weight, check_array, check_is
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, map_ranges, plan_pass, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
+from .parallel.launch import run_distributed, share_for_workers
+from .parallel.strategies import AdaptiveSGD, ParallelStrategy
+from .parallel.worker import TrainingJob, source_spec, train_worker
 from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.losses import make_loss
-from .solvers.sgd import fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
+from .solvers.sgd import SGDResult, fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
 
 __all__ = ["BufferedSGDClassifier", "BufferedSGDRegressor"]
 
@@ -177,6 +180,7 @@ class _BaseBufferedSGD(BaseEstimator):
         "memory_budget": [None, Interval(Integral, 1, None, closed="left"), str],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "parallel": [ParallelStrategy, None],
     }
 
     def __init__(
@@ -203,6 +207,7 @@ class _BaseBufferedSGD(BaseEstimator):
         memory_budget=None,
         random_state=None,
         verbose=0,
+        parallel=None,
     ):
         self.loss = loss
         self.penalty = penalty
@@ -225,6 +230,7 @@ class _BaseBufferedSGD(BaseEstimator):
         self.memory_budget = memory_budget
         self.random_state = random_state
         self.verbose = verbose
+        self.parallel = parallel
 
     # --- input ----------------------------------------------------------------------
 
@@ -295,6 +301,15 @@ class _BaseBufferedSGD(BaseEstimator):
         dtype = resolve_dtype(self.dtype)
         budget = resolve_memory_budget(self.memory_budget, device)
         alpha = float(self.alpha) if self.penalty == "l2" else 0.0
+        strategy = worker_devices = None
+        if self.parallel is not None:
+            if self.early_stopping:
+                raise ValueError(
+                    "early_stopping needs one validation split seen by one process; it is not available with "
+                    "parallel=. Set early_stopping=False (tol does not apply to parallel fits either)."
+                )
+            strategy = clone(self.parallel)
+            worker_devices = strategy.resolve_devices(device)
         n_rows, n_features = source.shape
         warm = continuing or (self.warm_start and hasattr(self, "coef_"))
         if warm and self._coef_matrix().shape != (n_outputs, n_features):
@@ -356,6 +371,106 @@ class _BaseBufferedSGD(BaseEstimator):
             return rule(step, context if size == batch_size else dataclasses.replace(context, batch_size=size))
 
         n_passes = 1 if incremental else self.n_epochs
+        if warm:
+            coef = torch.as_tensor(self._coef_matrix().T.copy(), dtype=dtype).to(device)
+            intercept = torch.as_tensor(np.asarray(self.intercept_, dtype=np.float64), dtype=dtype).to(device)
+        else:
+            coef = torch.zeros(n_features, n_outputs, dtype=dtype, device=device)
+            intercept = torch.zeros(n_outputs, dtype=dtype, device=device)
+        start_step = self.t_ if continuing else 0
+        if self.parallel is not None:
+            job = TrainingJob(
+                sources=[source_spec(source_.data, share_for_workers) for source_ in sources],
+                dtypes=[str(dtype_).removeprefix("torch.") for dtype_ in dtypes],
+                loss=(self.loss, n_outputs, getattr(self, "epsilon", 0.1)),
+                coef=coef.cpu().numpy(),
+                intercept=intercept.cpu().numpy(),
+                rule=rule,
+                context=context,
+                batch_size=batch_size,
+                buffer_size=buffer_size,
+                n_rounds=self.n_rounds,
+                n_epochs=n_passes,
+                shuffle=self.shuffle,
+                prefetch=self.prefetch,
+                alpha=alpha,
+                fit_intercept=self.fit_intercept,
+                seed=self._seed,
+                first_pass=self._passes_done,
+                start_step=start_step,
+                segments=train_segments,
+                strategy=strategy,
+                dtype=self.dtype,
+            )
+            if self.verbose:
+                print(
+                    f"[{type(self).__name__}] {type(strategy).__name__} on {[str(d) for d in worker_devices]}, "
+                    f"n={n_train}, batch {batch_size}, first learning rate {learning_rate(start_step, batch_size):.4g}"
+                )
+            result, coef, intercept = self._run_parallel(job, worker_devices, strategy)
+        else:
+            result = self._run_single(
+                loss,
+                coef,
+                intercept,
+                sources,
+                dtypes,
+                device,
+                train_segments,
+                validation_ranges,
+                n_train,
+                buffer_size,
+                batch_size,
+                n_passes,
+                check_finite,
+                learning_rate,
+                alpha,
+                generator,
+                start_step,
+                incremental,
+                context,
+            )
+
+        self.device_ = str(device)
+        self.dtype_ = np.dtype(self.dtype)
+        self.memory_budget_ = budget
+        self.scaling_rule_ = rule
+        self.batch_size_ = batch_size
+        self.buffer_size_ = buffer_size
+        self._schedule_context = context
+        self._passes_done += result.n_epochs
+        self.n_iter_ = result.n_epochs
+        self.t_ = start_step + result.n_steps
+        self.learning_rate_ = result.learning_rate
+        self.io_wait_fraction_ = result.io_wait_seconds / max(result.seconds, 1e-12)
+        self.history_ = [*self.history_, *result.history] if continuing else result.history
+        self.parallel_ = None if self.parallel is None else strategy
+        self._store_coef(coef.T.cpu().numpy(), intercept.cpu().numpy())
+        return self
+
+    def _run_single(
+        self,
+        loss,
+        coef,
+        intercept,
+        sources,
+        dtypes,
+        device,
+        train_segments,
+        validation_ranges,
+        n_train,
+        buffer_size,
+        batch_size,
+        n_passes,
+        check_finite,
+        learning_rate,
+        alpha,
+        generator,
+        start_step,
+        incremental,
+        context,
+    ):
+        """BMGD in this process: resident data or one prefetcher streaming every pass."""
         if buffer_size >= n_train:
             resident = self._read(sources, dtypes, train_segments, device)
             if check_finite:
@@ -377,13 +492,6 @@ class _BaseBufferedSGD(BaseEstimator):
             def validation(coef, intercept):
                 return self._validation_score(linear_scores(X_val, coef, intercept), T_val)
 
-        if warm:
-            coef = torch.as_tensor(self._coef_matrix().T.copy(), dtype=dtype).to(device)
-            intercept = torch.as_tensor(np.asarray(self.intercept_, dtype=np.float64), dtype=dtype).to(device)
-        else:
-            coef = torch.zeros(n_features, n_outputs, dtype=dtype, device=device)
-            intercept = torch.zeros(n_outputs, dtype=dtype, device=device)
-        start_step = self.t_ if continuing else 0
         if self.verbose:
             print(
                 f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n_train}, "
@@ -393,7 +501,7 @@ class _BaseBufferedSGD(BaseEstimator):
                 f"R={self.n_rounds}, first learning rate {learning_rate(start_step, batch_size):.4g}"
             )
         try:
-            result = fit_buffered_sgd(
+            return fit_buffered_sgd(
                 loss,
                 coef,
                 intercept,
@@ -416,21 +524,26 @@ class _BaseBufferedSGD(BaseEstimator):
             if stream is not None:
                 stream.close()
 
-        self.device_ = str(device)
-        self.dtype_ = np.dtype(self.dtype)
-        self.memory_budget_ = budget
-        self.scaling_rule_ = rule
-        self.batch_size_ = batch_size
-        self.buffer_size_ = buffer_size
-        self._schedule_context = context
-        self._passes_done += result.n_epochs
-        self.n_iter_ = result.n_epochs
-        self.t_ = start_step + result.n_steps
-        self.learning_rate_ = result.learning_rate
-        self.io_wait_fraction_ = result.io_wait_seconds / max(result.seconds, 1e-12)
-        self.history_ = [*self.history_, *result.history] if continuing else result.history
-        self._store_coef(coef.T.cpu().numpy(), intercept.cpu().numpy())
-        return self
+    def _run_parallel(self, job, devices, strategy):
+        """Train with ``strategy`` on worker processes (or this rank of a torchrun group)."""
+        results = run_distributed(train_worker, job, [str(device) for device in devices], timeout=strategy.timeout)
+        outcome = results[0]
+        self.n_workers_ = torch.distributed.get_world_size() if torch.distributed.is_initialized() else len(devices)
+        self.communication_bytes_ = int(outcome["bytes"])
+        if isinstance(strategy, AdaptiveSGD):
+            self.merge_weights_ = np.array([record["merge_weights"] for record in outcome["history"]])
+            self.worker_batch_sizes_ = np.array([record["worker_batch_sizes"] for record in outcome["history"]])
+        history = outcome["history"]
+        seconds = sum(record.get("seconds", 0.0) for record in history)
+        result = SGDResult(
+            n_epochs=job.n_epochs,
+            n_steps=int(outcome["n_steps"]),
+            learning_rate=float(outcome["learning_rate"]),
+            io_wait_seconds=0.0,
+            seconds=seconds,
+            history=history,
+        )
+        return result, torch.as_tensor(outcome["coef"]), torch.as_tensor(outcome["intercept"])
 
     def _stream(self, sources, dtypes, device, train_segments, buffer_size, n_passes, check_finite):
         """One prefetcher over the buffers of ``n_passes`` passes (chunk order reshuffled per pass)."""
@@ -605,6 +718,12 @@ default="optimal"
     verbose : int, default=0
         Print the decisions taken and one line per pass with samples per second and
         I/O wait.
+    parallel : DataParallel, Parle, AdaptiveSGD or None, default=None
+        Train with several workers (torch.distributed processes: gloo on CPUs, NCCL
+        between GPUs); see :mod:`skgpu_kernel.parallel`.  None trains in this
+        process.  Inside an initialised process group (``torchrun``) the fit joins
+        it instead of spawning, each rank reading its own shard.  Early stopping
+        and ``tol`` apply to single-worker fits only.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -635,6 +754,12 @@ _COMMON_ATTRIBUTES = """
     device_ : str
     dtype_ : numpy.dtype
     memory_budget_ : int
+    parallel_ : ParallelStrategy or None
+        The strategy used (a copy).  Parallel fits also set ``n_workers_``,
+        ``communication_bytes_`` (bytes all-reduced by each worker) and, for
+        :class:`~skgpu_kernel.parallel.AdaptiveSGD`, ``merge_weights_`` and
+        ``worker_batch_sizes_`` (one row per merge, one column per worker); their
+        ``history_`` has one record per merge with each worker's samples per second.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Defined when ``X`` has string feature names.
@@ -727,6 +852,7 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
         memory_budget=None,
         random_state=None,
         verbose=0,
+        parallel=None,
     ):
         super().__init__(
             loss,
@@ -750,6 +876,7 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
             memory_budget=memory_budget,
             random_state=random_state,
             verbose=verbose,
+            parallel=parallel,
         )
         self.epsilon = epsilon
 
@@ -911,6 +1038,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         memory_budget=None,
         random_state=None,
         verbose=0,
+        parallel=None,
     ):
         super().__init__(
             loss,
@@ -934,6 +1062,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
             memory_budget=memory_budget,
             random_state=random_state,
             verbose=verbose,
+            parallel=parallel,
         )
 
     @_fit_context(prefer_skip_nested_validation=True)

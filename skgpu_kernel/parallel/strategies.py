@@ -197,10 +197,12 @@ class AdaptiveSGD(ParallelStrategy):
     Every ``merge_every`` samples the replicas are merged, ``W = sum_i w_i W_i``,
     with ``w_i`` the share of the samples worker ``i`` processed since the last
     merge (the weights sum to 1), and the merged model replaces every replica.
-    Then a worker whose share exceeded ``1 / n_workers`` grows its batch by
-    ``batch_step`` and the others shrink it, within ``[min_batch, max_batch]``, so
-    that fast workers take larger batches and all do about the same number of
-    updates.  Each worker's learning rate follows its own batch size through the
+    Then a worker that made more updates than the average since the last merge
+    grows its batch by ``batch_step`` and the others shrink it, within
+    ``[min_batch, max_batch]``: fast workers take larger batches, and in steady
+    state all make about the same number of updates.  (Steering by the sample
+    shares instead would feed back on itself: on most devices a larger batch alone
+    raises the samples per second.)  Each worker's learning rate follows its own batch size through the
     estimator's scaling rule.
 
     Parameters

@@ -346,7 +346,7 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
         return tensors
 
     cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
-    samples_since, merges_done = 0, 0
+    samples_since, updates_since, merges_done = 0, 0, 0
     tic = time.perf_counter()
     step, rate, history = 0, math.nan, []
     loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
@@ -356,13 +356,14 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
         return min(index * between, total)
 
     def merge():
-        nonlocal samples_since, merges_done, batch, tic, loss_total
+        nonlocal samples_since, updates_since, merges_done, batch, tic, loss_total
         elapsed = time.perf_counter() - tic
-        shares = torch.zeros(3 * world + 1, dtype=torch.float64)
+        shares = torch.zeros(4 * world + 1, dtype=torch.float64)
         shares[rank] = samples_since
         shares[world + rank] = batch
         shares[2 * world + rank] = samples_since / max(elapsed, 1e-12)
-        shares[3 * world] = float(loss_total)
+        shares[3 * world + rank] = updates_since
+        shares[4 * world] = float(loss_total)
         shares = traffic.all_reduce(shares.to(coef.device)).cpu()
         counts = shares[:world]
         weights = counts / counts.sum() if counts.sum() > 0 else torch.full((world,), 1.0 / world, dtype=torch.float64)
@@ -378,15 +379,19 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
                 "merge_weights": weights.tolist(),
                 "worker_batch_sizes": shares[world : 2 * world].tolist(),
                 "worker_samples_per_second": shares[2 * world : 3 * world].tolist(),
-                "train_loss": float(shares[3 * world]) / max(float(counts.sum()), 1.0),
+                "worker_updates": shares[3 * world : 4 * world].tolist(),
+                "train_loss": float(shares[4 * world]) / max(float(counts.sum()), 1.0),
                 "bytes_all_reduced": traffic.bytes,
             }
         )
-        if weight > 1.0 / world:
+        # Towards equal update counts: a worker that updated more often than the
+        # average is fast, and takes larger batches (and so fewer updates).
+        updates = shares[3 * world : 4 * world]
+        if updates[rank] > updates.mean():
             batch = min(batch + strategy.batch_step, high)
-        elif weight < 1.0 / world:
+        elif updates[rank] < updates.mean():
             batch = max(batch - strategy.batch_step, low)
-        samples_since, merges_done = 0, merges_done + 1
+        samples_since, updates_since, merges_done = 0, 0, merges_done + 1
         loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
         tic = time.perf_counter()
 
@@ -411,6 +416,7 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
         loss_total += loss_sum
         check_finite_loss(loss_total, step, rate)
         samples_since += m
+        updates_since += 1
         step += 1
         if callback is not None:
             callback(rank, step)

@@ -1,0 +1,699 @@
+"""Worker processes: run one function on several devices as the ranks of a torch.distributed group.
+
+The parallel strategies (``ALGORITHMS.md`` sections 4 and 5) need one process per
+device, a process group for the collectives (all-reduce, broadcast) and a key-value
+store for dynamic scheduling (atomic counters).  This module provides
+
+* :func:`run_distributed`: spawn one process per device, set up the group over a
+  local ``TCPStore``, run ``worker(context, payload)`` in each, and return the
+  results in rank order; or, under ``torchrun`` (a group already exists), run the
+  worker in the calling process as its rank;
+* :class:`WorkerContext`: what a worker knows about its place in the group;
+* :func:`resolve_backend`: NCCL for distinct GPUs, gloo otherwise;
+* :func:`share_for_workers`: copy an array once into shared memory so that every
+  spawned worker reads the same pages.
+
+Every transfer between workers goes through ``torch.distributed``; the parent only
+receives each worker's final (pickled) return value, or its traceback.  Nothing here
+knows about models or losses.
+"""
+
+import inspect
+import itertools
+import math
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import wait as _wait_for
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as torch_mp
+
+__all__ = ["WorkerContext", "resolve_backend", "run_distributed", "share_for_workers"]
+
+# Seconds a worker gets to exit on its own after reporting its result (tearing down
+# the process group, flushing output) before it is terminated.
+_EXIT_SECONDS = 10.0
+
+# Seconds between SIGTERM and SIGKILL when stopping workers: enough for a process
+# to die from SIGTERM's default action, short enough that a failed fit (or Ctrl-C)
+# returns promptly even if a worker ignores SIGTERM.
+_KILL_GRACE_SECONDS = 3.0
+
+# Seconds between two checks of a spawned worker for its parent's death: orphans are
+# noticed within this delay, at no measurable cost.
+_ORPHAN_POLL_SECONDS = 1.0
+
+# Exit code of a worker that stops because its parent died.
+_ORPHAN_EXIT_CODE = 70
+
+_LOCALHOST = "127.0.0.1"
+
+# init_process_group(device_id=...) exists from torch 2.3 on.
+_ACCEPTS_DEVICE_ID = dist.is_available() and "device_id" in inspect.signature(dist.init_process_group).parameters
+
+# Spawned workers are all on this machine, and every run gets a fresh store: a short
+# fixed prefix only keeps the worker's keys apart from the group's own.
+_SPAWNED_PREFIX = "skgpu_kernel/"
+
+# Calls of run_distributed in an existing group, counted per process.  Every rank
+# calls run_distributed in the same order (as with any collective), so the n-th call
+# gets the same store prefix on every rank, without communicating, and never sees
+# the keys of an earlier call.
+_JOINED_CALLS = itertools.count()
+
+
+@dataclass
+class WorkerContext:
+    """Where a worker runs: its rank, its device and the group's shared store.
+
+    Parameters
+    ----------
+    rank : int
+        This worker's rank in ``[0, world_size)``.
+    world_size : int
+        Number of workers in the group.
+    device : torch.device
+        This worker's device; for a GPU, ``torch.cuda.set_device`` was called.
+    backend : str
+        ``"gloo"`` or ``"nccl"``: the default process group's backend for this device.
+    store : torch.distributed.Store
+        Key-value store shared by all ranks, private to this run (keys of earlier
+        runs are not visible).  ``store.add(key, n)`` is an atomic counter, e.g. to
+        hand out batches dynamically.
+    spawned : bool
+        True when :func:`run_distributed` spawned this process; False when it joined
+        an existing group (``torchrun``), in the caller's own process.
+    """
+
+    rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+    store: "dist.Store"
+    spawned: bool
+
+
+def _check_devices(devices):
+    """``devices`` as a list of ``torch.device`` (CPU or CUDA with an index), or raise."""
+    if isinstance(devices, (str, torch.device)) or not isinstance(devices, (list, tuple)):
+        raise TypeError(
+            f"devices must be a list of devices (e.g. ['cpu', 'cpu'] or ['cuda:0', 'cuda:1']), got {devices!r}."
+        )
+    if len(devices) == 0:
+        raise ValueError("devices must hold at least one device, got an empty list.")
+    checked = []
+    for i, entry in enumerate(devices):
+        if not isinstance(entry, (str, torch.device)):
+            raise TypeError(f"devices[{i}] must be a str or torch.device, got {entry!r}.")
+        try:
+            device = torch.device(entry)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"devices[{i}] = {entry!r} is not a device: {exc}") from None
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"devices[{i}] = {entry!r}: workers run on 'cpu' or 'cuda' devices only.")
+        if device.type == "cuda" and device.index is None:
+            # A fresh process's current device is cuda:0; naming it lets two
+            # entries "cuda" and "cuda:0" be recognised as the same GPU.
+            device = torch.device("cuda", 0)
+        checked.append(device)
+    return checked
+
+
+def resolve_backend(devices):
+    """The torch.distributed backend for workers on ``devices``.
+
+    Parameters
+    ----------
+    devices : list of str or torch.device
+        One entry per worker.
+
+    Returns
+    -------
+    {"nccl", "gloo"}
+        ``"nccl"`` when every device is a distinct GPU and NCCL is available (Linux
+        builds with CUDA); ``"gloo"`` otherwise: CPU workers, a mix such as
+        ``["cuda:0", "cpu"]``, or two workers sharing one GPU (which NCCL refuses).
+
+    Notes
+    -----
+    gloo reduces CPU tensors; a worker on a GPU in a gloo group moves the tensors of
+    its collectives to the CPU (or relies on gloo's CUDA support, which covers only
+    some collectives).
+
+    Examples
+    --------
+    >>> from skgpu_kernel.parallel.launch import resolve_backend
+    >>> resolve_backend(["cpu", "cpu"])
+    'gloo'
+    >>> resolve_backend(["cuda:0", "cpu"])
+    'gloo'
+    """
+    devices = _check_devices(devices)
+    all_gpus = all(device.type == "cuda" for device in devices)
+    distinct = len(set(devices)) == len(devices)
+    if all_gpus and distinct and dist.is_available() and dist.is_nccl_available():
+        return "nccl"
+    return "gloo"
+
+
+def _check_worker(worker):
+    if not callable(worker):
+        raise TypeError(f"worker must be a callable worker(context, payload), got {worker!r}.")
+    try:
+        # Spawned processes receive the function by reference (module and name):
+        # lambdas, nested functions and bound methods of local objects fail here,
+        # with a clear message, instead of inside Process.start().
+        pickle.dumps(worker)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise TypeError(
+            f"worker must be picklable, i.e. a function defined at module level (not a lambda or a nested "
+            f"function), so that spawned processes can import it; pickling {worker!r} failed: {exc}"
+        ) from None
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
+        raise TypeError(f"timeout must be a positive number of seconds or None, got {timeout!r}.")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}.")
+    return float(timeout)
+
+
+def _group_timeout(timeout):
+    # None keeps torch's default collective timeout (10 minutes for gloo and NCCL).
+    return None if timeout is None else timedelta(seconds=timeout)
+
+
+def _cpu_threads(world_size):
+    """Intra-op threads for one of ``world_size`` CPU workers on this machine."""
+    try:
+        cores = len(os.sched_getaffinity(0))  # the cores this process may use
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // world_size)
+
+
+def run_distributed(worker, payload, devices, timeout=600.0):
+    """Run ``worker(context, payload)`` as the ranks of a torch.distributed group.
+
+    Outside ``torchrun``, spawns one process per entry of ``devices`` (the ranks, in
+    that order), connects them through a ``TCPStore`` served by the calling process
+    on ``127.0.0.1`` (a free port chosen by the OS), and returns every worker's
+    return value.  Inside ``torchrun`` (``torch.distributed`` already initialised in
+    the calling process, on one node or several), spawns nothing: the worker runs in
+    the calling process as its rank of the default group.
+
+    Parameters
+    ----------
+    worker : callable
+        ``worker(context, payload)`` with a :class:`WorkerContext`; a function defined
+        at module level (spawned processes import it by name).  Its return value must
+        be picklable; return CPU tensors or arrays (a CUDA tensor would be unpickled
+        onto a GPU of the calling process).
+    payload : object
+        Passed to every worker.  Spawned workers receive a pickled copy, except for
+        CPU tensors (at any depth), which they map without copying: torch moves a
+        tensor into shared memory (in place) the first time it is sent.  Turn numpy
+        training data into such a tensor with :func:`share_for_workers`.
+    devices : list of str or torch.device
+        One entry per worker, ``"cpu"`` or ``"cuda:i"``.  The backend follows from
+        them (:func:`resolve_backend`).
+    timeout : float or None, default=600.0
+        Seconds the whole run may take (spawning included), and the limit on any one
+        collective (``init_process_group(timeout=...)``).  None: no limit on the run,
+        torch's default for collectives.  Ignored inside ``torchrun``, whose group
+        has its own timeout.
+
+    Returns
+    -------
+    list
+        The workers' return values in rank order; inside ``torchrun``, a list with
+        this rank's value only.
+
+    Raises
+    ------
+    TypeError
+        ``devices`` is not a list, ``worker`` is not a picklable function, or
+        ``payload`` cannot be pickled for spawned workers.
+    ValueError
+        ``devices`` is empty or names something other than a CPU or an available GPU.
+    RuntimeError
+        A worker raised (the message holds its formatted traceback: ``"worker 1
+        failed:\\n Traceback ..."``), or died without reporting (killed, crashed,
+        ``os._exit``: the message names its rank and exit code).
+    TimeoutError
+        The workers did not all finish within ``timeout`` seconds.
+
+    Notes
+    -----
+    Spawned workers use torch.multiprocessing's ``"spawn"`` start method (fresh
+    interpreters: safe with CUDA and threads, and shared tensors travel as file
+    descriptors).  Each CPU worker limits itself to ``cores // len(devices)``
+    intra-op threads, so that workers do not oversubscribe the cores; a GPU worker
+    calls ``torch.cuda.set_device`` before joining the group.  As with any spawned
+    process, a script that calls ``run_distributed`` must do so under
+    ``if __name__ == "__main__":`` (the workers import the script's module).
+
+    Whatever happens (success, a failing worker, a timeout, ``KeyboardInterrupt``),
+    no worker process outlives the call: workers still running are sent SIGTERM,
+    then SIGKILL after a short grace period, and are joined; the store and the
+    result channels are closed.  A spawned worker whose parent dies (SIGKILL) exits
+    by itself within a second.
+
+    Inside ``torchrun``, every rank must call ``run_distributed`` the same number of
+    times in the same order (as for any collective): the n-th call gets the same
+    fresh store prefix on every rank.  A worker raising there propagates its
+    exception unchanged; the existing group is left initialised.
+
+    Examples
+    --------
+    ``worker`` must live in an importable module, e.g. ``mymodule.py``::
+
+        import torch
+        import torch.distributed as dist
+
+        def total(context, payload):
+            value = torch.tensor([payload[context.rank]])
+            dist.all_reduce(value)
+            return value.item()
+
+    then ``run_distributed(total, [1.0, 2.0], ["cpu", "cpu"])`` returns ``[3.0, 3.0]``.
+    """
+    if not dist.is_available():
+        raise RuntimeError("run_distributed needs torch.distributed, which this build of torch lacks.")
+    checked = _check_devices(devices)
+    _check_worker(worker)
+    timeout = _check_timeout(timeout)
+    if dist.is_initialized():
+        return [_run_joined(worker, payload, devices)]
+    for i, device in enumerate(checked):
+        if device.type != "cuda":
+            continue
+        if not torch.cuda.is_available():
+            raise ValueError(f"devices[{i}] = {devices[i]!r}, but CUDA is not available.")
+        if device.index >= torch.cuda.device_count():
+            raise ValueError(f"devices[{i}] = {devices[i]!r}, but only {torch.cuda.device_count()} GPUs are visible.")
+    return _run_spawned(worker, payload, checked, resolve_backend(checked), timeout)
+
+
+# ----------------------------------------------------------------------------------
+# Joining an existing group (torchrun)
+
+
+def _joined_device(devices, rank, world_size):
+    """This rank's device inside an existing group.
+
+    ``devices[rank]`` when ``devices`` has one entry per rank; otherwise (e.g. one
+    entry per local GPU, or a single ``"cuda"``) the GPU of this node's local rank
+    when ``devices`` are all GPUs, else the CPU.
+    """
+    checked = _check_devices(devices)
+    if len(checked) == world_size:
+        return checked[rank]
+    if all(device.type == "cuda" for device in checked):
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _group_backend(device):
+    """The default group's backend for tensors on ``device``."""
+    backend = str(dist.get_backend())
+    if ":" not in backend:
+        return backend
+    # A group built for several device types reports e.g. "cpu:gloo,cuda:nccl".
+    mapping = dict(item.split(":", 1) for item in backend.split(","))
+    return mapping.get(device.type, backend)
+
+
+def _run_joined(worker, payload, devices):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    device = _joined_device(devices, rank, world_size)
+    try:
+        base_store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError) as exc:  # pragma: no cover - private API moved
+        raise RuntimeError(f"cannot reach the store of the existing process group: {exc}") from exc
+    store = dist.PrefixStore(f"skgpu_kernel/run_distributed/{next(_JOINED_CALLS)}/", base_store)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    context = WorkerContext(rank, world_size, device, _group_backend(device), store, spawned=False)
+    return worker(context, payload)
+
+
+# ----------------------------------------------------------------------------------
+# Spawned workers: the child side
+
+
+def _watch_parent(parent_pid):
+    """Exit this process when its parent is gone (reparented: ``getppid`` changes).
+
+    A parent killed by SIGKILL (or the OOM killer) runs no cleanup; without this
+    watch its workers would wait in a collective until the group's timeout, or run
+    a long worker loop to its end, holding cores, memory and GPUs.
+    """
+    while True:
+        time.sleep(_ORPHAN_POLL_SECONDS)
+        if os.getppid() != parent_pid:
+            os._exit(_ORPHAN_EXIT_CODE)
+
+
+def _report(conn, message):
+    try:
+        conn.send_bytes(message)
+    except OSError:
+        pass  # the parent stopped listening (it is shutting the run down)
+
+
+def _worker_main(rank, world_size, device, backend, port, timeout, parent_pid, worker, payload, conn):
+    """Body of a spawned worker process (module level: spawn imports it by name).
+
+    Reports exactly one message on ``conn``: ``pickle.dumps(("ok", result))`` or
+    ``pickle.dumps(("error", time.time(), traceback_text))``.  The message is sent
+    before the group is torn down, so the parent learns of a failure before the
+    other ranks notice the broken connections, and the time stamp lets it tell the
+    first failure (the cause) from the failures it triggered.
+    """
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="skgpu_kernel-orphan-watch", daemon=True).start()
+    try:
+        if device.type == "cpu":
+            # Every worker would otherwise start one intra-op thread per core of the
+            # machine: n workers x all cores threads fight for the cores and each
+            # collective waits for the slowest, descheduled one.
+            torch.set_num_threads(_cpu_threads(world_size))
+        else:
+            # Before the group exists, so that NCCL binds this rank to its GPU (and
+            # nothing allocates on cuda:0 by default).
+            torch.cuda.set_device(device)
+        group_timeout = _group_timeout(timeout)
+        client = dist.TCPStore(
+            _LOCALHOST, port, world_size, is_master=False, timeout=group_timeout or timedelta(minutes=10)
+        )
+        # device_id binds the NCCL communicator to this rank's GPU at once.
+        options = {"device_id": device} if backend == "nccl" and _ACCEPTS_DEVICE_ID else {}
+        dist.init_process_group(
+            backend, store=client, rank=rank, world_size=world_size, timeout=group_timeout, **options
+        )
+        context = WorkerContext(rank, world_size, device, backend, dist.PrefixStore(_SPAWNED_PREFIX, client), True)
+        result = worker(context, payload)
+        # Pickled here (with the standard pickler: tensors by value) so that an
+        # unpicklable result is reported as this worker's failure, and so that the
+        # parent never depends on this process staying alive to map shared memory.
+        message = pickle.dumps(("ok", result), protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # KeyboardInterrupt and SystemExit are reported too
+        message = pickle.dumps(("error", time.time(), traceback.format_exc()))
+    try:
+        _report(conn, message)
+    finally:
+        conn.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------
+# Spawned workers: the parent side
+
+
+def _exit_description(exitcode):
+    if exitcode is None:
+        return "closed its result channel without reporting a result"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode}) before reporting a result"
+    if exitcode == _ORPHAN_EXIT_CODE:
+        return f"stopped with exit code {exitcode} (it lost its parent process) before reporting a result"
+    # Typically 1: an error before the worker function ran (e.g. importing it failed),
+    # whose traceback the process printed to its standard error.
+    return f"ended with exit code {exitcode} before reporting a result (its error output may say why)"
+
+
+def _receive(rank, process, reader):
+    """The report of worker ``rank`` if one is available now, else None.
+
+    Returns ``("ok", value)``, ``("error", time, text)`` or ``("died", exitcode)``.
+    """
+    if reader.poll():
+        try:
+            data = reader.recv_bytes()
+        except (EOFError, OSError):
+            # The process ended (or closed the channel) without a message; wait
+            # briefly for its exit code, which is set only once it is reaped.
+            process.join(_KILL_GRACE_SECONDS)
+            return ("died", process.exitcode)
+        try:
+            return pickle.loads(data)
+        except Exception as exc:  # any failure to rebuild the result
+            return ("error", time.time(), f"its result could not be unpickled in the calling process: {exc!r}\n")
+    if process.exitcode is not None:
+        return ("died", process.exitcode)
+    return None
+
+
+def _failure(rank, report):
+    if report[0] == "died":
+        return RuntimeError(f"worker {rank} failed: the process {_exit_description(report[1])}.")
+    return RuntimeError(f"worker {rank} failed:\n{report[2]}")
+
+
+def _first_failure(failures):
+    """The exception for the failure that most likely caused the others.
+
+    A rank that died without a word is the likeliest cause (its peers then fail on
+    the broken connection); otherwise the earliest reported error.
+    """
+    died = sorted(rank for rank, report in failures.items() if report[0] == "died")
+    if died:
+        cause = died[0]
+    else:
+        cause = min(failures, key=lambda rank: (failures[rank][1], rank))
+    error = _failure(cause, failures[cause])
+    others = sorted(rank for rank in failures if rank != cause)
+    if others:
+        # Appended to the message (not add_note, Python >= 3.11) so that it shows everywhere.
+        note = f"\n(worker(s) {', '.join(map(str, others))} failed as well, probably as a consequence.)"
+        error = RuntimeError(error.args[0] + note)
+    return error
+
+
+def _collect(processes, readers, deadline, timeout):
+    """Wait for every worker's report; raise on the first failure or at the deadline."""
+    results = [None] * len(processes)
+    pending = set(range(len(processes)))
+    while pending:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError(
+                f"run_distributed: the workers did not finish within timeout={timeout:g} s "
+                f"(rank(s) {', '.join(map(str, sorted(pending)))} still running); all were terminated."
+            )
+        # Waiting on each result channel and each process sentinel together: a report
+        # or a death wakes the parent at once (no polling), even from a crashed worker.
+        owners = {}
+        for rank in pending:
+            owners[readers[rank]] = rank
+            owners[processes[rank].sentinel] = rank
+        ready = {owners[obj] for obj in _wait_for(list(owners), remaining)}
+        failures = {}
+        for rank in sorted(ready):
+            report = _receive(rank, processes[rank], readers[rank])
+            if report is None:
+                continue
+            if report[0] == "ok":
+                results[rank] = report[1]
+                pending.discard(rank)
+            else:
+                failures[rank] = report
+        if failures:
+            # Gather whatever the other ranks reported meanwhile, to name the cause.
+            for rank in sorted(pending - set(failures)):
+                report = _receive(rank, processes[rank], readers[rank])
+                if report is not None and report[0] != "ok":
+                    failures[rank] = report
+            raise _first_failure(failures)
+    return results
+
+
+def _stop(processes, grace):
+    """Terminate and join ``processes``: SIGTERM, SIGKILL after ``grace`` seconds.
+
+    A second KeyboardInterrupt while waiting skips to SIGKILL; it is re-raised once
+    every process is reaped.
+    """
+    interrupt = None
+    try:
+        for process in processes:
+            if process.exitcode is None:
+                process.terminate()
+        deadline = time.monotonic() + grace
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt as exc:
+        interrupt = exc
+    for process in processes:
+        if process.exitcode is None:
+            process.kill()
+    for process in processes:
+        while True:
+            try:
+                process.join()  # SIGKILL cannot be caught: returns promptly
+                break
+            except KeyboardInterrupt as exc:
+                interrupt = exc
+        process.close()
+    if interrupt is not None:
+        raise interrupt
+
+
+def _shutdown(processes, readers, graceful):
+    """Leave no worker process and no open result channel behind, whatever happened.
+
+    ``graceful``: every worker reported and is tearing its group down; give them a
+    moment to exit by themselves before terminating stragglers.
+    """
+    try:
+        if graceful:
+            end = time.monotonic() + _EXIT_SECONDS
+            for process in processes:
+                process.join(max(0.0, end - time.monotonic()))
+            stuck = [rank for rank, process in enumerate(processes) if process.exitcode is None]
+            if stuck:
+                warnings.warn(
+                    f"worker(s) {stuck} reported their result but did not exit within {_EXIT_SECONDS:g} s; "
+                    "terminated them.",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+    finally:
+        # Also after a KeyboardInterrupt during the graceful wait.
+        try:
+            _stop(processes, _KILL_GRACE_SECONDS)
+        finally:
+            for reader in readers:
+                reader.close()
+
+
+def _run_spawned(worker, payload, devices, backend, timeout):
+    context = torch_mp.get_context("spawn")
+    world_size = len(devices)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    processes, readers = [], []
+    store = None
+    succeeded = False
+    try:
+        # The parent serves the store (a thread of this process); port 0 lets the OS
+        # pick a free port, so concurrent runs and other programs never collide.
+        store = dist.TCPStore(
+            _LOCALHOST,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=_group_timeout(timeout) or timedelta(minutes=10),
+        )
+        for rank, device in enumerate(devices):
+            # One one-way pipe per worker for its single report: the parent can wait on
+            # the pipes and the process sentinels at once, and a message is never left
+            # half-written in a channel shared with a worker that was killed.
+            reader, writer = context.Pipe(duplex=False)
+            readers.append(reader)
+            process = context.Process(
+                target=_worker_main,
+                args=(rank, world_size, device, backend, store.port, timeout, os.getpid(), worker, payload, writer),
+                name=f"skgpu_kernel-worker-{rank}",
+            )
+            try:
+                process.start()
+            except (pickle.PicklingError, AttributeError, TypeError) as exc:
+                # The arguments are pickled before the child exists: nothing started.
+                raise TypeError(
+                    f"payload cannot be sent to the worker processes (it must be picklable): {exc}"
+                ) from exc
+            finally:
+                # Only the child may hold the writing end: then a child that dies
+                # leaves the pipe at end-of-file, which wakes the parent.
+                writer.close()
+            processes.append(process)
+        results = _collect(processes, readers, deadline, timeout)
+        succeeded = True
+        return results
+    finally:
+        try:
+            _shutdown(processes, readers, graceful=succeeded)
+        finally:
+            # Dropping the last reference to the master shuts its server down.
+            del store
+
+
+# ----------------------------------------------------------------------------------
+# Shared memory
+
+
+def share_for_workers(array):
+    """Copy ``array`` once into shared memory, for workers spawned by :func:`run_distributed`.
+
+    Parameters
+    ----------
+    array : array-like
+        Numeric data (e.g. the training matrix), any layout, including memory maps.
+
+    Returns
+    -------
+    torch.Tensor
+        A C-contiguous CPU tensor in shared memory with the array's shape and dtype
+        (in native byte order).  Placed in ``run_distributed``'s ``payload`` (at any
+        depth), it reaches every spawned worker as a file descriptor: the workers map
+        the same pages, without copying, and writes by any process are visible to all.
+
+    Raises
+    ------
+    TypeError
+        The dtype has no torch equivalent (strings, objects, unsigned ints that
+        torch lacks).
+
+    Notes
+    -----
+    torch's default sharing strategy on Linux, ``"file_descriptor"``, keeps the
+    segment alive as long as one process (this one or a worker) holds a reference,
+    and releases it when the last reference goes: there is no file to delete, even
+    after a crash.  Each shared tensor holds one file descriptor open in each process
+    that has it; share a few large tensors, not many small ones.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skgpu_kernel.parallel.launch import share_for_workers
+    >>> shared = share_for_workers(np.arange(6.0).reshape(2, 3))
+    >>> shared.is_shared(), tuple(shared.shape)
+    (True, (2, 3))
+    """
+    array = np.asarray(array)
+    native = array.dtype.newbyteorder("=")
+    try:
+        dtype = torch.from_numpy(np.empty(0, dtype=native)).dtype
+    except TypeError:
+        raise TypeError(f"cannot share an array of dtype {array.dtype} with torch workers.") from None
+    if array.flags.c_contiguous and array.dtype.isnative:
+        with warnings.catch_warnings():
+            # from_numpy warns about read-only arrays (memory maps opened with
+            # mode="r"); nothing writes to them: share_memory_ copies the data into a
+            # new shared segment and the tensor no longer refers to the array.
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array).share_memory_()
+    # Other layouts: allocate the shared tensor first and copy into it.  The fresh
+    # allocation is never touched before share_memory_ moves it, so it costs no
+    # physical memory.
+    shared = torch.empty(array.shape, dtype=dtype).share_memory_()
+    shared.numpy()[...] = array
+    return shared
