@@ -173,6 +173,26 @@ def _shard_passes(context, job, sources, dtypes):
     return prefetcher, len(plans[0]), share
 
 
+def _shard_epochs(context, job, sources, dtypes, batch_size, generator):
+    """This rank's prefetcher, its shard's size, and per pass ``(epoch, iterator over its mini-batches)``."""
+    prefetcher, buffers_per_pass, share = _shard_passes(context, job, sources, dtypes)
+
+    def pass_batches(buffers):
+        for _ in range(buffers_per_pass):
+            X, targets, *weights = next(buffers)
+            for _ in range(job.n_rounds):
+                yield from buffer_batches(
+                    X, targets, weights[0] if weights else None, batch_size, job.shuffle, generator
+                )
+
+    def passes():
+        buffers = iter(prefetcher)
+        for epoch in range(job.n_epochs):
+            yield epoch, pass_batches(buffers)
+
+    return prefetcher, share, passes()
+
+
 def _pass_record(epoch, loss_sum, rows, seconds, rate, step, traffic):
     return {
         "epoch": epoch + 1,
@@ -189,48 +209,34 @@ def _data_parallel(context, job, sources, dtypes, loss, coef, intercept, generat
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
     traffic = _Traffic()
     local_batch = max(math.ceil(job.batch_size / context.world_size), 1)
-    prefetcher, buffers_per_pass, _ = _shard_passes(context, job, sources, dtypes)
+    prefetcher, _, passes = _shard_epochs(context, job, sources, dtypes, local_batch, generator)
     step, rate, history = job.start_step, math.nan, []
     callback = job.strategy.callback
     with prefetcher:
-        buffers = iter(prefetcher)
-        for epoch in range(job.n_epochs):
+        for epoch, batches in passes:
             tic = time.perf_counter()
             loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
             rows_total = 0
-            for _ in range(buffers_per_pass):
-                X, targets, *weights = next(buffers)
-                weights = weights[0] if weights else None
-                for _ in range(job.n_rounds):
-                    for X_batch, target_batch, weight_batch in buffer_batches(
-                        X, targets, weights, local_batch, job.shuffle, generator
-                    ):
-                        loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                            loss, coef, intercept, X_batch, target_batch, weight_batch
-                        )
-                        count = torch.full((1,), float(X_batch.shape[0]), dtype=coef.dtype, device=coef.device)
-                        flat = traffic.all_reduce(_pack(coef_gradient, intercept_gradient, loss_sum, count))
-                        coef_gradient, intercept_gradient, loss_sum, count = _unpack(
-                            flat, coef_gradient, intercept_gradient, loss_sum, count
-                        )
-                        global_batch = round(float(count))
-                        rate = job.rule(step, replace(job.context, batch_size=global_batch))
-                        apply_gradient(
-                            coef,
-                            intercept,
-                            coef_gradient,
-                            intercept_gradient,
-                            global_batch,
-                            rate,
-                            job.alpha,
-                            job.fit_intercept,
-                        )
-                        loss_total += loss_sum
-                        rows_total += global_batch
-                        step += 1
-                        if callback is not None:
-                            callback(context.rank, step)
-                    check_finite_loss(loss_total, step, rate)
+            for X_batch, target_batch, weight_batch in batches:
+                loss_sum, coef_gradient, intercept_gradient = batch_gradient(
+                    loss, coef, intercept, X_batch, target_batch, weight_batch
+                )
+                count = torch.full((1,), float(X_batch.shape[0]), dtype=coef.dtype, device=coef.device)
+                flat = traffic.all_reduce(_pack(coef_gradient, intercept_gradient, loss_sum, count))
+                coef_gradient, intercept_gradient, loss_sum, count = _unpack(
+                    flat, coef_gradient, intercept_gradient, loss_sum, count
+                )
+                global_batch = round(float(count))
+                rate = job.rule(step, replace(job.context, batch_size=global_batch))
+                apply_gradient(
+                    coef, intercept, coef_gradient, intercept_gradient, global_batch, rate, job.alpha, job.fit_intercept
+                )
+                loss_total += loss_sum
+                rows_total += global_batch
+                step += 1
+                if callback is not None:
+                    callback(context.rank, step)
+            check_finite_loss(loss_total, step, rate)
             synchronize(coef.device)
             history.append(_pass_record(epoch, loss_total, rows_total, time.perf_counter() - tic, rate, step, traffic))
     return {"history": history, "n_steps": step - job.start_step, "learning_rate": rate, "bytes": traffic.bytes}
@@ -240,7 +246,7 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
     """Parle's inner loop, elastic synchronisation every ``sync_every`` steps; ``coef`` ends as ``xbar``."""
     strategy = job.strategy
     traffic = _Traffic()
-    prefetcher, buffers_per_pass, share = _shard_passes(context, job, sources, dtypes)
+    prefetcher, share, passes = _shard_epochs(context, job, sources, dtypes, job.batch_size, generator)
     steps_per_epoch = job.n_rounds * math.ceil(share / job.batch_size)
     growth = 1.0 + strategy.coupling_growth / max(steps_per_epoch, 1)
     coupling = strategy.coupling
@@ -266,40 +272,33 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
         coupling = min(coupling * growth, strategy.max_coupling)
 
     with prefetcher:
-        buffers = iter(prefetcher)
-        for epoch in range(job.n_epochs):
+        for epoch, batches in passes:
             tic = time.perf_counter()
             loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
             rows_total = 0
-            for _ in range(buffers_per_pass):
-                X, targets, *weights = next(buffers)
-                weights = weights[0] if weights else None
-                for _ in range(job.n_rounds):
-                    for X_batch, target_batch, weight_batch in buffer_batches(
-                        X, targets, weights, job.batch_size, job.shuffle, generator
-                    ):
-                        m = X_batch.shape[0]
-                        loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                            loss, inner[0], inner[1], X_batch, target_batch, weight_batch
-                        )
-                        rate = job.rule(step, replace(job.context, batch_size=m))
-                        gradients = [coef_gradient / m + job.alpha * inner[0], intercept_gradient / m]
-                        if not job.fit_intercept:
-                            gradients[1] = torch.zeros_like(gradients[1])
-                        for y, x, v, g, z in zip(inner, (coef, intercept), velocity, gradients, averaged, strict=True):
-                            v.mul_(strategy.momentum).add_(g)
-                            y.sub_(v, alpha=rate)
-                            y.sub_(y - x, alpha=coupling)
-                            z.mul_(strategy.average).add_(y, alpha=1.0 - strategy.average)
-                        loss_total += loss_sum
-                        rows_total += m
-                        step += 1
-                        local_steps += 1
-                        if local_steps % strategy.sync_every == 0:
-                            synchronise()
-                        if callback is not None:
-                            callback(context.rank, step)
-                    check_finite_loss(loss_total, step, rate)
+            for X_batch, target_batch, weight_batch in batches:
+                m = X_batch.shape[0]
+                loss_sum, coef_gradient, intercept_gradient = batch_gradient(
+                    loss, inner[0], inner[1], X_batch, target_batch, weight_batch
+                )
+                rate = job.rule(step, replace(job.context, batch_size=m))
+                gradients = [coef_gradient / m + job.alpha * inner[0], intercept_gradient / m]
+                if not job.fit_intercept:
+                    gradients[1] = torch.zeros_like(gradients[1])
+                for y, x, v, g, z in zip(inner, (coef, intercept), velocity, gradients, averaged, strict=True):
+                    v.mul_(strategy.momentum).add_(g)
+                    y.sub_(v, alpha=rate)
+                    y.sub_(y - x, alpha=coupling)
+                    z.mul_(strategy.average).add_(y, alpha=1.0 - strategy.average)
+                loss_total += loss_sum
+                rows_total += m
+                step += 1
+                local_steps += 1
+                if local_steps % strategy.sync_every == 0:
+                    synchronise()
+                if callback is not None:
+                    callback(context.rank, step)
+            check_finite_loss(loss_total, step, rate)
             synchronize(coef.device)
             history.append(_pass_record(epoch, loss_total, rows_total, time.perf_counter() - tic, rate, step, traffic))
     if local_steps % strategy.sync_every:
