@@ -29,6 +29,7 @@ import torch
 
 __all__ = [
     "BufferPrefetcher",
+    "RangeMap",
     "RowSource",
     "as_row_source",
     "default_chunk_size",
@@ -522,14 +523,44 @@ def plan_pass(n_rows, buffer_size, chunk_size, rng, shuffle=True):
     return plan
 
 
+class RangeMap:
+    """Positions in the concatenation of ``segments`` mapped onto the rows they stand for.
+
+    The cumulative offsets are computed once, so that mapping many small ranges (a
+    worker's claims, one per update) costs a binary search each.
+
+    Parameters
+    ----------
+    segments : sequence of (int, int)
+        Disjoint row ranges, in the order they are concatenated (e.g. the training
+        rows left by a validation split, a worker's shard, or a pass's chunk order).
+    """
+
+    def __init__(self, segments):
+        self.starts = np.array([start for start, _ in segments], dtype=np.int64)
+        lengths = np.array([stop - start for start, stop in segments], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)])
+
+    def __call__(self, ranges):
+        """Row ranges for ``ranges`` of positions, split where they cross segments."""
+        mapped = []
+        for start, stop in ranges:
+            while start < stop:
+                segment = int(np.searchsorted(self.offsets, start, side="right")) - 1
+                take = int(min(stop, self.offsets[segment + 1]) - start)
+                first = int(self.starts[segment] + start - self.offsets[segment])
+                mapped.append((first, first + take))
+                start += take
+        return mapped
+
+
 def map_ranges(segments, ranges):
     """Map ranges over the concatenation of ``segments`` onto the rows they stand for.
 
     Parameters
     ----------
     segments : sequence of (int, int)
-        Sorted, disjoint row ranges (e.g. the training rows left by a validation
-        split, or one worker's shard).
+        Disjoint row ranges, in concatenation order.
     ranges : sequence of (int, int)
         Ranges of positions in ``range(total length of the segments)``.
 
@@ -544,17 +575,7 @@ def map_ranges(segments, ranges):
     >>> map_ranges([(0, 3), (10, 20)], [(2, 5)])
     [(2, 3), (10, 12)]
     """
-    starts = np.array([start for start, _ in segments])
-    offsets = np.concatenate([[0], np.cumsum([stop - start for start, stop in segments])])
-    mapped = []
-    for start, stop in ranges:
-        while start < stop:
-            segment = int(np.searchsorted(offsets, start, side="right")) - 1
-            take = int(min(stop, offsets[segment + 1]) - start)
-            first = int(starts[segment] + start - offsets[segment])
-            mapped.append((first, first + take))
-            start += take
-    return mapped
+    return RangeMap(segments)(ranges)
 
 
 def plan_passes(segments, buffer_size, seed, first_pass, n_passes, shuffle=True):

@@ -10,6 +10,6 @@ Pass a strategy as ``parallel=`` to :class:`~skgpu_kernel.BufferedSGDRegressor` 
 Workers are torch.distributed processes (:mod:`skgpu_kernel.parallel.launch`).
 """
 
-from .strategies import AdaptiveSGD, DataParallel, ParallelStrategy, Parle
+from .strategies import AdaptiveSGD, DataParallel, ParallelStrategy, Parle, SlowWorker
 
-__all__ = ["AdaptiveSGD", "DataParallel", "ParallelStrategy", "Parle"]
+__all__ = ["AdaptiveSGD", "DataParallel", "ParallelStrategy", "Parle", "SlowWorker"]

@@ -7,6 +7,7 @@ parameters only (``clone`` and ``GridSearchCV`` reach ``parallel__sync_every``).
 """
 
 import os
+import time
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -15,7 +16,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..device import resolve_device
 
-__all__ = ["AdaptiveSGD", "DataParallel", "ParallelStrategy", "Parle"]
+__all__ = ["AdaptiveSGD", "DataParallel", "ParallelStrategy", "Parle", "SlowWorker"]
 
 _COMMON_CONSTRAINTS = {
     "n_workers": [Interval(Integral, 1, None, closed="left")],
@@ -75,9 +76,7 @@ class ParallelStrategy(BaseEstimator):
                 f"{cpu_workers} CPU workers on a machine with {cores} cores: each worker needs a core of its own. "
                 f"Use at most {cores} (n_workers or devices)."
             )
-        cuda = [device for device in devices if device.type == "cuda"]
-        if len({(device.index or 0) for device in cuda}) < len(cuda) and len(cuda) == len(devices):
-            raise ValueError(f"devices={self.devices!r} repeats a GPU: NCCL needs one GPU per worker.")
+        # Workers sharing a GPU are allowed: they then talk over gloo, as NCCL needs one GPU each.
         return devices
 
 
@@ -123,7 +122,11 @@ class Parle(ParallelStrategy):
     the replicas (one all-reduce) and the inner loop restarts from the replica.  The
     coupling grows by a factor ``1 + coupling_growth / B`` per synchronisation
     (``B`` steps per epoch), up to ``max_coupling``, so the replicas tighten as
-    training proceeds.  The fitted model is the final reference ``xbar``.
+    training proceeds.  The fitted model is the final reference ``xbar``.  An inner
+    step takes the scaling rule's learning rate for the combined batch of all
+    workers (``batch_size * n_workers``), counted in the worker's own steps per
+    epoch: averaging the replicas' steps amounts to one step on every worker's
+    samples, as in :class:`DataParallel`.
 
     With one worker, no coupling and ``average=0`` this is SGD with momentum; with
     ``sync_every=1`` it is elastic averaging SGD.
@@ -135,6 +138,10 @@ class Parle(ParallelStrategy):
     sync_every : int, default=25
         Steps ``L`` between synchronisations.
     momentum : float in [0, 1), default=0.9
+        Momentum of the inner steps, with dampening ``1 - momentum`` (the velocity
+        is an average of gradients), so that the scaling rule's learning rate keeps
+        its meaning: without it the effective step would be ``1 / (1 - momentum)``
+        times larger and analytic rules would overshoot.
     average : float in [0, 1), default=0.75
         Weight ``alpha`` of the running average ``z``.
     coupling : float in [0, 1), default=0.01
@@ -265,3 +272,47 @@ class AdaptiveSGD(ParallelStrategy):
     def samples_between_merges(self, batch_size, n_workers):
         """``merge_every`` resolved."""
         return 16 * batch_size * n_workers if self.merge_every == "auto" else self.merge_every
+
+
+class SlowWorker:
+    """A ``callback`` that makes one worker compute ``factor`` times slower, for experiments.
+
+    After each update of worker ``rank`` it sleeps ``factor - 1`` times the CPU time
+    that worker's thread used since its previous update, so its computation, not its
+    communication, slows down.  Sleeps below a millisecond are carried over to a later
+    update (``time.sleep`` overshoots them), so the slow-down is right on average.  A
+    class of the package, so that spawned workers can unpickle it from any script,
+    notebook or documentation build.
+
+    Parameters
+    ----------
+    rank : int, default=1
+    factor : float, default=2.0
+
+    Examples
+    --------
+    >>> from skgpu_kernel.parallel import AdaptiveSGD, SlowWorker
+    >>> AdaptiveSGD(n_workers=2, callback=SlowWorker(rank=1, factor=2.0)).callback.factor
+    2.0
+    """
+
+    def __init__(self, rank=1, factor=2.0):
+        self.rank = rank
+        self.factor = factor
+        self._cpu = None
+        self._owed = 0.0
+
+    def __repr__(self):
+        return f"SlowWorker(rank={self.rank}, factor={self.factor})"
+
+    def __call__(self, rank, step):
+        if rank != self.rank:
+            return
+        cpu = time.thread_time()
+        if self._cpu is not None:
+            self._owed += (self.factor - 1.0) * (cpu - self._cpu)
+        if self._owed >= 1e-3:
+            tic = time.perf_counter()
+            time.sleep(self._owed)
+            self._owed -= time.perf_counter() - tic
+        self._cpu = time.thread_time()

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..buffer import BufferPrefetcher, as_row_source, map_ranges, plan_pass, plan_passes
+from ..buffer import BufferPrefetcher, RangeMap, as_row_source, map_ranges, plan_pass, plan_passes
 from ..device import synchronize
 from ..solvers.losses import make_loss
 from ..solvers.sgd import apply_gradient, batch_gradient, buffer_batches, check_finite_loss
@@ -248,6 +248,8 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
     traffic = _Traffic()
     prefetcher, share, passes = _shard_epochs(context, job, sources, dtypes, job.batch_size, generator)
     steps_per_epoch = job.n_rounds * math.ceil(share / job.batch_size)
+    # A worker passes over its shard only: its schedule counts its own steps per epoch.
+    schedule = replace(job.context, steps_per_epoch=steps_per_epoch)
     growth = 1.0 + strategy.coupling_growth / max(steps_per_epoch, 1)
     coupling = strategy.coupling
     # Replica x (coef, intercept), inner variable y, running average z, momentum v.
@@ -281,12 +283,14 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
                 loss_sum, coef_gradient, intercept_gradient = batch_gradient(
                     loss, inner[0], inner[1], X_batch, target_batch, weight_batch
                 )
-                rate = job.rule(step, replace(job.context, batch_size=m))
+                # Averaging the replicas' steps is one step on the samples of all workers:
+                # the rule sees that combined batch, as DataParallel's does.
+                rate = job.rule(step, replace(schedule, batch_size=m * context.world_size))
                 gradients = [coef_gradient / m + job.alpha * inner[0], intercept_gradient / m]
                 if not job.fit_intercept:
                     gradients[1] = torch.zeros_like(gradients[1])
                 for y, x, v, g, z in zip(inner, (coef, intercept), velocity, gradients, averaged, strict=True):
-                    v.mul_(strategy.momentum).add_(g)
+                    v.mul_(strategy.momentum).add_(g, alpha=1.0 - strategy.momentum)
                     y.sub_(v, alpha=rate)
                     y.sub_(y - x, alpha=coupling)
                     z.mul_(strategy.average).add_(y, alpha=1.0 - strategy.average)
@@ -318,9 +322,12 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
     low, high = strategy.batch_bounds(job.batch_size)
     batch = min(max(job.batch_size, low), high)
     between = strategy.samples_between_merges(job.batch_size, world)
+    # Earlier updates (partial_fit) count in this worker's updates, about world * batch samples each.
+    epochs_before = job.start_step * world * job.batch_size / n_train
     n_merges = math.ceil(total / between)
     # Small chunks keep the rows of one claim from different places of the data.
     chunk = max(1, low // 8)
+    training_rows = RangeMap(job.segments)
     pass_orders = {}
 
     def rows_of(start, stop):
@@ -330,10 +337,9 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
             if index not in pass_orders:
                 pass_orders.clear()
                 rng = np.random.RandomState([job.seed, job.first_pass + index, 1])
-                order = plan_pass(n_train, n_train, chunk, rng, shuffle=job.shuffle)[0]
-                pass_orders[index] = order
+                pass_orders[index] = RangeMap(plan_pass(n_train, n_train, chunk, rng, shuffle=job.shuffle)[0])
             take = min(stop - start, n_train - offset)
-            ranges += map_ranges(job.segments, map_ranges(pass_orders[index], [(offset, offset + take)]))
+            ranges += training_rows(pass_orders[index]([(offset, offset + take)]))
             start += take
         return ranges
 
@@ -375,6 +381,7 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
             {
                 "merge": merges_done + 1,
                 "epoch": boundary(merges_done + 1) / n_train,
+                "seconds": elapsed,
                 "merge_weights": weights.tolist(),
                 "worker_batch_sizes": shares[world : 2 * world].tolist(),
                 "worker_samples_per_second": shares[2 * world : 3 * world].tolist(),
@@ -405,9 +412,11 @@ def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
         X_batch, target_batch, *weights = read(rows_of(start, stop))
         m = X_batch.shape[0]
         # The schedule sees the global position of this claim, in this worker's own updates.
+        # The schedule sees the claim's position in epochs (continuing earlier calls),
+        # counted in this worker's own updates.
         steps_per_epoch = n_train / (world * batch)
         schedule = replace(job.context, batch_size=m, steps_per_epoch=steps_per_epoch)
-        rate = job.rule(int(start / n_train * steps_per_epoch), schedule)
+        rate = job.rule(int((epochs_before + start / n_train) * steps_per_epoch), schedule)
         loss_sum, coef_gradient, intercept_gradient = batch_gradient(
             loss, coef, intercept, X_batch, target_batch, weights[0] if weights else None
         )
