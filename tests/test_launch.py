@@ -24,6 +24,8 @@ import torch.multiprocessing as torch_mp
 from skgpu_kernel.parallel import launch
 from skgpu_kernel.parallel.launch import WorkerContext, resolve_backend, run_distributed, share_for_workers
 
+from ._processes import child_processes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Upper bound on any one run in these tests: spawning two interpreters that import
@@ -119,30 +121,6 @@ def _torchrun_like_main(index, port, out_dir):
 # Helpers
 
 
-def _children(pid):
-    """(pid, state) of the processes whose parent is ``pid``, zombies included.
-
-    multiprocessing's resource tracker (a helper process some libraries start) is not
-    a worker and is left out.
-    """
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-        except OSError:
-            continue  # ended meanwhile
-        # The command name (in parentheses) may contain spaces: fields start after it.
-        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
-        if int(parent) == pid and b"resource_tracker" not in cmdline:
-            found.append((int(entry), state))
-    return found
-
-
 def _alive(pid):
     """Whether process ``pid`` exists and is not a zombie."""
     try:
@@ -154,11 +132,8 @@ def _alive(pid):
 
 
 def _assert_no_workers_left():
-    import multiprocessing
-
-    assert multiprocessing.active_children() == []
     if os.path.isdir("/proc"):
-        assert _children(os.getpid()) == []
+        assert child_processes() == []
 
 
 # ----------------------------------------------------------------------------------

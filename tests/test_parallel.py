@@ -16,6 +16,8 @@ from skgpu_kernel import BufferedSGDClassifier, BufferedSGDRegressor
 from skgpu_kernel.parallel import AdaptiveSGD, DataParallel, Parle
 from skgpu_kernel.scaling import ConstantRule, EigenProRule
 
+from ._processes import child_processes, wait_for_no_children
+
 needs_two_cores = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two CPU workers need two cores")
 
 
@@ -24,34 +26,6 @@ def _regression(n=100_000, d=30, seed=0):
     X = rng.randn(n, d).astype(np.float32)
     y = X @ rng.randn(d) + 0.5 + rng.randn(n)
     return X, y
-
-
-def _children():
-    """PIDs of this process's child processes (from /proc), but multiprocessing's resource tracker.
-
-    The tracker is one helper per Python process, started by the first spawn of any
-    multiprocessing user and ending with its parent; it is not a worker.
-    """
-    me, children = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{entry}/cmdline") as cmdline:
-                    command = cmdline.read()
-            except OSError:
-                continue
-            if int(fields[1]) == me and fields[0] != "Z" and "resource_tracker" not in command:
-                children.append(int(entry))
-    return children
-
-
-def _wait_for_no_children(seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while _children() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return _children()
 
 
 def slow_second_worker(rank, step):
@@ -86,7 +60,7 @@ def test_two_workers_match_the_single_worker_regression(name):
     parallel_mse = np.mean((parallel.predict(X_test) - y_test) ** 2)
     assert parallel_mse <= 1.02 * single_mse
     assert parallel.n_workers_ == 2 and parallel.communication_bytes_ > 0
-    assert not _wait_for_no_children()
+    assert not wait_for_no_children()
 
 
 @needs_two_cores
@@ -136,7 +110,7 @@ def test_a_failing_worker_raises_in_the_caller_and_leaves_no_process():
     with pytest.raises(RuntimeError, match=r"worker \d failed(.|\n)*learning rate"):
         model.fit(X, y)
     assert not hasattr(model, "coef_")
-    assert not _wait_for_no_children()
+    assert not wait_for_no_children()
 
 
 def _joined_fit(rank, port, X, y, queue):
@@ -193,7 +167,7 @@ def test_bad_strategies_fail_before_any_process_starts():
 
     with pytest.raises(ValueError, match="cannot hand a Dataset"):
         BufferedSGDRegressor(parallel=DataParallel(1)).fit(Dataset(X), y)
-    assert not _children()
+    assert not child_processes()
 
 
 def test_strategies_are_cloneable_and_tunable():

@@ -1,0 +1,38 @@
+"""Which child processes a test left behind (read from /proc)."""
+
+import os
+import time
+
+# Helpers that outlive any one test by design, not workers of ours: multiprocessing's
+# resource tracker (one per process) and joblib's reusable loky pool (started by the
+# tests that fit with n_jobs=2).
+_PERSISTENT_HELPERS = (b"resource_tracker", b"loky")
+
+
+def child_processes(pid=None):
+    """``(pid, state)`` of the processes whose parent is ``pid`` (default: this process), zombies included."""
+    pid = os.getpid() if pid is None else pid
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue  # ended meanwhile
+        # The command name (in parentheses) may contain spaces: fields start after it.
+        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+        if int(parent) == pid and not any(helper in cmdline for helper in _PERSISTENT_HELPERS):
+            found.append((int(entry), state))
+    return found
+
+
+def wait_for_no_children(seconds=10.0):
+    """The children still there after waiting up to ``seconds`` for them to go."""
+    deadline = time.monotonic() + seconds
+    while child_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return child_processes()
