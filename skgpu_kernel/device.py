@@ -15,6 +15,7 @@ import warnings
 import torch
 
 __all__ = [
+    "CentersMemoryPlan",
     "TrainingMemoryPlan",
     "available_memory",
     "batch_limit",
@@ -299,6 +300,65 @@ class TrainingMemoryPlan:
             return batch * (self.row_bytes + self.column_block(batch) * self.entry_bytes)
 
         return batch_limit(self.budget, self.fixed_bytes, bytes_for_batch, self.n_rows)
+
+
+class CentersMemoryPlan:
+    """Linear memory model of EigenPro 3: ``n`` training rows, ``p`` centers, subsample ``s``.
+
+    Fixed: the training rows, targets and weights; the raw and prepared centers and
+    ``copies_of_outputs`` coefficient arrays of p x l; the prepared subsample and its
+    s x s float64 eigenvectors.  Optional fixed parts, decided in this order:
+    the p x p float64 Cholesky factor of the exact projection (counted twice, for
+    the Gram matrix it is factorised from), ``K(Z, X_S)`` (p x s) and the cached
+    ``K(X, Z)`` (n x p).  Per batch row: the row, residual-sized buffers and one row
+    of ``K(X_B, Z)`` and of ``K(X_B, X_S)``, each kernel entry counted
+    ``1 + extra_blocks`` times.
+
+    Parameters
+    ----------
+    budget : int
+        Bytes available.
+    n_rows, n_centers, n_features, n_outputs, subsample_size : int
+    itemsize : int
+        Bytes per value of the training dtype.
+    extra_blocks : int
+        The kernel's temporary blocks (``Kernel.extra_blocks``).
+    copies_of_outputs : int, default=5
+    """
+
+    def __init__(
+        self,
+        budget,
+        n_rows,
+        n_centers,
+        n_features,
+        n_outputs,
+        subsample_size,
+        itemsize,
+        extra_blocks,
+        copies_of_outputs=5,
+    ):
+        self.budget, self.n_rows, self.n_centers = budget, n_rows, n_centers
+        self.itemsize = itemsize
+        self.entry_bytes = itemsize * (1 + extra_blocks)
+        self.fixed_bytes = (
+            itemsize
+            * (n_rows * (n_features + n_outputs + 1) + n_centers * (2 * n_features + copies_of_outputs * n_outputs))
+            + itemsize * 2 * subsample_size * n_features
+            + 8 * subsample_size**2
+        )
+        self.projection_bytes = 2 * 8 * n_centers**2
+        self.subsample_block_bytes = itemsize * n_centers * subsample_size
+        self.cache_bytes = itemsize * n_rows * n_centers
+        self.row_bytes = itemsize * (n_features + 4 * n_outputs) + (n_centers + subsample_size) * self.entry_bytes
+
+    def free_bytes(self, *extras):
+        """Budget left after the fixed costs and the given optional parts."""
+        return self.budget - self.fixed_bytes - sum(extras)
+
+    def max_batch(self, *extras):
+        """Largest batch that fits next to the fixed costs and ``extras`` (at least 1)."""
+        return min(rows_within_budget(self.budget, self.fixed_bytes + sum(extras), self.row_bytes), self.n_rows)
 
 
 def synchronize(device):

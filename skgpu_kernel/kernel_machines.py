@@ -18,16 +18,29 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
 
-from .blockwise import kernel_predict, measure_batch_capacity
-from .device import TrainingMemoryPlan, resolve_device, resolve_dtype, resolve_memory_budget
+from .blockwise import kernel_matmul_rows, kernel_predict, measure_batch_capacity
+from .device import (
+    CentersMemoryPlan,
+    TrainingMemoryPlan,
+    column_block_size,
+    resolve_device,
+    resolve_dtype,
+    resolve_memory_budget,
+)
 from .kernels import KERNEL_NAMES, make_kernel
 from .preconditioner import max_usable_components, plan_preconditioner
 from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.eigenpro import fit_eigenpro
+from .solvers.eigenpro3 import CenterProjection, fit_eigenpro3, kernel_block_rows
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
+
+
+# Relative jitter on K(centers, centers) for the exact projection (at least ten rounding
+# errors of the training dtype, below which the solve would amplify rounding noise).
+_PROJECTION_JITTER = 1e-10
 
 
 def _auto_subsample_size(n_samples):
@@ -57,6 +70,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "warm_start": ["boolean"],
+        "n_centers": [None, Interval(Integral, 1, None, closed="left")],
+        "centers": [None, "array-like"],
+        "cache_kernel": ["boolean", StrOptions({"auto"})],
     }
 
     def __init__(
@@ -81,6 +97,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         random_state=None,
         verbose=0,
         warm_start=False,
+        n_centers=None,
+        centers=None,
+        cache_kernel="auto",
     ):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -101,6 +120,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
         self.warm_start = warm_start
+        self.n_centers = n_centers
+        self.centers = centers
+        self.cache_kernel = cache_kernel
 
     # --- fitting -------------------------------------------------------------------
 
@@ -132,6 +154,24 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
         n, n_features = X_train.shape
         n_outputs = Y_train.shape[1]
+        if self.n_centers is not None or self.centers is not None:
+            return self._fit_with_centers(
+                X_train,
+                Y_train,
+                w_train,
+                validation,
+                kernel,
+                bandwidth,
+                offset,
+                device,
+                dtype,
+                budget,
+                scaling_rule,
+                rng,
+                generator,
+                epochs_done,
+                steps_done,
+            )
         order = rng.permutation(n)
         coef_init = self._warm_start_coef(X_train, order)
         to_device = _DeviceCopier(device, dtype, offset)
@@ -225,9 +265,239 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.history_ = result.history
         self.centers_ = X_train[order].astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
+        self.n_centers_ = n
+        self.projection_ = None
+        self.kernel_cached_ = False
         self._training_order = order
         self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
         return self
+
+    def _fit_with_centers(
+        self,
+        X_train,
+        Y_train,
+        w_train,
+        validation,
+        kernel,
+        bandwidth,
+        offset,
+        device,
+        dtype,
+        budget,
+        scaling_rule,
+        rng,
+        generator,
+        epochs_done,
+        steps_done,
+    ):
+        """EigenPro 3 on ``p`` centers distinct from the training points (``n_centers`` or ``centers``)."""
+        n, n_features = X_train.shape
+        n_outputs = Y_train.shape[1]
+        order = rng.permutation(n)
+        Z_host = self._resolve_centers(X_train, order, n_features)
+        n_centers = Z_host.shape[0]
+        # Drawn centers are the first p shuffled rows, so a subsample of at most p rows
+        # (the first s) lies among them and the solver's correction is then exactly
+        # EigenPro 3's.  The model resolves at most p directions anyway.
+        subsample_size = (
+            min(_auto_subsample_size(n), n_centers) if self.subsample_size == "auto" else min(self.subsample_size, n)
+        )
+
+        to_device = _DeviceCopier(device, dtype, offset)
+        X_dev = to_device(X_train[order])
+        Y_dev = to_device(Y_train[order], center=False)
+        w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
+        Z_dev = to_device(Z_host)
+        centers_dev = kernel.prepare_centers(Z_dev)
+        subsample_dev = kernel.prepare_centers(X_dev[:subsample_size])
+        coef_init = self._warm_start_center_coef(Z_host)
+        coef = (
+            torch.zeros(n_centers, n_outputs, dtype=dtype, device=device)
+            if coef_init is None
+            else coef_init.to(device, dtype)
+        )
+
+        memory = CentersMemoryPlan(
+            budget,
+            n,
+            n_centers,
+            n_features,
+            n_outputs,
+            subsample_size,
+            torch.finfo(dtype).bits // 8,
+            kernel.extra_blocks,
+        )
+        if memory.free_bytes(memory.projection_bytes) < memory.row_bytes:
+            raise NotImplementedError(
+                f"The exact projection onto {n_centers} centers needs {memory.projection_bytes} bytes for "
+                f"K(centers, centers) and its Cholesky factor, which do not fit memory_budget={budget} bytes next "
+                f"to the other fixed costs ({memory.fixed_bytes} bytes); the inexact projection by EigenPro 2 "
+                "iterations on the centers is not implemented yet. Use fewer centers or a larger memory_budget."
+            )
+        reserved = [memory.projection_bytes]
+        # K(Z, X_S) enters every step; storing it saves p * s kernel evaluations per step.
+        store_subsample_block = memory.subsample_block_bytes <= memory.free_bytes(*reserved) // 4
+        if store_subsample_block:
+            reserved.append(memory.subsample_block_bytes)
+        # The cache must leave room for a minimal batch, or training could not run at all.
+        room = memory.free_bytes(*reserved) - memory.row_bytes * min(n, 64)
+        cache_fits = memory.cache_bytes <= room
+        if self.cache_kernel is True and not cache_fits:
+            raise ValueError(
+                f"cache_kernel=True: K(X, centers) for {n} rows and {n_centers} centers needs "
+                f"{memory.cache_bytes} bytes, but memory_budget={budget} bytes leaves {max(room, 0)} bytes "
+                "next to the other fixed costs. Use cache_kernel='auto' or a larger memory_budget."
+            )
+        cached = cache_fits if self.cache_kernel == "auto" else bool(self.cache_kernel)
+        if cached:
+            reserved.append(memory.cache_bytes)
+        memory_limit = memory.max_batch(*reserved)
+        free = max(memory.free_bytes(*reserved), 0)
+
+        def column_block_for(batch_size):
+            return column_block_size(device, batch_size, n_centers, memory.entry_bytes, free // 2)
+
+        if self.batch_size == "auto":
+            capacity, throughputs = measure_batch_capacity(
+                kernel, X_dev, centers_dev, n_outputs, memory_limit, column_block_for
+            )
+        else:
+            capacity, throughputs = min(self.batch_size, n), {}
+        plan = plan_preconditioner(
+            kernel,
+            X_dev,
+            subsample_dev,
+            subsample_size,
+            capacity,
+            self.n_components,
+            self.damping,
+            column_block_for(1024),
+        )
+        n_components = plan.preconditioner.n_components
+        _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
+        batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
+        learning_rate_for = _learning_rate_function(scaling_rule, plan, self.n_epochs)
+        warn_if_warmup_fills_run(
+            scaling_rule, _schedule_context(plan, batch_size, math.ceil(n / batch_size), self.n_epochs)
+        )
+        column_block = column_block_for(batch_size)
+        row_block = max(min(batch_size, 4096), 1)
+        jitter = max(_PROJECTION_JITTER, 10 * torch.finfo(dtype).eps)
+        projection = CenterProjection(kernel, Z_dev, jitter, dtype)
+        if store_subsample_block:
+            subsample_block = kernel_block_rows(kernel, Z_dev, subsample_dev, row_block, column_block)
+
+            def to_subsample(values):
+                return subsample_block.T @ values
+
+            def from_subsample(values):
+                return subsample_block @ values
+        else:
+            subsample_rows = X_dev[:subsample_size]
+
+            def to_subsample(values):
+                return kernel_matmul_rows(kernel, subsample_rows, centers_dev, values, row_block, column_block)
+
+            def from_subsample(values):
+                return kernel_matmul_rows(kernel, Z_dev, subsample_dev, values, row_block, column_block)
+
+        cached_block = kernel_block_rows(kernel, X_dev, centers_dev, row_block, column_block) if cached else None
+        if self.verbose:
+            print(
+                f"[{type(self).__name__}] EigenPro 3: device={device}, dtype={self.dtype}, n={n}, "
+                f"{n_centers} centers, exact projection, kernel {'cached' if cached else 'streamed'}, "
+                f"batch capacity m_G={capacity} (memory limit {memory_limit}), {n_components} components, "
+                f"batch size {batch_size}, scaling rule {scaling_rule!r}"
+            )
+        validation_dev = None
+        if validation is not None:
+            X_val, Y_val = validation
+            validation_dev = (to_device(X_val), to_device(Y_val, center=False), self._validation_score)
+        result = fit_eigenpro3(
+            kernel,
+            X_dev,
+            Y_dev,
+            centers_dev,
+            coef,
+            plan.preconditioner if n_components else None,
+            to_subsample,
+            from_subsample,
+            projection,
+            batch_size=batch_size,
+            learning_rate_for=learning_rate_for,
+            column_block=column_block,
+            n_epochs=self.n_epochs,
+            generator=generator,
+            cached_block=cached_block,
+            weights=w_dev,
+            validation=validation_dev,
+            n_iter_no_change=self.n_iter_no_change,
+            tol=self.tol,
+            first_step=steps_done,
+            log=print if self.verbose else None,
+        )
+
+        self.device_ = str(device)
+        self.dtype_ = np.dtype(self.dtype)
+        self.memory_budget_ = budget
+        self.kernel_ = kernel
+        self.bandwidth_ = bandwidth
+        self.X_offset_ = offset
+        self.subsample_size_ = subsample_size
+        self.top_eigenvalues_ = plan.eigenvalues[: n_components + 1].copy()
+        self.n_components_ = n_components
+        self.batch_capacity_ = capacity
+        self.throughput_probe_ = throughputs
+        self.critical_batch_size_ = (plan.critical_batch, plan.critical_batch_preconditioned)
+        self.scaling_rule_ = scaling_rule
+        self.batch_size_ = result.batch_size
+        self.learning_rate_ = result.learning_rate
+        self.n_epochs_ = result.n_epochs
+        self.n_epochs_total_ = epochs_done + result.n_epochs
+        self.n_steps_total_ = steps_done + result.n_steps
+        self.history_ = result.history
+        self.centers_ = Z_host.astype(self.dtype_, copy=False)
+        self.dual_coef_ = result.coef.cpu().numpy()
+        self.n_centers_ = n_centers
+        self.projection_ = "exact"
+        self.kernel_cached_ = cached
+        self._training_order = order
+        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
+        return self
+
+    def _resolve_centers(self, X_train, order, n_features):
+        """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
+        if self.n_centers is not None and self.centers is not None:
+            raise ValueError("Give either n_centers or centers, not both.")
+        if self.centers is not None:
+            centers = check_array(self.centers, dtype=np.float64, ensure_all_finite=True, input_name="centers")
+            if centers.shape[1] != n_features:
+                raise ValueError(f"centers has {centers.shape[1]} features, but X has {n_features} features.")
+            return centers
+        n = X_train.shape[0]
+        n_centers = self.n_centers
+        if n_centers > n:
+            warnings.warn(
+                f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.",
+                UserWarning,
+                stacklevel=4,
+            )
+            n_centers = n
+        return np.asarray(X_train[order[:n_centers]], dtype=np.float64)
+
+    def _warm_start_center_coef(self, centers):
+        """Previous coefficients when warm starting on the same centers, or None for a fresh fit."""
+        if not (self.warm_start and hasattr(self, "dual_coef_")):
+            return None
+        if self.centers_.shape != centers.shape or not np.array_equal(
+            centers.astype(self.dtype_, copy=False), self.centers_
+        ):
+            raise ValueError(
+                "warm_start=True continues from the previous coefficients, which belong to the previous "
+                "centers: fit must be called with the same centers (same X, n_centers and random_state, or "
+                "the same centers array). Set warm_start=False to fit new centers."
+            )
+        return torch.as_tensor(self.dual_coef_)
 
     def _split_validation(self, X, Y, weights, stratify, rng):
         if not self.early_stopping:
@@ -445,7 +715,29 @@ default="eigenpro"
     verbose : int, default=0
         Print the decisions taken and one line per epoch.
     warm_start : bool, default=False
-        Continue from the previous coefficients; ``X`` must be the same data.
+        Continue from the previous coefficients; ``X`` must be the same data (and,
+        with ``n_centers`` or ``centers``, the centers the same).
+    n_centers : int, default=None
+        None (with ``centers=None``) puts a center at every training point and
+        trains by EigenPro 2.  An integer ``p`` takes a seeded uniform subsample of
+        ``p`` training rows as centers (clamped to ``n`` with a warning) and trains
+        by EigenPro 3: each batch's preconditioned gradient is evaluated at the
+        centers and projected onto their span, so memory grows with ``p``, not
+        ``n``.  The Nystrom subsample is then drawn among the centers
+        (``subsample_size="auto"`` is at most ``p``).
+    centers : array-like of shape (p, n_features), default=None
+        Explicit centers for EigenPro 3 (finite; not together with ``n_centers``).
+    cache_kernel : bool or "auto", default="auto"
+        EigenPro 3 only (not used when every training point is a center).  When
+        ``K(X, centers)`` (n x p in ``dtype``) fits ``memory_budget`` next to the
+        fixed costs, ``"auto"`` computes it once in blocks and reuses it every
+        epoch; otherwise it is recomputed per batch.  ``True`` raises a
+        ``ValueError`` when it does not fit; ``False`` always recomputes.
+        EigenPro 3's projection is exact: ``K(centers, centers)`` is factorised
+        once (float64 Cholesky with a tiny jitter).  When its ``16 p^2`` bytes do
+        not fit ``memory_budget``, ``fit`` raises ``NotImplementedError``: the
+        inexact projection by EigenPro 2 iterations on the centers is not
+        implemented yet.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -492,10 +784,18 @@ _COMMON_ATTRIBUTES = """
         step), ``learning_rate`` (step size of the epoch's last update, at the
         epoch's batch size), ``validation_score`` when early stopping, and
         ``seconds``.
-    centers_ : ndarray of shape (n_centers, n_features)
-        Training points serving as centers, in the order of the internal shuffle.
-    dual_coef_ : ndarray of shape (n_centers, n_outputs)
+    centers_ : ndarray of shape (n_centers_, n_features)
+        Centers: the training points in the order of the internal shuffle
+        (EigenPro 2), or the drawn or given centers (EigenPro 3).
+    dual_coef_ : ndarray of shape (n_centers_, n_outputs)
         Coefficients ``alpha`` of ``f(x) = sum_j alpha_j k(c_j, x)``.
+    n_centers_ : int
+        Number of centers ``p``.
+    projection_ : {"exact"} or None
+        How EigenPro 3 projected onto the centers (None for EigenPro 2).
+    kernel_cached_ : bool
+        Whether ``K(X, centers_)`` was computed once and reused (always False for
+        EigenPro 2).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Defined when ``X`` has string feature names.
