@@ -387,16 +387,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         if store_subsample_block:
             subsample_block = kernel_block_rows(kernel, Z_dev, subsample_dev, row_block, column_block)
 
-            def to_subsample(values):
-                return subsample_block.T @ values
-
             def from_subsample(values):
                 return subsample_block @ values
         else:
-            subsample_rows = X_dev[:subsample_size]
-
-            def to_subsample(values):
-                return kernel_matmul_rows(kernel, subsample_rows, centers_dev, values, row_block, column_block)
 
             def from_subsample(values):
                 return kernel_matmul_rows(kernel, Z_dev, subsample_dev, values, row_block, column_block)
@@ -420,7 +413,6 @@ class _BaseAdaptiveKernel(BaseEstimator):
             centers_dev,
             coef,
             plan.preconditioner if n_components else None,
-            to_subsample,
             from_subsample,
             projection,
             batch_size=batch_size,

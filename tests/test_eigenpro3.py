@@ -47,7 +47,9 @@ def test_converges_to_the_nystrom_least_squares_solution_on_given_centers():
 
 def test_drawn_centers_reach_the_least_squares_fit_with_sgd():
     X, y, _, _ = _problem(seed=1)
-    model = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, n_centers=150, n_epochs=30, dtype="float64", random_state=0)
+    model = AdaptiveKernelRegressor(
+        bandwidth=BANDWIDTH, n_centers=150, n_epochs=30, batch_size=128, dtype="float64", random_state=0
+    )
     model.fit(X, y)
     centers = model.centers_
     assert centers.shape == (150, X.shape[1])

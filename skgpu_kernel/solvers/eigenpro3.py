@@ -112,7 +112,6 @@ def fit_eigenpro3(
     centers,
     coef,
     preconditioner,
-    to_subsample,
     from_subsample,
     projection,
     batch_size,
@@ -142,9 +141,9 @@ def fit_eigenpro3(
         Initial coefficients, updated in place.
     preconditioner : EigenProPreconditioner or None
         The data preconditioner on ``subsample`` (None: plain projected SGD).
-    to_subsample, from_subsample : callable
-        ``v -> K(X_S, Z) @ v`` and ``c -> K(Z, X_S) @ c`` for the Nystrom subsample
-        ``X_S`` (used only with a preconditioner).
+    from_subsample : callable
+        ``c -> K(Z, X_S) @ c`` for the Nystrom subsample ``X_S`` (used once, with a
+        preconditioner, to build the correction's ``p x k`` factors).
     projection : callable
         ``projection(h) -> theta`` solving ``K(Z, Z) theta = h``.
     batch_size : int
@@ -176,6 +175,13 @@ def fit_eigenpro3(
     rollback = 1.0
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
     correct = preconditioner is not None and preconditioner.n_components > 0
+    if correct:
+        # The correction is linear in the projected gradient: with N = K(Z, X_S) Psi
+        # (p x k) and M = K(Z, Z)^{-1} N, computed once, a step needs N^T and M
+        # products instead of a second projection (a solve with the p x p factor)
+        # and two products with K(Z, X_S) (p x s).
+        flattening = from_subsample(preconditioner.eigenvectors)
+        lifting = projection(flattening)
 
     history = []
     best_score, best_coef, epochs_without_gain = -math.inf, None, 0
@@ -205,9 +211,8 @@ def fit_eigenpro3(
             direction = projection(block.T @ weighted)
             if correct:
                 # Psi D Psi^T applied to the projected gradient's values at X_S (see the module notes).
-                values = preconditioner.eigenvectors.T @ to_subsample(direction)
-                correction = preconditioner.eigenvectors @ (preconditioner.scales[:, None] * values)
-                direction -= projection(from_subsample(correction))
+                values = flattening.T @ direction
+                direction -= lifting @ (preconditioner.scales[:, None] * values)
             # The last batch of an epoch may be smaller: its step follows its own size.
             scale = rollback * learning_rate_for(step, batch.shape[0], steps_per_epoch) / batch.shape[0]
             coef.sub_(direction, alpha=scale)
