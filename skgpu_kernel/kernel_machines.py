@@ -18,13 +18,15 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._validation import check_sample_weight
 from .blockwise import kernel_matmul_rows, kernel_predict, measure_batch_capacity
 from .device import (
     CentersMemoryPlan,
     TrainingMemoryPlan,
     column_block_size,
+    prediction_device,
     resolve_device,
     resolve_dtype,
     resolve_memory_budget,
@@ -128,11 +130,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
-        weights = _check_sample_weight(sample_weight, X, dtype=np.float64)
-        if np.any(weights < 0):
-            raise ValueError("sample_weight must be non-negative.")
-        if not np.any(weights > 0):
-            raise ValueError("sample_weight is zero for every sample; there is nothing to fit.")
+        weights = check_sample_weight(sample_weight, X.shape[0])
         keep = weights > 0
         X, Y, weights = X[keep], Y[keep], weights[keep]
         stratify = None if stratify is None else stratify[keep]
@@ -244,30 +242,24 @@ class _BaseAdaptiveKernel(BaseEstimator):
             log=print if self.verbose else None,
         )
 
-        self.device_ = str(device)
-        self.dtype_ = np.dtype(self.dtype)
-        self.memory_budget_ = budget
-        self.kernel_ = kernel
-        self.bandwidth_ = bandwidth
-        self.X_offset_ = offset
-        self.subsample_size_ = subsample_size
-        self.top_eigenvalues_ = plan.eigenvalues[: n_components + 1].copy()
-        self.n_components_ = n_components
-        self.batch_capacity_ = capacity
-        self.throughput_probe_ = throughputs
-        self.critical_batch_size_ = (plan.critical_batch, plan.critical_batch_preconditioned)
-        self.scaling_rule_ = scaling_rule
-        self.batch_size_ = result.batch_size
-        self.learning_rate_ = result.learning_rate
-        self.n_epochs_ = result.n_epochs
-        self.n_epochs_total_ = epochs_done + result.n_epochs
-        self.n_steps_total_ = steps_done + result.n_steps
-        self.history_ = result.history
-        self.centers_ = X_train[order].astype(self.dtype_, copy=False)
-        self.dual_coef_ = result.coef.cpu().numpy()
-        self.n_centers_ = n
-        self.projection_ = None
-        self.kernel_cached_ = False
+        self._store_fit(
+            device,
+            budget,
+            kernel,
+            bandwidth,
+            offset,
+            subsample_size,
+            plan,
+            capacity,
+            throughputs,
+            scaling_rule,
+            result,
+            epochs_done,
+            steps_done,
+            X_train[order],
+            projection=None,
+            cached=False,
+        )
         self._training_order = order
         self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
         return self
@@ -429,6 +421,49 @@ class _BaseAdaptiveKernel(BaseEstimator):
             log=print if self.verbose else None,
         )
 
+        self._store_fit(
+            device,
+            budget,
+            kernel,
+            bandwidth,
+            offset,
+            subsample_size,
+            plan,
+            capacity,
+            throughputs,
+            scaling_rule,
+            result,
+            epochs_done,
+            steps_done,
+            Z_host,
+            projection="exact",
+            cached=cached,
+        )
+        self._training_order = order
+        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
+        return self
+
+    def _store_fit(
+        self,
+        device,
+        budget,
+        kernel,
+        bandwidth,
+        offset,
+        subsample_size,
+        plan,
+        capacity,
+        throughputs,
+        scaling_rule,
+        result,
+        epochs_done,
+        steps_done,
+        centers,
+        projection,
+        cached,
+    ):
+        """The fitted attributes shared by the EigenPro 2 and EigenPro 3 paths."""
+        n_components = plan.preconditioner.n_components
         self.device_ = str(device)
         self.dtype_ = np.dtype(self.dtype)
         self.memory_budget_ = budget
@@ -448,14 +483,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.n_epochs_total_ = epochs_done + result.n_epochs
         self.n_steps_total_ = steps_done + result.n_steps
         self.history_ = result.history
-        self.centers_ = Z_host.astype(self.dtype_, copy=False)
+        self.centers_ = centers.astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
-        self.n_centers_ = n_centers
-        self.projection_ = "exact"
+        self.n_centers_ = centers.shape[0]
+        self.projection_ = projection
         self.kernel_cached_ = cached
-        self._training_order = order
-        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
-        return self
 
     def _resolve_centers(self, X_train, order, n_features):
         """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
@@ -540,23 +572,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
         cache = getattr(self, "_device_cache", None)
         if cache is not None:
             return cache
-        device = self._prediction_device()
+        device = prediction_device(self.device)
         dtype = resolve_dtype(self.dtype_)
         to_device = _DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
         centers = self.kernel_.prepare_centers(to_device(self.centers_))
         return device, centers, to_device(self.dual_coef_, center=False), offset
-
-    def _prediction_device(self):
-        try:
-            return resolve_device(self.device)
-        except ValueError:
-            warnings.warn(
-                f"device={self.device!r} is not available here; predicting on the CPU.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            return torch.device("cpu")
 
     def __getstate__(self):
         state = super().__getstate__()

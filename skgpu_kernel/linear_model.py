@@ -22,8 +22,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._validation import check_sample_weight
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, map_ranges, plan_pass, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
@@ -262,11 +263,7 @@ class _BaseBufferedSGD(BaseEstimator):
         n_rows = source.n_rows
         weights = None
         if sample_weight is not None:
-            weights = _check_sample_weight(sample_weight, np.empty((n_rows, 0)), dtype=np.float64)
-            if np.any(weights < 0):
-                raise ValueError("sample_weight must be non-negative.")
-            if not np.any(weights > 0):
-                raise ValueError("sample_weight is zero for every sample; there is nothing to fit.")
+            weights = check_sample_weight(sample_weight, n_rows)
             if np.all(weights == 1.0):
                 weights = None
         return source, y, weights, check_finite, nonzeros_per_row

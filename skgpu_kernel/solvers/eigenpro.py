@@ -117,7 +117,7 @@ def fit_eigenpro(
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
 
     history = []
-    best_score, best_coef, epochs_without_gain = -math.inf, None, 0
+    early_stopping = EarlyStopping(tol, n_iter_no_change)
     epoch = 0
     halvings = 0
     # The loss of an epoch is measured before each of its steps, so it reflects the
@@ -210,20 +210,10 @@ def fit_eigenpro(
         if log is not None:
             log(_format_record(record, n_epochs))
 
-        if validation is not None:
-            if record["validation_score"] > best_score + tol:
-                epochs_without_gain = 0
-            else:
-                epochs_without_gain += 1
-            if record["validation_score"] > best_score:
-                best_score, best_coef = record["validation_score"], coef.clone()
-            if epochs_without_gain >= n_iter_no_change:
-                if log is not None:
-                    log(f"early stopping: no gain above tol for {n_iter_no_change} epochs")
-                break
+        if validation is not None and early_stopping.should_stop(record["validation_score"], coef, log):
+            break
 
-    if best_coef is not None:
-        coef.copy_(best_coef)
+    early_stopping.restore_best(coef)
     return EigenProResult(
         coef=coef,
         n_epochs=len(history),
@@ -232,6 +222,33 @@ def fit_eigenpro(
         learning_rate=rollback * learning_rate_for(max(step - 1, first_step), batch_size, steps_per_epoch),
         history=history,
     )
+
+
+class EarlyStopping:
+    """Tracks validation scores epoch by epoch, keeping the best coefficients.
+
+    Stops after ``n_iter_no_change`` epochs without a gain above ``tol``.
+    """
+
+    def __init__(self, tol, n_iter_no_change):
+        self.tol, self.n_iter_no_change = tol, n_iter_no_change
+        self.best_score, self.best_coef, self.epochs_without_gain = -math.inf, None, 0
+
+    def should_stop(self, score, coef, log=None):
+        """Record this epoch's ``score`` for ``coef``; whether to stop now."""
+        self.epochs_without_gain = 0 if score > self.best_score + self.tol else self.epochs_without_gain + 1
+        if score > self.best_score:
+            self.best_score, self.best_coef = score, coef.clone()
+        if self.epochs_without_gain < self.n_iter_no_change:
+            return False
+        if log is not None:
+            log(f"early stopping: no gain above tol for {self.n_iter_no_change} epochs")
+        return True
+
+    def restore_best(self, coef):
+        """Put the best coefficients seen back into ``coef`` (no-op without validation)."""
+        if self.best_coef is not None:
+            coef.copy_(self.best_coef)
 
 
 def _step(kernel, X, centers, Y, coef, batch, active, leading, preconditioner, weights, column_block):

@@ -36,7 +36,7 @@ import torch
 
 from ..blockwise import kernel_matmul_rows
 from ..device import synchronize
-from .eigenpro import _MAX_STEP_HALVINGS, _diverged, _format_record
+from .eigenpro import _MAX_STEP_HALVINGS, EarlyStopping, _diverged, _format_record
 
 __all__ = ["CenterProjection", "EigenPro3Result", "fit_eigenpro3", "kernel_block_rows"]
 
@@ -184,7 +184,7 @@ def fit_eigenpro3(
         lifting = projection(flattening)
 
     history = []
-    best_score, best_coef, epochs_without_gain = -math.inf, None, 0
+    early_stopping = EarlyStopping(tol, n_iter_no_change)
     anchor_coef, anchor_epoch, anchor_step, anchor_loss = coef.clone(), 0, step, math.inf
     epoch = halvings = 0
     while epoch < n_epochs:
@@ -259,17 +259,10 @@ def fit_eigenpro3(
         epoch += 1
         if log is not None:
             log(_format_record(record, n_epochs))
-        if validation is not None:
-            epochs_without_gain = 0 if record["validation_score"] > best_score + tol else epochs_without_gain + 1
-            if record["validation_score"] > best_score:
-                best_score, best_coef = record["validation_score"], coef.clone()
-            if epochs_without_gain >= n_iter_no_change:
-                if log is not None:
-                    log(f"early stopping: no gain above tol for {n_iter_no_change} epochs")
-                break
+        if validation is not None and early_stopping.should_stop(record["validation_score"], coef, log):
+            break
 
-    if best_coef is not None:
-        coef.copy_(best_coef)
+    early_stopping.restore_best(coef)
     return EigenPro3Result(
         coef=coef,
         n_epochs=len(history),
