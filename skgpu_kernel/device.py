@@ -303,27 +303,32 @@ class TrainingMemoryPlan:
 
 
 class CentersMemoryPlan:
-    """Linear memory model of EigenPro 3: ``n`` training rows, ``p`` centers, subsample ``s``.
+    """Linear memory model of EigenPro 3 on one device: ``n`` rows, ``p`` centers, ``p_local`` of them here.
 
-    Fixed: the training rows, targets and weights; the raw and prepared centers and
-    ``copies_of_outputs`` coefficient arrays of p x l; the prepared subsample and its
-    s x s float64 eigenvectors.  Optional fixed parts, decided in this order:
-    the p x p float64 Cholesky factor of the exact projection (counted twice, for
-    the Gram matrix it is factorised from), ``K(Z, X_S)`` (p x s) and the cached
-    ``K(X, Z)`` (n x p).  Per batch row: the row, residual-sized buffers and one row
-    of ``K(X_B, Z)`` and of ``K(X_B, X_S)``, each kernel entry counted
+    Fixed: the training rows, targets and weights when they are resident (not when
+    they are streamed: then two buffers of ``buffer_rows``); the raw centers and
+    the prepared local shard; ``copies_of_outputs`` coefficient-sized arrays of
+    p x l; the prepared subsample and its s x s float64 eigenvectors.  Optional
+    fixed parts, each decided by the caller: the cached ``K(X, Z_local)``
+    (:attr:`cache_bytes`), the float64 Gram matrix and Cholesky factor of the exact
+    projection (:attr:`exact_projection_bytes`), the cached ``K(Z, Z_local)`` of
+    the iterative projection (:attr:`center_cache_bytes`) and ``t`` temporary
+    centers (:meth:`temporary_bytes`).  Per batch row: the row, residual-sized
+    buffers and one row of ``K(X_B, Z_local)``, each kernel entry counted
     ``1 + extra_blocks`` times.
 
     Parameters
     ----------
     budget : int
         Bytes available.
-    n_rows, n_centers, n_features, n_outputs, subsample_size : int
+    n_rows, n_centers, n_local_centers, n_features, n_outputs, subsample_size : int
     itemsize : int
         Bytes per value of the training dtype.
     extra_blocks : int
         The kernel's temporary blocks (``Kernel.extra_blocks``).
-    copies_of_outputs : int, default=5
+    resident_rows : int
+        Training rows held on the device (``n_rows``, or two buffers when streamed).
+    copies_of_outputs : int, default=6
     """
 
     def __init__(
@@ -331,26 +336,35 @@ class CentersMemoryPlan:
         budget,
         n_rows,
         n_centers,
+        n_local_centers,
         n_features,
         n_outputs,
         subsample_size,
         itemsize,
         extra_blocks,
-        copies_of_outputs=5,
+        resident_rows,
+        copies_of_outputs=6,
     ):
         self.budget, self.n_rows, self.n_centers = budget, n_rows, n_centers
+        self.n_features, self.n_outputs = n_features, n_outputs
         self.itemsize = itemsize
         self.entry_bytes = itemsize * (1 + extra_blocks)
         self.fixed_bytes = (
-            itemsize
-            * (n_rows * (n_features + n_outputs + 1) + n_centers * (2 * n_features + copies_of_outputs * n_outputs))
-            + itemsize * 2 * subsample_size * n_features
+            itemsize * resident_rows * (n_features + n_outputs + 1)
+            + itemsize * (n_centers * (n_features + copies_of_outputs * n_outputs) + n_local_centers * n_features)
+            + itemsize * subsample_size * n_features
             + 8 * subsample_size**2
         )
-        self.projection_bytes = 2 * 8 * n_centers**2
-        self.subsample_block_bytes = itemsize * n_centers * subsample_size
-        self.cache_bytes = itemsize * n_rows * n_centers
-        self.row_bytes = itemsize * (n_features + 4 * n_outputs) + (n_centers + subsample_size) * self.entry_bytes
+        self.cache_bytes = itemsize * n_rows * n_local_centers
+        self.exact_projection_bytes = 2 * 8 * n_centers**2
+        self.center_cache_bytes = itemsize * n_centers * n_local_centers
+        self.row_bytes = itemsize * (n_features + 4 * n_outputs) + n_local_centers * self.entry_bytes
+
+    def temporary_bytes(self, n_temporary, batch_size):
+        """Temporary centers with their coefficients, and their block for one batch."""
+        return self.itemsize * n_temporary * (self.n_features + 1 + self.n_outputs) + (
+            self.entry_bytes * batch_size * n_temporary
+        )
 
     def free_bytes(self, *extras):
         """Budget left after the fixed costs and the given optional parts."""

@@ -21,7 +21,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_sample_weight
-from .blockwise import kernel_matmul_rows, kernel_predict, measure_batch_capacity
+from .blockwise import kernel_predict, measure_batch_capacity
+from .buffer import _backing_memmap, as_row_source
 from .device import (
     CentersMemoryPlan,
     TrainingMemoryPlan,
@@ -32,10 +33,19 @@ from .device import (
     resolve_memory_budget,
 )
 from .kernels import KERNEL_NAMES, make_kernel
-from .preconditioner import max_usable_components, plan_preconditioner
+from .preconditioner import max_usable_components, nystrom_eigensystem, plan_preconditioner
 from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.eigenpro import fit_eigenpro
-from .solvers.eigenpro3 import CenterProjection, fit_eigenpro3, kernel_block_rows
+from .solvers.eigenpro3 import (
+    CenterShards,
+    ExactProjection,
+    InMemoryBatches,
+    IterativeProjection,
+    StreamedBatches,
+    fit_eigenpro3,
+    projection_learning_rate,
+    shard_bounds,
+)
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
@@ -43,6 +53,22 @@ __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 # Relative jitter on K(centers, centers) for the exact projection (at least ten rounding
 # errors of the training dtype, below which the solve would amplify rounding noise).
 _PROJECTION_JITTER = 1e-10
+
+# The inexact projection iterates until the residual at the centers is this fraction
+# of the projected values (or for at most this many full-batch iterations); what is
+# left joins the next projection.
+_PROJECTION_TOL = 1e-2
+_PROJECTION_MAX_ITERATIONS = 100
+
+# Training rows on which EigenPro 3 evaluates the preconditioned beta.
+_BETA_PROBE_ROWS = 8192
+
+# Temporary centers kept between projections, per center.  A step pays for the
+# temporary centers (about half the maximum on average) and the projection is paid
+# once per ``n_temporary / m`` steps.  With the inexact projection more than about
+# p / 2 temporary centers made training unstable in our tests (the unresolved part
+# of a projection grows with the function projected), whatever the projection costs.
+_TEMPORARY_PER_CENTER = {"exact": 1.0, "iterative": 0.5}
 
 
 def _auto_subsample_size(n_samples):
@@ -66,7 +92,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "device": [str, torch.device],
+        "device": [str, torch.device, list, tuple],
         "dtype": [StrOptions({"float32", "float64"})],
         "memory_budget": [None, Interval(Integral, 1, None, closed="left"), str],
         "random_state": ["random_state"],
@@ -75,6 +101,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "n_centers": [None, Interval(Integral, 1, None, closed="left")],
         "centers": [None, "array-like"],
         "cache_kernel": ["boolean", StrOptions({"auto"})],
+        "projection": [StrOptions({"auto", "exact", "iterative"})],
+        "distributed": ["boolean"],
     }
 
     def __init__(
@@ -102,6 +130,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         n_centers=None,
         centers=None,
         cache_kernel="auto",
+        projection="auto",
+        distributed=False,
     ):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -125,6 +155,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.n_centers = n_centers
         self.centers = centers
         self.cache_kernel = cache_kernel
+        self.projection = projection
+        self.distributed = distributed
 
     # --- fitting -------------------------------------------------------------------
 
@@ -132,10 +164,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
         weights = check_sample_weight(sample_weight, X.shape[0])
         keep = weights > 0
-        X, Y, weights = X[keep], Y[keep], weights[keep]
-        stratify = None if stratify is None else stratify[keep]
+        if not keep.all():  # indexing copies X, which may be a large memory-mapped file
+            X, Y, weights = X[keep], Y[keep], weights[keep]
+            stratify = None if stratify is None else stratify[keep]
 
-        device = resolve_device(self.device)
+        devices = self._resolve_devices()
+        device = devices[0]
         dtype = resolve_dtype(self.dtype)
         budget = resolve_memory_budget(self.memory_budget, device)
         scaling_rule = resolve_scaling_rule(self.scaling_rule)
@@ -161,7 +195,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 kernel,
                 bandwidth,
                 offset,
-                device,
+                devices,
                 dtype,
                 budget,
                 scaling_rule,
@@ -169,6 +203,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 generator,
                 epochs_done,
                 steps_done,
+            )
+        if len(devices) > 1 or self.distributed:
+            raise ValueError(
+                "A list of devices or distributed=True shards the centers of EigenPro 3: set n_centers or "
+                "centers (with every training point a center, the model is trained on one device)."
             )
         order = rng.permutation(n)
         coef_init = self._warm_start_coef(X_train, order)
@@ -273,7 +312,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         kernel,
         bandwidth,
         offset,
-        device,
+        devices,
         dtype,
         budget,
         scaling_rule,
@@ -285,85 +324,120 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """EigenPro 3 on ``p`` centers distinct from the training points (``n_centers`` or ``centers``)."""
         n, n_features = X_train.shape
         n_outputs = Y_train.shape[1]
+        device = devices[0]
+        group = _process_group() if self.distributed else None
         order = rng.permutation(n)
         Z_host = self._resolve_centers(X_train, order, n_features)
         n_centers = Z_host.shape[0]
-        # Drawn centers are the first p shuffled rows, so a subsample of at most p rows
-        # (the first s) lies among them and the solver's correction is then exactly
-        # EigenPro 3's.  The model resolves at most p directions anyway.
-        subsample_size = (
-            min(_auto_subsample_size(n), n_centers) if self.subsample_size == "auto" else min(self.subsample_size, n)
+        n_shards = group.size() if group is not None else len(devices)
+        n_local = max(stop - start for start, stop in shard_bounds(n_centers, n_shards))
+        # The Nystrom subsample is the first s centers: the preconditioner's correction
+        # then stays in the span of the centers (see solvers/eigenpro3.py).
+        subsample_size = min(
+            _auto_subsample_size(n) if self.subsample_size == "auto" else self.subsample_size, n_centers
         )
+        itemsize = torch.finfo(dtype).bits // 8
 
-        to_device = _DeviceCopier(device, dtype, offset)
-        X_dev = to_device(X_train[order])
-        Y_dev = to_device(Y_train[order], center=False)
-        w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
-        Z_dev = to_device(Z_host)
-        centers_dev = kernel.prepare_centers(Z_dev)
-        subsample_dev = kernel.prepare_centers(X_dev[:subsample_size])
-        coef_init = self._warm_start_center_coef(Z_host)
-        coef = (
-            torch.zeros(n_centers, n_outputs, dtype=dtype, device=device)
-            if coef_init is None
-            else coef_init.to(device, dtype)
-        )
-
+        streamed = _backing_memmap(X_train) is not None and (itemsize * n * (n_features + n_outputs + 1) > budget // 2)
+        if streamed and validation is not None:
+            raise ValueError(
+                "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
+                "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
+            )
+        buffer_rows = min(n, max(int(budget // 16 // (itemsize * (n_features + n_outputs + 1))), 1))
         memory = CentersMemoryPlan(
             budget,
             n,
             n_centers,
+            n_local,
             n_features,
             n_outputs,
             subsample_size,
-            torch.finfo(dtype).bits // 8,
+            itemsize,
             kernel.extra_blocks,
+            resident_rows=2 * buffer_rows if streamed else n,
         )
-        if memory.free_bytes(memory.projection_bytes) < memory.row_bytes:
-            raise NotImplementedError(
-                f"The exact projection onto {n_centers} centers needs {memory.projection_bytes} bytes for "
-                f"K(centers, centers) and its Cholesky factor, which do not fit memory_budget={budget} bytes next "
-                f"to the other fixed costs ({memory.fixed_bytes} bytes); the inexact projection by EigenPro 2 "
-                "iterations on the centers is not implemented yet. Use fewer centers or a larger memory_budget."
+        minimal_batch = min(n, 64)
+        if memory.free_bytes() < memory.row_bytes * minimal_batch:
+            raise ValueError(
+                f"memory_budget={budget} bytes is too small for EigenPro 3 on {n_centers} centers: the data, "
+                f"centers, coefficients and the {subsample_size}-point Nystrom eigensystem take "
+                f"{memory.fixed_bytes} bytes, and a batch of {minimal_batch} rows needs "
+                f"{memory.row_bytes * minimal_batch} more. Use a larger memory_budget, fewer centers or a "
+                "smaller subsample_size."
             )
-        reserved = [memory.projection_bytes]
-        # K(Z, X_S) enters every step; storing it saves p * s kernel evaluations per step.
-        store_subsample_block = memory.subsample_block_bytes <= memory.free_bytes(*reserved) // 4
-        if store_subsample_block:
-            reserved.append(memory.subsample_block_bytes)
-        # The cache must leave room for a minimal batch, or training could not run at all.
-        room = memory.free_bytes(*reserved) - memory.row_bytes * min(n, 64)
-        cache_fits = memory.cache_bytes <= room
+        reserved = []
+        # K(X, Z) saves the kernel evaluations of every later epoch: it comes first.
+        cache_fits = not streamed and memory.cache_bytes <= memory.free_bytes() - 2 * memory.row_bytes * minimal_batch
         if self.cache_kernel is True and not cache_fits:
             raise ValueError(
-                f"cache_kernel=True: K(X, centers) for {n} rows and {n_centers} centers needs "
-                f"{memory.cache_bytes} bytes, but memory_budget={budget} bytes leaves {max(room, 0)} bytes "
-                "next to the other fixed costs. Use cache_kernel='auto' or a larger memory_budget."
+                f"cache_kernel=True: K(X, centers) for {n} rows and {n_local} centers per device needs "
+                f"{memory.cache_bytes} bytes, but memory_budget={budget} bytes leaves "
+                f"{max(memory.free_bytes(), 0)} bytes next to the other fixed costs"
+                + (" (X is streamed from its memory-mapped file)" if streamed else "")
+                + ". Use cache_kernel='auto' or a larger memory_budget."
             )
         cached = cache_fits if self.cache_kernel == "auto" else bool(self.cache_kernel)
+        room_after_cache = memory.free_bytes(memory.cache_bytes if cached else 0) - 2 * memory.row_bytes * minimal_batch
+        exact_fits = memory.exact_projection_bytes <= room_after_cache
+        if self.projection == "exact" and not exact_fits:
+            raise ValueError(
+                f"projection='exact' factorises K(centers, centers): {memory.exact_projection_bytes} bytes for "
+                f"{n_centers} centers, which do not fit memory_budget={budget} bytes next to the other fixed "
+                f"costs ({memory.fixed_bytes + sum(reserved)} bytes). Use projection='auto' or 'iterative'."
+            )
+        exact = exact_fits if self.projection == "auto" else self.projection == "exact"
+        cache_centers = (
+            not exact
+            and memory.center_cache_bytes <= (memory.free_bytes(*reserved) - memory.row_bytes * minimal_batch) // 2
+        )
+        # Ranks may see different free memory; they must take the same path.
+        cached, exact, cache_centers = (bool(value) for value in _agree([cached, exact, cache_centers], group, device))
         if cached:
             reserved.append(memory.cache_bytes)
+        if exact:
+            reserved.append(memory.exact_projection_bytes)
+        elif cache_centers:
+            reserved.append(memory.center_cache_bytes)
+        temporary_per_center = _TEMPORARY_PER_CENTER["exact" if exact else "iterative"]
         memory_limit = memory.max_batch(*reserved)
+
+        to_device = _DeviceCopier(device, dtype, offset)
+        Z_dev = to_device(Z_host)
+        centers_dev = kernel.prepare_centers(Z_dev)
         free = max(memory.free_bytes(*reserved), 0)
 
         def column_block_for(batch_size):
-            return column_block_size(device, batch_size, n_centers, memory.entry_bytes, free // 2)
+            return column_block_size(device, batch_size, n_local, memory.entry_bytes, free // 2)
 
+        X_dev = None if streamed else to_device(X_train[order])
         if self.batch_size == "auto":
+            probe_rows = Z_dev if X_dev is None else X_dev
             capacity, throughputs = measure_batch_capacity(
-                kernel, X_dev, centers_dev, n_outputs, memory_limit, column_block_for
+                kernel, probe_rows, centers_dev, n_outputs, memory_limit, column_block_for
             )
+            # Ranks time their own devices; they must agree on the batch to stay in step.
+            (capacity,) = _agree([capacity], group, device)
         else:
             capacity, throughputs = min(self.batch_size, n), {}
+        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
+        # the preconditioned beta also on training rows outside it.
+        if X_dev is not None:
+            probe_rows = X_dev[:_BETA_PROBE_ROWS]
+        else:
+            probe_rows = to_device(X_train[np.sort(order[:_BETA_PROBE_ROWS])])
+        eigensystem = nystrom_eigensystem(kernel, Z_dev[:subsample_size])
         plan = plan_preconditioner(
             kernel,
-            X_dev,
-            subsample_dev,
+            Z_dev,
+            centers_dev,
             subsample_size,
             capacity,
             self.n_components,
             self.damping,
             column_block_for(1024),
+            probe_rows=probe_rows,
+            eigensystem=eigensystem,
         )
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
@@ -372,48 +446,103 @@ class _BaseAdaptiveKernel(BaseEstimator):
         warn_if_warmup_fills_run(
             scaling_rule, _schedule_context(plan, batch_size, math.ceil(n / batch_size), self.n_epochs)
         )
+        # Temporary centers trade per-step kernel work against fewer projections;
+        # both their count and their block must fit next to everything else.
+        n_temporary = max(min(int(temporary_per_center * n_centers), n), batch_size)
+        while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > free // 2:
+            n_temporary //= 2
+        n_temporary = max(n_temporary, batch_size)
+
         column_block = column_block_for(batch_size)
         row_block = max(min(batch_size, 4096), 1)
-        jitter = max(_PROJECTION_JITTER, 10 * torch.finfo(dtype).eps)
-        projection = CenterProjection(kernel, Z_dev, jitter, dtype)
-        if store_subsample_block:
-            subsample_block = kernel_block_rows(kernel, Z_dev, subsample_dev, row_block, column_block)
-
-            def from_subsample(values):
-                return subsample_block @ values
+        shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
+        if exact:
+            projection = ExactProjection(kernel, Z_dev, max(_PROJECTION_JITTER, 10 * torch.finfo(dtype).eps), dtype)
         else:
+            center_shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
+            if cache_centers:
+                center_shards.cache(Z_dev, row_block)
+            # The projection is a regression on the centers themselves: its spectrum is
+            # the data plan's, but its preconditioned beta is taken over the centers.
+            center_plan = plan_preconditioner(
+                kernel,
+                Z_dev,
+                centers_dev,
+                subsample_size,
+                capacity,
+                self.n_components,
+                self.damping,
+                column_block_for(1024),
+                eigensystem=eigensystem,
+            )
+            projection = IterativeProjection(
+                center_shards,
+                Z_dev,
+                center_plan.preconditioner if center_plan.preconditioner.n_components else None,
+                projection_learning_rate(center_plan, n_centers),
+                _PROJECTION_MAX_ITERATIONS,
+                _PROJECTION_TOL,
+                row_block,
+            )
+        if cached:
+            shards.cache(X_dev, row_block)
 
-            def from_subsample(values):
-                return kernel_matmul_rows(kernel, Z_dev, subsample_dev, values, row_block, column_block)
-
-        cached_block = kernel_block_rows(kernel, X_dev, centers_dev, row_block, column_block) if cached else None
+        if streamed:
+            sources = [as_row_source(X_train, "X"), as_row_source(Y_train, "y")]
+            if not np.all(w_train == w_train[0]):
+                sources.append(as_row_source(w_train / w_train.max(), "sample_weight"))
+            batches = StreamedBatches(
+                sources,
+                device,
+                dtype,
+                to_device.offset,
+                buffer_rows,
+                int(rng.randint(np.iinfo(np.int32).max)) + epochs_done,
+            )
+        else:
+            Y_dev = to_device(Y_train[order], center=False)
+            w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
+            batches = InMemoryBatches(X_dev, Y_dev, w_dev, generator)
+        coef_init = self._warm_start_center_coef(Z_host)
+        coef = (
+            torch.zeros(n_centers, n_outputs, dtype=dtype, device=device)
+            if coef_init is None
+            else coef_init.to(device, dtype)
+        )
         if self.verbose:
             print(
-                f"[{type(self).__name__}] EigenPro 3: device={device}, dtype={self.dtype}, n={n}, "
-                f"{n_centers} centers, exact projection, kernel {'cached' if cached else 'streamed'}, "
-                f"batch capacity m_G={capacity} (memory limit {memory_limit}), {n_components} components, "
-                f"batch size {batch_size}, scaling rule {scaling_rule!r}"
+                f"[{type(self).__name__}] EigenPro 3: devices={[str(d) for d in devices]}"
+                + (f" (rank {group.rank()} of {group.size()})" if group is not None else "")
+                + f", dtype={self.dtype}, n={n}{' streamed' if streamed else ''}, {n_centers} centers, "
+                f"{projection.kind} projection, kernel {'cached' if cached else 'computed per batch'}, "
+                f"{n_temporary} temporary centers, batch capacity m_G={capacity} (memory limit {memory_limit}), "
+                f"{n_components} components, batch size {batch_size}, scaling rule {scaling_rule!r}"
             )
         validation_dev = None
         if validation is not None:
             X_val, Y_val = validation
-            validation_dev = (to_device(X_val), to_device(Y_val, center=False), self._validation_score)
+            X_val_dev = to_device(X_val)
+
+            def predict_validation(values):
+                return torch.cat(
+                    [
+                        shards.apply(shards.blocks(X_val_dev[start : start + row_block]), values)
+                        for start in range(0, X_val_dev.shape[0], row_block)
+                    ]
+                )
+
+            validation_dev = (predict_validation, to_device(Y_val, center=False), self._validation_score)
         result = fit_eigenpro3(
             kernel,
-            X_dev,
-            Y_dev,
-            centers_dev,
+            batches,
+            shards,
             coef,
             plan.preconditioner if n_components else None,
-            from_subsample,
             projection,
             batch_size=batch_size,
+            n_temporary=n_temporary,
             learning_rate_for=learning_rate_for,
-            column_block=column_block,
             n_epochs=self.n_epochs,
-            generator=generator,
-            cached_block=cached_block,
-            weights=w_dev,
             validation=validation_dev,
             n_iter_no_change=self.n_iter_no_change,
             tol=self.tol,
@@ -422,7 +551,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
 
         self._store_fit(
-            device,
+            devices if len(devices) > 1 else device,
             budget,
             kernel,
             bandwidth,
@@ -436,12 +565,22 @@ class _BaseAdaptiveKernel(BaseEstimator):
             epochs_done,
             steps_done,
             Z_host,
-            projection="exact",
+            projection=projection.kind,
             cached=cached,
         )
+        self.streamed_ = streamed
+        self.n_temporary_centers_ = n_temporary
+        self.n_projections_ = result.n_projections
         self._training_order = order
         self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
         return self
+
+    def _resolve_devices(self):
+        """The training devices: one, or several when ``device`` is a list (the first is the main one)."""
+        specs = list(self.device) if isinstance(self.device, (list, tuple)) else [self.device]
+        if not specs:
+            raise ValueError("device is an empty list; give at least one device.")
+        return [resolve_device(spec) for spec in specs]
 
     def _store_fit(
         self,
@@ -464,7 +603,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
     ):
         """The fitted attributes shared by the EigenPro 2 and EigenPro 3 paths."""
         n_components = plan.preconditioner.n_components
-        self.device_ = str(device)
+        self.device_ = [str(each) for each in device] if isinstance(device, list) else str(device)
         self.dtype_ = np.dtype(self.dtype)
         self.memory_budget_ = budget
         self.kernel_ = kernel
@@ -572,7 +711,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         cache = getattr(self, "_device_cache", None)
         if cache is not None:
             return cache
-        device = prediction_device(self.device)
+        device = prediction_device(self.device[0] if isinstance(self.device, (list, tuple)) else self.device)
         dtype = resolve_dtype(self.dtype_)
         to_device = _DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
@@ -588,6 +727,31 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _process_group():
+    """The default ``torch.distributed`` group, which ``distributed=True`` requires."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            "distributed=True shards the centers across the ranks of the default torch.distributed process "
+            "group, but none is initialised: launch with torchrun (or call torch.distributed.init_process_group) "
+            "and call fit with the same data and parameters on every rank."
+        )
+    return dist.group.WORLD
+
+
+def _agree(values, group, device):
+    """Rank 0's integers on every rank (``values`` unchanged without a group)."""
+    if group is None:
+        return [int(value) for value in values]
+    import torch.distributed as dist
+
+    on = device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    tensor = torch.tensor([int(value) for value in values], dtype=torch.int64, device=on)
+    dist.broadcast(tensor, src=dist.get_global_rank(group, 0), group=group)
+    return [int(value) for value in tensor.tolist()]
 
 
 def _learning_rate_function(scaling_rule, plan, n_epochs):

@@ -241,11 +241,27 @@ class PreconditionerPlan:
         return max(min(capacity, stable, n_samples), 1)
 
 
-def plan_preconditioner(kernel, X, centers, subsample_size, capacity, n_components, damping, column_block):
+def plan_preconditioner(
+    kernel,
+    X,
+    centers,
+    subsample_size,
+    capacity,
+    n_components,
+    damping,
+    column_block,
+    probe_rows=None,
+    eigensystem=None,
+):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
     ``centers`` is ``kernel.prepare_centers(X)``.
-    The first ``subsample_size`` rows are the Nystrom subsample.  With
+    The first ``subsample_size`` rows are the Nystrom subsample.  The preconditioned
+    ``beta`` is evaluated on the subsample and on ``probe_rows`` (default: up to
+    8192 further rows of ``X``), which must include points outside the subsample:
+    there the Nystrom estimate is not exact and the flattened diagonal is larger.
+    ``eigensystem`` is :func:`nystrom_eigensystem` of the subsample when the caller
+    already has it (two plans on one subsample share one eigensolve).  With
     ``n_components="auto"`` the preconditioned critical batch must reach
     ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``, so that batches
     of the capacity run with the linear step ``m / beta_P`` and keep a margin for
@@ -260,7 +276,9 @@ def plan_preconditioner(kernel, X, centers, subsample_size, capacity, n_componen
     -------
     PreconditionerPlan
     """
-    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size])
+    if eigensystem is None:
+        eigensystem = nystrom_eigensystem(kernel, X[:subsample_size])
+    eigenvalues, eigenvectors = eigensystem
     usable = min(max_usable_components(eigenvalues, X.dtype), subsample_size - 1)
     if n_components == "auto":
         candidates = min(usable, _MAX_AUTO_COMPONENTS)
@@ -268,8 +286,12 @@ def plan_preconditioner(kernel, X, centers, subsample_size, capacity, n_componen
         warn_if_reduced(n_components, usable)
         candidates = min(n_components, usable)
 
-    beta = kernel_diagonal_max(kernel, X)
-    rows = X[: min(X.shape[0], subsample_size + _BETA_PROBE_ROWS)]
+    if probe_rows is None:
+        beta = kernel_diagonal_max(kernel, X)
+        rows = X[: min(X.shape[0], subsample_size + _BETA_PROBE_ROWS)]
+    else:
+        beta = max(kernel_diagonal_max(kernel, X), kernel_diagonal_max(kernel, probe_rows))
+        rows = torch.cat([X[:subsample_size], probe_rows[:_BETA_PROBE_ROWS]])
     diagonal = kernel.diagonal(rows).double().cpu().numpy()
     subsample_vectors = eigenvectors[:, :candidates].to(X.dtype)
     projections = kernel_matmul(kernel, rows, centers[:subsample_size], subsample_vectors, column_block)
