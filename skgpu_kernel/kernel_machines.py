@@ -180,13 +180,19 @@ class _BaseAdaptiveKernel(BaseEstimator):
         steps_done = getattr(self, "n_steps_total_", 0) if self.warm_start else 0
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)) + epochs_done)
 
+        uses_centers = self.n_centers is not None or self.centers is not None
+        if uses_centers and self.early_stopping and _streams(X, Y.shape[1], dtype, budget):
+            raise ValueError(
+                "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
+                "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
+            )
         X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, rng)
         kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
         offset = X_train.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
 
         n, n_features = X_train.shape
         n_outputs = Y_train.shape[1]
-        if self.n_centers is not None or self.centers is not None:
+        if uses_centers:
             return self._fit_with_centers(
                 X_train,
                 Y_train,
@@ -338,12 +344,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
         itemsize = torch.finfo(dtype).bits // 8
 
-        streamed = _backing_memmap(X_train) is not None and (itemsize * n * (n_features + n_outputs + 1) > budget // 2)
-        if streamed and validation is not None:
-            raise ValueError(
-                "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
-                "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
-            )
+        streamed = _streams(X_train, n_outputs, dtype, budget)
         buffer_rows = min(n, max(int(budget // 16 // (itemsize * (n_features + n_outputs + 1))), 1))
         memory = CentersMemoryPlan(
             budget,
@@ -727,6 +728,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _streams(X, n_outputs, dtype, budget):
+    """Whether EigenPro 3 streams ``X``: a memory-mapped file whose device copy would take over half the budget."""
+    itemsize = torch.finfo(dtype).bits // 8
+    return _backing_memmap(X) is not None and itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1) > budget // 2
 
 
 def _process_group():
