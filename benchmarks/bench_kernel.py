@@ -1,24 +1,48 @@
-"""Benchmark: EigenPro 2 (ours) against scikit-learn kernel baselines on Fashion-MNIST.
+"""Benchmark: kernel machines (ours: EigenPro 2 and 3) against scikit-learn baselines.
 
-One invocation runs, each in its own child process so that peak memory is its own:
+Two parts, selected with ``--parts`` (default ``fashion``); every fit runs in its own
+child process, so that its peak memory is its own.
 
-* ours: ``AdaptiveKernelClassifier`` with defaults (Gaussian, bandwidth 5);
-* sklearn ``KernelRidge`` (rbf, same kernel) on a 20k subsample;
+``fashion``: Fashion-MNIST (60k train / 10k test), Gaussian kernel, bandwidth 5:
+
+* ours, every training point a center: ``AdaptiveKernelClassifier`` with defaults
+  (EigenPro 2);
+* ours with ``n_centers=p`` for each ``p`` of ``--centers`` (default 10000 and
+  20000; EigenPro 3), ``memory_budget=--memory-budget`` (default ``"8GB"``);
+* sklearn ``KernelRidge`` (rbf, same kernel) on a 20k subsample, the calibration
+  baseline of the issue's reference figures;
 * sklearn ``Nystroem(n_components=2000)`` + ``RidgeClassifier``;
 
-and prints fit seconds, test accuracy, peak memory, ratios to ours, and our
-kernel-block throughput as a fraction of ``torch.mm`` GFLOP/s at the same shapes.
+with fit seconds, test accuracy, peak RSS, the batch size, whether ``K(X, centers)``
+was cached and the projection EigenPro 3 used, and which rows meet the target:
+test accuracy >= 90.2% in <= 35 s of fit with peak memory < 8 GB (host RSS, and
+device memory when on a GPU).  Then our kernel-block throughput as a fraction of
+``torch.mm`` GFLOP/s at the same shapes (EigenPro 2's batch).
+
+``large``: a synthetic regression with ``--n-rows`` training rows (default 5M) and
+100k held-out rows, ``--n-features`` inputs (default 16) uniform on [-1, 1], a smooth
+target (six sines of random projections) plus Gaussian noise of standard deviation
+0.1.  The rows are written in chunks into a float32 ``.npy`` (in a temporary folder,
+or ``--data-dir`` to keep and reuse it) and the fit reads it memory-mapped.  Ours:
+``AdaptiveKernelRegressor(n_centers=--n-centers)`` (default 20000),
+``memory_budget=--memory-budget``, ``--n-epochs`` epochs (default 1): fit seconds,
+peak RSS (which counts the pages of the memory-mapped file that the fit touched)
+and test R^2.
 
 Usage::
 
     OPENBLAS_CORETYPE=Haswell python benchmarks/bench_kernel.py [--write benchmarks/RESULTS.md]
+    OPENBLAS_CORETYPE=Haswell python benchmarks/bench_kernel.py --parts large [--write benchmarks/RESULTS.md]
 
-Options ``--device`` (default auto), ``--n-train`` (subsample the 60k training set
-for a quick run) and ``--skip`` (baselines to leave out).
+Quick checks: ``--n-train 3000 --centers 500,1000`` (Fashion-MNIST subsample),
+``--parts large --n-rows 20000 --n-centers 500``.  Other options: ``--device``
+(default auto), ``--skip`` (rows to leave out), ``--projection`` (passed to the
+EigenPro 3 fits only when given), ``--bandwidth`` for the large part (default auto).
 """
 
 import argparse
 import os
+import tempfile
 import time
 
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
@@ -38,20 +62,25 @@ def _data(n_train):
     return X_train[:n_train], y_train[:n_train], X_test, y_test
 
 
-def run_ours(n_train, device):
+def run_ours(n_train, device, n_centers=None, params=None):
+    """Our classifier: every training point a center (EigenPro 2) or ``n_centers`` centers (EigenPro 3)."""
     from skgpu_kernel import AdaptiveKernelClassifier
 
     X_train, y_train, X_test, y_test = _data(n_train)
-    model = AdaptiveKernelClassifier(bandwidth=BANDWIDTH, device=device, random_state=0, verbose=1)
+    model = AdaptiveKernelClassifier(
+        bandwidth=BANDWIDTH, device=device, random_state=0, verbose=1, n_centers=n_centers, **(params or {})
+    )
     tic = time.perf_counter()
     model.fit(X_train, y_train)
     fit_seconds = time.perf_counter() - tic
     accuracy = model.score(X_test, y_test)
     before, after = model.critical_batch_size_
     notes = (
-        f"{model.n_epochs_} epochs, m={model.batch_size_}, eta={model.learning_rate_:.4g}, "
+        f"{model.n_epochs_} epochs, eta={model.learning_rate_:.4g}, "
         f"k={model.n_components_}, m*={before:.1f}->{after:.0f}, m_G={model.batch_capacity_}"
     )
+    if n_centers is not None:
+        notes = f"p={model.n_centers_}, budget {model.memory_budget_ / 1e9:.1f} GB, " + notes
     peak_device = torch.cuda.max_memory_allocated() / 1e9 if model.device_.startswith("cuda") else None
     return {
         "fit_seconds": fit_seconds,
@@ -61,6 +90,9 @@ def run_ours(n_train, device):
         "notes": notes,
         "device": model.device_,
         "batch_size": model.batch_size_,
+        "kernel_cached": model.kernel_cached_,
+        "projection": model.projection_,
+        "seconds_per_epoch": [float(f"{record['seconds']:.3g}") for record in model.history_],
     }
 
 
@@ -136,56 +168,267 @@ def run_throughput(n_train, device, batch_size):
     return {"kernel_gflops": kernel_gflops, "mm_gflops": mm_gflops, "column_block": block}
 
 
+# --- large part: synthetic regression, memory-mapped ----------------------------------------
+
+LARGE_TEST_ROWS = 100_000
+LARGE_NOISE = 0.1
+LARGE_CHUNK = 250_000
+
+
+def _large_target(X):
+    """Smooth target: six sines of random projections (fixed seed), variance about 1."""
+    n_features = X.shape[1]
+    directions = np.random.default_rng(1).normal(scale=np.sqrt(9.0 / n_features), size=(n_features, 6))
+    return np.sin(X.astype(np.float64) @ directions).sum(axis=1) / np.sqrt(3.0)
+
+
+def make_large_data(folder, n_rows, n_features):
+    """Write (once per folder) ``n_rows + LARGE_TEST_ROWS`` rows in chunks; return the two paths.
+
+    The features go straight into a float32 ``.npy`` opened as a memmap, one chunk at a
+    time, so the whole array never sits in this process's memory.
+    """
+    n_total = n_rows + LARGE_TEST_ROWS
+    stem = os.path.join(folder, f"kernel_large_{n_total}x{n_features}")
+    X_path, y_path = stem + "_X.npy", stem + "_y.npy"
+    if os.path.exists(X_path) and os.path.exists(y_path):
+        return X_path, y_path
+    X_out = np.lib.format.open_memmap(X_path + ".tmp", mode="w+", dtype=np.float32, shape=(n_total, n_features))
+    y_out = np.lib.format.open_memmap(y_path + ".tmp", mode="w+", dtype=np.float32, shape=(n_total,))
+    rng = np.random.default_rng(0)
+    for start in range(0, n_total, LARGE_CHUNK):
+        stop = min(start + LARGE_CHUNK, n_total)
+        X = rng.uniform(-1.0, 1.0, size=(stop - start, n_features)).astype(np.float32)
+        X_out[start:stop] = X
+        y_out[start:stop] = _large_target(X) + LARGE_NOISE * rng.standard_normal(stop - start)
+    X_out.flush()
+    y_out.flush()
+    del X_out, y_out
+    os.replace(X_path + ".tmp", X_path)
+    os.replace(y_path + ".tmp", y_path)
+    return X_path, y_path
+
+
+def run_large(X_path, y_path, n_rows, device, n_centers, params):
+    """Ours on the memory-mapped training rows; test R^2 on the held-out rows after them."""
+    from skgpu_kernel import AdaptiveKernelRegressor
+
+    X = np.load(X_path, mmap_mode="r")
+    y = np.load(y_path, mmap_mode="r")
+    model = AdaptiveKernelRegressor(device=device, random_state=0, verbose=1, n_centers=n_centers, **params)
+    tic = time.perf_counter()
+    model.fit(X[:n_rows], y[:n_rows])
+    fit_seconds = time.perf_counter() - tic
+    peak_gb = peak_rss_gb()  # before the test rows are read
+    X_test = np.asarray(X[n_rows:])
+    y_test = np.asarray(y[n_rows:], dtype=np.float64)
+    tic = time.perf_counter()
+    r2 = model.score(X_test, y_test)
+    predict_seconds = time.perf_counter() - tic
+    # The best R^2 any model can reach: the noise is the part of the variance left.
+    ceiling = 1.0 - LARGE_NOISE**2 / float(np.var(y_test))
+    peak_device = torch.cuda.max_memory_allocated() / 1e9 if model.device_.startswith("cuda") else None
+    return {
+        "fit_seconds": fit_seconds,
+        "predict_seconds": predict_seconds,
+        "r2": r2,
+        "r2_ceiling": ceiling,
+        "peak_gb": peak_gb,
+        "peak_device_gb": peak_device,
+        "device": model.device_,
+        "n_centers": model.n_centers_,
+        "n_epochs": model.n_epochs_,
+        "batch_size": model.batch_size_,
+        "kernel_cached": model.kernel_cached_,
+        "projection": model.projection_,
+        "bandwidth": model.bandwidth_,
+        "memory_budget_gb": model.memory_budget_ / 1e9,
+        "n_components": model.n_components_,
+        "seconds_per_epoch": [float(f"{record['seconds']:.3g}") for record in model.history_],
+    }
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+TARGET_ACCURACY, TARGET_SECONDS, TARGET_PEAK_GB = 0.902, 35.0, 8.0
+
+
+def _row(name, target, *args):
+    """Run one method in its child process; a failure becomes a row that says why."""
+    print(f"== {name}", flush=True)
+    try:
+        row = in_child(target, *args)
+    except RuntimeError as error:
+        row = {"error": str(error)}
+    print(row, flush=True)
+    return row
+
+
+def _meets_target(row):
+    peaks = [row["peak_gb"]] + ([row["peak_device_gb"]] if row.get("peak_device_gb") is not None else [])
+    return row["accuracy"] >= TARGET_ACCURACY and row["fit_seconds"] <= TARGET_SECONDS and max(peaks) < TARGET_PEAK_GB
+
+
+def _centers_params(args):
+    params = {"memory_budget": args.memory_budget}
+    if args.projection is not None:  # only once the estimator has the parameter
+        params["projection"] = args.projection
+    return params
+
+
+def fashion_part(args):
+    rows = {}
+    eigenpro2 = "ours: every point a center (EigenPro 2)"
+    if "eigenpro2" not in args.skip:
+        rows[eigenpro2] = _row(eigenpro2, run_ours, args.n_train, args.device)
+    for p in args.centers:
+        name = f"ours: n_centers={p} (EigenPro 3)"
+        rows[name] = _row(name, run_ours, args.n_train, args.device, p, _centers_params(args))
+    if "kernel_ridge" not in args.skip:
+        name = "sklearn KernelRidge (20k subsample)"
+        rows[name] = _row(name, run_kernel_ridge, args.n_train, args.device)
+    if "nystroem" not in args.skip:
+        name = "sklearn Nystroem(2000) + RidgeClassifier"
+        rows[name] = _row(name, run_nystroem_ridge, args.n_train, args.device)
+
+    reference = rows.get(eigenpro2)
+    reference = reference if reference and "error" not in reference else None
+    devices = sorted({row["device"] for row in rows.values() if "device" in row})
+    lines = [
+        f"### Fashion-MNIST ({args.n_train} train / 10000 test), Gaussian bandwidth 5, centers — "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"Machine: {machine_description(args.device)}; ours ran on {', '.join(f'`{d}`' for d in devices) or '-'}. "
+        f"Target: test accuracy >= {TARGET_ACCURACY:.1%} in <= {TARGET_SECONDS:.0f} s of fit with peak memory "
+        f"< {TARGET_PEAK_GB:.0f} GB. EigenPro 3 rows: `memory_budget={args.memory_budget!r}`"
+        + (f", `projection={args.projection!r}`" if args.projection is not None else "")
+        + ".",
+        "",
+        "| method | fit s | test accuracy | peak RSS GB | fit time / EigenPro 2 | batch | kernel cached | "
+        "projection | meets target | notes |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|---|",
+    ]
+    meeting = []
+    for name, row in rows.items():
+        if "error" in row:
+            lines.append(f"| {name} | - | - | - | - | - | - | - | no | failed: {row['error'].splitlines()[-1]} |")
+            continue
+        ratio = f"{row['fit_seconds'] / reference['fit_seconds']:.2f}" if reference else "-"
+        meets = _meets_target(row)
+        if meets:
+            meeting.append(name)
+        notes = row["notes"]
+        if row.get("peak_device_gb") is not None:
+            notes += f", peak device memory {row['peak_device_gb']:.2f} GB"
+        if "seconds_per_epoch" in row:
+            notes += f", seconds per epoch {row['seconds_per_epoch']}"
+        lines.append(
+            f"| {name} | {row['fit_seconds']:.1f} | {row['accuracy']:.4f} | {row['peak_gb']:.2f} | {ratio} | "
+            f"{row.get('batch_size', '-')} | {row.get('kernel_cached', '-')} | {row.get('projection', '-')} | "
+            f"{'yes' if meets else 'no'} | {notes} |"
+        )
+    lines += ["", f"Rows meeting the target: {', '.join(meeting) if meeting else 'none'}."]
+    if reference and "throughput" not in args.skip:
+        throughput = _row("kernel-block throughput", run_throughput, args.n_train, args.device, reference["batch_size"])
+        if "error" not in throughput:
+            fraction = throughput["kernel_gflops"] / throughput["mm_gflops"]
+            lines += [
+                "",
+                f"Kernel-block throughput (batch {reference['batch_size']} x {args.n_train} centers x 784 features, "
+                f"column block {throughput['column_block']}): {throughput['kernel_gflops']:.0f} GFLOP/s = "
+                f"{fraction:.0%} of torch.mm at the same shapes ({throughput['mm_gflops']:.0f} GFLOP/s).",
+            ]
+    return "\n".join(lines)
+
+
+def large_part(args):
+    params = _centers_params(args)
+    params.update(n_epochs=args.n_epochs, bandwidth=args.bandwidth)
+    with tempfile.TemporaryDirectory(prefix="skgpu_kernel_large_") as scratch:
+        folder = args.data_dir or scratch
+        os.makedirs(folder, exist_ok=True)
+        print(f"== writing {args.n_rows} + {LARGE_TEST_ROWS} rows x {args.n_features} to {folder}", flush=True)
+        tic = time.perf_counter()
+        X_path, y_path = make_large_data(folder, args.n_rows, args.n_features)
+        write_seconds = time.perf_counter() - tic
+        name = f"ours: AdaptiveKernelRegressor(n_centers={args.n_centers})"
+        row = _row(name, run_large, X_path, y_path, args.n_rows, args.device, args.n_centers, params)
+    size_gb = (args.n_rows + LARGE_TEST_ROWS) * args.n_features * 4 / 1e9
+    lines = [
+        f"### Large synthetic regression: {args.n_rows} x {args.n_features} float32 `.npy`, "
+        f"{args.n_centers} centers — {time.strftime('%Y-%m-%d')}",
+        "",
+        f"Machine: {machine_description(args.device)}. Data: inputs uniform on [-1, 1], target a sum of six "
+        f"sines of random projections plus Gaussian noise (standard deviation {LARGE_NOISE}), written in chunks "
+        f"to a memory-mapped float32 `.npy` ({size_gb:.2f} GB with the {LARGE_TEST_ROWS} held-out rows; "
+        f"{write_seconds:.1f} s to write, not timed in the fit). `memory_budget={args.memory_budget!r}`, "
+        f"`n_epochs={args.n_epochs}`, `bandwidth={args.bandwidth!r}`"
+        + (f", `projection={args.projection!r}`" if args.projection is not None else "")
+        + ". Peak RSS counts the pages of the memory-mapped file that the fit touched.",
+        "",
+    ]
+    if "error" in row:
+        lines.append(f"{name}: failed: {row['error']}")
+    else:
+        lines += [
+            "| method | device | fit s | test R^2 | best possible R^2 | peak RSS GB | batch | kernel cached | "
+            "projection | notes |",
+            "|---|---|---:|---:|---:|---:|---:|---|---|---|",
+            f"| {name} | `{row['device']}` | {row['fit_seconds']:.1f} | {row['r2']:.4f} | {row['r2_ceiling']:.4f} | "
+            f"{row['peak_gb']:.2f} | {row['batch_size']} | {row['kernel_cached']} | {row['projection']} | "
+            f"{row['n_epochs']} epochs, seconds per epoch {row['seconds_per_epoch']}, k={row['n_components']}, "
+            f"bandwidth {row['bandwidth']:.3g}, budget {row['memory_budget_gb']:.1f} GB, predict "
+            f"{LARGE_TEST_ROWS} rows {row['predict_seconds']:.1f} s"
+            + (f", peak device memory {row['peak_device_gb']:.2f} GB" if row["peak_device_gb"] is not None else "")
+            + " |",
+        ]
+    return "\n".join(lines)
+
+
+def _int_list(text):
+    return [int(value) for value in text.split(",") if value]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--parts", nargs="+", default=["fashion"], help="fashion, large or both (space or comma separated)"
+    )
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--n-train", type=int, default=60_000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["kernel_ridge", "nystroem"])
-    parser.add_argument("--write", help="append the table to this markdown file")
+    parser.add_argument("--memory-budget", default="8GB", help="memory_budget of the EigenPro 3 fits")
+    parser.add_argument("--projection", default=None, help="projection= of the EigenPro 3 fits (omitted if unset)")
+    parser.add_argument("--write", help="append the tables to this markdown file")
+    fashion = parser.add_argument_group("fashion part")
+    fashion.add_argument("--n-train", type=int, default=60_000, help="subsample the 60k training set")
+    fashion.add_argument("--centers", type=_int_list, default=[10_000, 20_000], help="comma separated")
+    fashion.add_argument(
+        "--skip", nargs="*", default=[], choices=["eigenpro2", "kernel_ridge", "nystroem", "throughput"]
+    )
+    large = parser.add_argument_group("large part")
+    large.add_argument("--n-rows", type=int, default=5_000_000, help="training rows (100k more are held out)")
+    large.add_argument("--n-features", type=int, default=16)
+    large.add_argument("--n-centers", type=int, default=20_000)
+    large.add_argument("--n-epochs", type=int, default=1)
+    large.add_argument("--bandwidth", default="auto", type=lambda text: text if text == "auto" else float(text))
+    large.add_argument("--data-dir", help="keep (and reuse) the data here instead of a temporary folder")
     args = parser.parse_args()
+    parts = [part for text in args.parts for part in text.split(",") if part]
+    unknown = set(parts) - {"fashion", "large"}
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large")
 
-    rows = {}
-    print("== ours (AdaptiveKernelClassifier, defaults, bandwidth 5)", flush=True)
-    rows["ours: AdaptiveKernelClassifier"] = in_child(run_ours, args.n_train, args.device)
-    print(rows["ours: AdaptiveKernelClassifier"], flush=True)
-    if "kernel_ridge" not in args.skip:
-        print("== sklearn KernelRidge on 20k", flush=True)
-        rows["sklearn KernelRidge (20k subsample)"] = in_child(run_kernel_ridge, args.n_train, args.device)
-        print(rows["sklearn KernelRidge (20k subsample)"], flush=True)
-    if "nystroem" not in args.skip:
-        print("== sklearn Nystroem(2000) + RidgeClassifier", flush=True)
-        rows["sklearn Nystroem(2000) + RidgeClassifier"] = in_child(run_nystroem_ridge, args.n_train, args.device)
-        print(rows["sklearn Nystroem(2000) + RidgeClassifier"], flush=True)
-    ours = rows["ours: AdaptiveKernelClassifier"]
-    throughput = in_child(run_throughput, args.n_train, args.device, ours["batch_size"])
-
-    lines = [
-        f"### Fashion-MNIST ({args.n_train} train / 10000 test), Gaussian bandwidth 5 — {time.strftime('%Y-%m-%d')}",
-        "",
-        f"Machine: {machine_description(args.device)}; ours ran on `{ours['device']}`.",
-        "",
-        "| method | fit s | test accuracy | peak RSS GB | fit time / ours | notes |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for name, row in rows.items():
-        lines.append(
-            f"| {name} | {row['fit_seconds']:.1f} | {row['accuracy']:.4f} | {row['peak_gb']:.2f} | "
-            f"{row['fit_seconds'] / ours['fit_seconds']:.2f} | {row['notes']} |"
-        )
-    fraction = throughput["kernel_gflops"] / throughput["mm_gflops"]
-    lines += [
-        "",
-        f"Kernel-block throughput (batch {ours['batch_size']} x {args.n_train} centers x 784 features, "
-        f"column block {throughput['column_block']}): {throughput['kernel_gflops']:.0f} GFLOP/s = "
-        f"{fraction:.0%} of torch.mm at the same shapes ({throughput['mm_gflops']:.0f} GFLOP/s).",
-    ]
-    if ours.get("peak_device_gb") is not None:
-        lines.append(f"Peak device memory (ours): {ours['peak_device_gb']:.2f} GB.")
-    table = "\n".join(lines)
-    print()
-    print(table)
-    if args.write:
-        append_section(args.write, table)
+    tic = time.perf_counter()
+    sections = []
+    if "fashion" in parts:
+        sections.append(fashion_part(args))
+    if "large" in parts:
+        sections.append(large_part(args))
+    for section in sections:
+        print()
+        print(section)
+        if args.write:
+            append_section(args.write, section)
+    print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")
 
 
 if __name__ == "__main__":

@@ -628,6 +628,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.n_centers_ = centers.shape[0]
         self.projection_ = projection
         self.kernel_cached_ = cached
+        self.streamed_ = False
+        self.n_temporary_centers_ = self.n_projections_ = 0
 
     def _resolve_centers(self, X_train, order, n_features):
         """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
@@ -886,8 +888,10 @@ default="eigenpro"
     validation_fraction : float in (0, 1), default=0.1
     n_iter_no_change : int, default=3
     tol : float, default=1e-4
-    device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
-        ``"auto"`` is CUDA when available.
+    device : {"auto", "cpu", "cuda", "cuda:N"}, torch.device or list, default="auto"
+        ``"auto"`` is CUDA when available.  A list of devices (EigenPro 3 only,
+        e.g. ``["cuda:0", "cuda:1"]``) splits the centers in one shard per device;
+        the first holds the coefficients and predicts.
     dtype : {"float32", "float64"}, default="float32"
         Training and prediction precision; the eigensystem is always float64.
     memory_budget : None, int or str, default=None
@@ -905,23 +909,35 @@ default="eigenpro"
         None (with ``centers=None``) puts a center at every training point and
         trains by EigenPro 2.  An integer ``p`` takes a seeded uniform subsample of
         ``p`` training rows as centers (clamped to ``n`` with a warning) and trains
-        by EigenPro 3: each batch's preconditioned gradient is evaluated at the
-        centers and projected onto their span, so memory grows with ``p``, not
-        ``n``.  The Nystrom subsample is then drawn among the centers
-        (``subsample_size="auto"`` is at most ``p``).
+        by EigenPro 3: batches take EigenPro 2 steps with their rows as temporary
+        centers, which are projected onto the span of the centers every
+        ``n_temporary_centers_`` rows, so memory grows with ``p``, not ``n``.  The
+        Nystrom subsample is the first ``subsample_size`` centers.  See
+        :ref:`large_kernel_models`.
     centers : array-like of shape (p, n_features), default=None
         Explicit centers for EigenPro 3 (finite; not together with ``n_centers``).
+        The spectrum that sets the step size is estimated on them, so they should
+        resemble the data.
     cache_kernel : bool or "auto", default="auto"
-        EigenPro 3 only (not used when every training point is a center).  When
-        ``K(X, centers)`` (n x p in ``dtype``) fits ``memory_budget`` next to the
-        fixed costs, ``"auto"`` computes it once in blocks and reuses it every
-        epoch; otherwise it is recomputed per batch.  ``True`` raises a
-        ``ValueError`` when it does not fit; ``False`` always recomputes.
-        EigenPro 3's projection is exact: ``K(centers, centers)`` is factorised
-        once (float64 Cholesky with a tiny jitter).  When its ``16 p^2`` bytes do
-        not fit ``memory_budget``, ``fit`` raises ``NotImplementedError``: the
-        inexact projection by EigenPro 2 iterations on the centers is not
-        implemented yet.
+        EigenPro 3 only.  When ``K(X, centers)`` (n x p in ``dtype``, per device
+        its shard's columns) fits ``memory_budget`` next to the fixed costs,
+        ``"auto"`` computes it once in blocks and reuses it every epoch; otherwise
+        it is recomputed per batch.  ``True`` raises a ``ValueError`` when it does
+        not fit (or when ``X`` is streamed); ``False`` always recomputes.
+    projection : {"auto", "exact", "iterative"}, default="auto"
+        EigenPro 3's projection onto the span of the centers.  ``"exact"``
+        factorises ``K(centers, centers)`` once (float64 Cholesky, ``16 p^2``
+        bytes); ``"iterative"`` runs full-batch EigenPro 2 iterations on the
+        centers to a 1% residual and carries what is left into the next
+        projection, with no ``p x p`` matrix unless ``K(centers, centers)`` fits
+        the budget (then cached).  ``"auto"`` is exact when it fits
+        ``memory_budget`` after the kernel cache.
+    distributed : bool, default=False
+        EigenPro 3 only: shard the centers over the ranks of the initialised
+        default ``torch.distributed`` process group (torchrun).  Every rank must
+        call ``fit`` with the same data and parameters; each computes its shard's
+        kernel columns, predictions and gradients are all-reduced, and every rank
+        ends with the whole model.  ``device`` is then this rank's device.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -975,11 +991,17 @@ _COMMON_ATTRIBUTES = """
         Coefficients ``alpha`` of ``f(x) = sum_j alpha_j k(c_j, x)``.
     n_centers_ : int
         Number of centers ``p``.
-    projection_ : {"exact"} or None
+    projection_ : {"exact", "iterative"} or None
         How EigenPro 3 projected onto the centers (None for EigenPro 2).
     kernel_cached_ : bool
         Whether ``K(X, centers_)`` was computed once and reused (always False for
         EigenPro 2).
+    streamed_ : bool
+        Whether the memory-mapped ``X`` was streamed in buffers (EigenPro 3 only).
+    n_temporary_centers_ : int
+        Rows kept as temporary centers between projections (0 for EigenPro 2).
+    n_projections_ : int
+        Projections made by the last fit (0 for EigenPro 2).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Defined when ``X`` has string feature names.
