@@ -428,18 +428,22 @@ class _BaseAdaptiveKernel(BaseEstimator):
         else:
             probe_rows = to_device(X_train[np.sort(order[:_BETA_PROBE_ROWS])])
         eigensystem = nystrom_eigensystem(kernel, Z_dev[:subsample_size])
-        plan = plan_preconditioner(
-            kernel,
-            Z_dev,
-            centers_dev,
-            subsample_size,
-            capacity,
-            self.n_components,
-            self.damping,
-            column_block_for(1024),
-            probe_rows=probe_rows,
-            eigensystem=eigensystem,
-        )
+
+        def plan_on_centers(probe_rows):
+            return plan_preconditioner(
+                kernel,
+                Z_dev,
+                centers_dev,
+                subsample_size,
+                capacity,
+                self.n_components,
+                self.damping,
+                column_block_for(1024),
+                probe_rows=probe_rows,
+                eigensystem=eigensystem,
+            )
+
+        plan = plan_on_centers(probe_rows)
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
         batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
@@ -465,17 +469,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 center_shards.cache(Z_dev, row_block)
             # The projection is a regression on the centers themselves: its spectrum is
             # the data plan's, but its preconditioned beta is taken over the centers.
-            center_plan = plan_preconditioner(
-                kernel,
-                Z_dev,
-                centers_dev,
-                subsample_size,
-                capacity,
-                self.n_components,
-                self.damping,
-                column_block_for(1024),
-                eigensystem=eigensystem,
-            )
+            center_plan = plan_on_centers(None)
             projection = IterativeProjection(
                 center_shards,
                 Z_dev,
