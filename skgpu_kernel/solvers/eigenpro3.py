@@ -120,11 +120,6 @@ class CenterShards:
         self.column_block = max(int(column_block), 1)
         self.caches = None
 
-    @property
-    def local_rows(self):
-        """Centers held by this process."""
-        return sum(stop - start for start, stop in self.bounds)
-
     def blocks(self, rows):
         """``K(rows, Z_i)`` for every local shard ``i`` (each on its shard's device)."""
         out = []
@@ -245,7 +240,6 @@ class IterativeProjection:
     receives (then its rows are looked up).  It stops when the residual at the
     centers falls to ``tol`` times ``||h||`` and returns ``(theta, h - K(Z, Z)
     theta)``: the caller carries the unresolved values over to the next projection.
-    ``iterations`` lists the iterations each call took.
 
     Parameters
     ----------
@@ -270,7 +264,6 @@ class IterativeProjection:
         self.learning_rate, self.max_iterations, self.tol = learning_rate, max_iterations, tol
         self.row_block = row_block
         self.correct = preconditioner is not None and preconditioner.n_components > 0
-        self.iterations = []
 
     def __call__(self, h):
         shards = self.shards
@@ -298,7 +291,6 @@ class IterativeProjection:
                 theta[: self.preconditioner.subsample_size].add_(
                     _flatten(self.preconditioner, at_subsample), alpha=scale
                 )
-        self.iterations.append(iteration)
         return theta, residual.neg_()
 
 
@@ -319,8 +311,6 @@ class InMemoryBatches:
     weights : Tensor of shape (n,) or None
     generator : torch.Generator
     """
-
-    streamed = False
 
     def __init__(self, X, Y, weights, generator):
         self.X, self.Y, self.weights, self.generator = X, Y, weights, generator
@@ -356,15 +346,12 @@ class StreamedBatches:
         Seeds the chunk order of every epoch and the shuffles within buffers.
     """
 
-    streamed = True
-
     def __init__(self, sources, device, dtype, offset, buffer_rows, seed):
         self.sources, self.device, self.dtype, self.offset = sources, device, dtype, offset
         self.n_rows = sources[0].shape[0]
         self.buffer_rows = max(int(buffer_rows), 1)
         self.rng = np.random.RandomState(seed)
         self.generator = torch.Generator().manual_seed(seed)
-        self.io_wait_seconds = 0.0
 
     def epoch(self, batch_size):
         """Yield ``(rows, targets, weights or None, None)`` for one pass."""
@@ -383,7 +370,6 @@ class StreamedBatches:
                 for position in range(0, X.shape[0], batch_size):
                     batch = order[position : position + batch_size]
                     yield X[batch], Y[batch], None if weights is None else weights[batch], None
-            self.io_wait_seconds += prefetcher.io_wait_seconds
 
 
 class _TemporaryCenters:
@@ -472,7 +458,7 @@ def fit_eigenpro3(
     step = first_step
     rollback = 1.0
     correct = preconditioner is not None and preconditioner.n_components > 0
-    width = shards.prepared[0].shape[1] if shards.prepared else kernel.prepare_centers(coef.new_zeros(1, 1)).shape[1]
+    width = shards.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
     temporary = _TemporaryCenters(kernel, max(n_temporary, batch_size), width, n_outputs, dtype, main)
     accumulated = torch.zeros_like(coef)  # values at the centers of the temporary function
     n_projections = 0
