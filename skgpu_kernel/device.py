@@ -310,8 +310,8 @@ class CentersMemoryPlan:
     the prepared local shard; ``copies_of_outputs`` coefficient-sized arrays of
     p x l; the prepared subsample and its s x s float64 eigenvectors.  Optional
     fixed parts, each decided by the caller: the cached ``K(X, Z_local)``
-    (:attr:`cache_bytes`), the float64 Gram matrix and Cholesky factor of the exact
-    projection (:attr:`exact_projection_bytes`), the cached ``K(Z, Z_local)`` of
+    (:attr:`cache_bytes`), the float64 Cholesky factor of the exact projection and
+    the kernel blocks that fill it (:attr:`exact_projection_bytes`), the cached ``K(Z, Z_local)`` of
     the iterative projection (:attr:`center_cache_bytes`) and ``t`` temporary
     centers (:meth:`temporary_bytes`).  Per batch row: the row, residual-sized
     buffers and one row of ``K(X_B, Z_local)``, each kernel entry counted
@@ -356,7 +356,7 @@ class CentersMemoryPlan:
             + 8 * subsample_size**2
         )
         self.cache_bytes = itemsize * n_rows * n_local_centers
-        self.exact_projection_bytes = 2 * 8 * n_centers**2
+        self.exact_projection_bytes = 8 * n_centers**2 + math.ceil(n_centers / 8) * n_centers * 8 * (1 + extra_blocks)
         self.center_cache_bytes = itemsize * n_centers * n_local_centers
         self.row_bytes = itemsize * (n_features + 4 * n_outputs) + n_local_centers * self.entry_bytes
 

@@ -33,7 +33,7 @@ from .device import (
     resolve_memory_budget,
 )
 from .kernels import KERNEL_NAMES, make_kernel
-from .preconditioner import max_usable_components, nystrom_eigensystem, plan_preconditioner
+from .preconditioner import max_usable_components, plan_preconditioner
 from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.eigenpro import fit_eigenpro
 from .solvers.eigenpro3 import (
@@ -43,7 +43,6 @@ from .solvers.eigenpro3 import (
     IterativeProjection,
     StreamedBatches,
     fit_eigenpro3,
-    projection_learning_rate,
     shard_bounds,
 )
 
@@ -63,12 +62,42 @@ _PROJECTION_MAX_ITERATIONS = 100
 # Training rows on which EigenPro 3 evaluates the preconditioned beta.
 _BETA_PROBE_ROWS = 8192
 
-# Temporary centers kept between projections, per center.  A step pays for the
-# temporary centers (about half the maximum on average) and the projection is paid
-# once per ``n_temporary / m`` steps.  With the inexact projection more than about
-# p / 2 temporary centers made training unstable in our tests (the unresolved part
-# of a projection grows with the function projected), whatever the projection costs.
+# At most this many temporary centers per center.  With the inexact projection more
+# than about p / 2 temporary centers made training unstable in our tests (the
+# unresolved part of a projection grows with the function projected).
 _TEMPORARY_PER_CENTER = {"exact": 1.0, "iterative": 0.5}
+
+
+# Flops a device does in the time it reads one byte of its memory: 206 GFLOP/s of
+# torch.mm against 15 GB/s read by two triangular solves with a 10000 x 10000 float64
+# factor on the 2-core CPU we develop on; about 14 for an H200's float32 units.
+_FLOPS_PER_BYTE = 16
+
+
+def _temporary_centers_for(n_centers, n_features, n_outputs, itemsize, projection, centers_cached):
+    """Temporary centers that minimise EigenPro 3's work per training row.
+
+    Every row of a batch is evaluated against the temporary centers, about ``t / 2``
+    of them on average, at ``2 (d + l)`` flops each; a projection, made once every
+    ``t`` rows, costs ``C`` flops (memory reads counted at ``_FLOPS_PER_BYTE``):
+    two triangular solves with the ``p x p`` float64 factor when exact, or
+    ``_PROJECTION_MAX_ITERATIONS`` (which the iteration usually reaches) full
+    passes over ``K(Z, Z)``, read from its cache or evaluated, when inexact.
+    ``t / 2 * 2 (d + l) + C / t`` is smallest at ``t = sqrt(C / (d + l))``.  The
+    result is clipped to ``_TEMPORARY_PER_CENTER`` times ``p``; the caller clips it
+    to its memory and to at least one batch.
+    """
+    products = 4.0 * n_centers**2 * n_outputs
+    if projection == "exact":
+        projection_flops = max(products, _FLOPS_PER_BYTE * 2 * 8 * n_centers**2)
+    else:
+        if centers_cached:
+            per_iteration = max(products, _FLOPS_PER_BYTE * 2 * itemsize * n_centers**2)
+        else:
+            per_iteration = products + 2.0 * n_centers**2 * n_features
+        projection_flops = _PROJECTION_MAX_ITERATIONS * per_iteration
+    best = math.sqrt(projection_flops / (n_features + n_outputs))
+    return int(min(best, _TEMPORARY_PER_CENTER[projection] * n_centers))
 
 
 def _auto_subsample_size(n_samples):
@@ -368,7 +397,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 "smaller subsample_size."
             )
         reserved = []
-        # K(X, Z) saves the kernel evaluations of every later epoch: it comes first.
+        # K(X, Z) saves the kernel evaluations of every later epoch.
         cache_fits = not streamed and memory.cache_bytes <= memory.free_bytes() - 2 * memory.row_bytes * minimal_batch
         if self.cache_kernel is True and not cache_fits:
             raise ValueError(
@@ -378,7 +407,19 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 + (" (X is streamed from its memory-mapped file)" if streamed else "")
                 + ". Use cache_kernel='auto' or a larger memory_budget."
             )
-        cached = cache_fits if self.cache_kernel == "auto" else bool(self.cache_kernel)
+        exact_fits_alone = memory.exact_projection_bytes <= memory.free_bytes() - 2 * memory.row_bytes * minimal_batch
+        exact_fits_with_cache = (
+            memory.exact_projection_bytes
+            <= memory.free_bytes(memory.cache_bytes) - 2 * memory.row_bytes * minimal_batch
+        )
+        if self.cache_kernel == "auto":
+            # The exact projection comes before the cache: the inexact one makes up to
+            # _PROJECTION_MAX_ITERATIONS passes over K(Z, Z) per projection, which costs
+            # more than the cache saves (Fashion-MNIST, 20000 centers: 56 s per
+            # projection, against 10 s per epoch to evaluate K(X, Z)).
+            cached = cache_fits and (exact_fits_with_cache or not exact_fits_alone or self.projection == "iterative")
+        else:
+            cached = bool(self.cache_kernel)
         room_after_cache = memory.free_bytes(memory.cache_bytes if cached else 0) - 2 * memory.row_bytes * minimal_batch
         exact_fits = memory.exact_projection_bytes <= room_after_cache
         if self.projection == "exact" and not exact_fits:
@@ -388,9 +429,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 f"costs ({memory.fixed_bytes + sum(reserved)} bytes). Use projection='auto' or 'iterative'."
             )
         exact = exact_fits if self.projection == "auto" else self.projection == "exact"
-        cache_centers = (
-            not exact
-            and memory.center_cache_bytes <= (memory.free_bytes(*reserved) - memory.row_bytes * minimal_batch) // 2
+        # Centers drawn from the training rows are the first p rows of the cached
+        # K(X, Z): the iterative projection reads K(Z, Z) there at no extra cost.
+        centers_in_cache = cached and self.centers is None
+        cache_centers = not exact and (
+            centers_in_cache
+            or memory.center_cache_bytes <= (memory.free_bytes(*reserved) - memory.row_bytes * minimal_batch) // 2
         )
         # Ranks may see different free memory; they must take the same path.
         cached, exact, cache_centers = (bool(value) for value in _agree([cached, exact, cache_centers], group, device))
@@ -398,9 +442,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
             reserved.append(memory.cache_bytes)
         if exact:
             reserved.append(memory.exact_projection_bytes)
-        elif cache_centers:
+        elif cache_centers and not centers_in_cache:
             reserved.append(memory.center_cache_bytes)
-        temporary_per_center = _TEMPORARY_PER_CENTER["exact" if exact else "iterative"]
         memory_limit = memory.max_batch(*reserved)
 
         to_device = _DeviceCopier(device, dtype, offset)
@@ -412,7 +455,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
             return column_block_size(device, batch_size, n_local, memory.entry_bytes, free // 2)
 
         X_dev = None if streamed else to_device(X_train[order])
-        if self.batch_size == "auto":
+        if self.batch_size == "auto" and cached:
+            # A step on cached K(X, Z) reads its rows instead of evaluating the kernel,
+            # so a larger batch costs no more per row: the batch is limited by memory
+            # (and by the critical batch, below), not by a throughput probe.
+            capacity, throughputs = memory_limit, {}
+        elif self.batch_size == "auto":
             probe_rows = Z_dev if X_dev is None else X_dev
             capacity, throughputs = measure_batch_capacity(
                 kernel, probe_rows, centers_dev, n_outputs, memory_limit, column_block_for
@@ -427,23 +475,17 @@ class _BaseAdaptiveKernel(BaseEstimator):
             probe_rows = X_dev[:_BETA_PROBE_ROWS]
         else:
             probe_rows = to_device(X_train[np.sort(order[:_BETA_PROBE_ROWS])])
-        eigensystem = nystrom_eigensystem(kernel, Z_dev[:subsample_size])
-
-        def plan_on_centers(probe_rows):
-            return plan_preconditioner(
-                kernel,
-                Z_dev,
-                centers_dev,
-                subsample_size,
-                capacity,
-                self.n_components,
-                self.damping,
-                column_block_for(1024),
-                probe_rows=probe_rows,
-                eigensystem=eigensystem,
-            )
-
-        plan = plan_on_centers(probe_rows)
+        plan = plan_preconditioner(
+            kernel,
+            Z_dev,
+            centers_dev,
+            subsample_size,
+            capacity,
+            self.n_components,
+            self.damping,
+            column_block_for(1024),
+            probe_rows=probe_rows,
+        )
         n_components = plan.preconditioner.n_components
         _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
         batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
@@ -453,7 +495,10 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
         # Temporary centers trade per-step kernel work against fewer projections;
         # both their count and their block must fit next to everything else.
-        n_temporary = max(min(int(temporary_per_center * n_centers), n), batch_size)
+        n_temporary = _temporary_centers_for(
+            n_centers, n_features, n_outputs, itemsize, "exact" if exact else "iterative", cache_centers
+        )
+        n_temporary = max(min(n_temporary, n), batch_size)
         while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > free // 2:
             n_temporary //= 2
         n_temporary = max(n_temporary, batch_size)
@@ -461,26 +506,25 @@ class _BaseAdaptiveKernel(BaseEstimator):
         column_block = column_block_for(batch_size)
         row_block = max(min(batch_size, 4096), 1)
         shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
+        if cached:
+            shards.cache(X_dev, row_block)
         if exact:
             projection = ExactProjection(kernel, Z_dev, max(_PROJECTION_JITTER, 10 * torch.finfo(dtype).eps), dtype)
         else:
-            center_shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
-            if cache_centers:
-                center_shards.cache(Z_dev, row_block)
-            # The projection is a regression on the centers themselves: its spectrum is
-            # the data plan's, but its preconditioned beta is taken over the centers.
-            center_plan = plan_on_centers(None)
+            if centers_in_cache:
+                center_shards = shards
+            else:
+                center_shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
+                if cache_centers:
+                    center_shards.cache(Z_dev, row_block)
             projection = IterativeProjection(
                 center_shards,
                 Z_dev,
-                center_plan.preconditioner if center_plan.preconditioner.n_components else None,
-                projection_learning_rate(center_plan, n_centers),
+                plan.preconditioner if n_components else None,
                 _PROJECTION_MAX_ITERATIONS,
                 _PROJECTION_TOL,
                 row_block,
             )
-        if cached:
-            shards.cache(X_dev, row_block)
 
         if streamed:
             sources = [as_row_source(X_train, "X"), as_row_source(Y_train, "y")]

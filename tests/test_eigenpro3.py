@@ -99,9 +99,10 @@ def test_budgets_too_small_are_named():
     # The 500-point eigensystem alone takes 2 MB.
     with pytest.raises(ValueError, match="memory_budget=1000000 bytes is too small"):
         AdaptiveKernelRegressor(bandwidth=BANDWIDTH, n_centers=500, memory_budget=1_000_000).fit(X, y)
-    # The exact projection's Gram matrix and factor take 16 p^2 = 4 MB.
+    # The exact projection's float64 factor and the row blocks that fill it take
+    # 8 p^2 + 8 p ceil(p / 8) = 2252000 bytes.
     exact = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, n_centers=500, projection="exact", memory_budget="3MB")
-    with pytest.raises(ValueError, match=r"projection='exact' factorises K.*4000000 bytes"):
+    with pytest.raises(ValueError, match=r"projection='exact' factorises K.*2252000 bytes"):
         exact.fit(X, y)
 
 
