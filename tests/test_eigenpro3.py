@@ -237,3 +237,100 @@ def _status_bytes(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
+
+
+# Centers in 3-d with a bandwidth below their spread: K(Z, Z) is ill-conditioned enough
+# to need the preconditioner but solvable to 1e-3 within the iteration cap.
+PROJECTION_BANDWIDTH = 0.7
+
+
+def _projection_problem(p=600, subsample=60, n_components=30, seed=5):
+    import torch
+
+    from skgpu_kernel.kernels import Gaussian
+    from skgpu_kernel.preconditioner import EigenProPreconditioner, nystrom_eigensystem
+    from skgpu_kernel.solvers.eigenpro3 import CenterShards
+
+    rng = np.random.RandomState(seed)
+    Z = torch.as_tensor(rng.randn(p, 3))
+    kernel = Gaussian(bandwidth=PROJECTION_BANDWIDTH)
+    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, Z[:subsample])
+    preconditioner = EigenProPreconditioner(
+        eigenvalues, eigenvectors, n_components, 1.0, torch.float64, torch.device("cpu")
+    )
+    shards = CenterShards(kernel, Z, [torch.device("cpu")], column_block=128)
+    return kernel, Z, preconditioner, shards
+
+
+def test_iterative_projection_step_is_the_measured_top_eigenvalue_and_converges():
+    import torch
+
+    from skgpu_kernel.solvers.eigenpro3 import IterativeProjection, _flatten
+
+    kernel, Z, preconditioner, shards = _projection_problem()
+    gram = _gaussian(Z.numpy(), Z.numpy(), PROJECTION_BANDWIDTH)
+    # The preconditioned operator R -> R - E_S Psi D Psi^T K(Z_S, Z) R applied to K(Z, Z).
+    s = preconditioner.subsample_size
+    flatten = np.zeros((gram.shape[0], gram.shape[0]))
+    for column in range(gram.shape[0]):
+        unit = torch.zeros(gram.shape[0], 1, dtype=torch.float64)
+        unit[column] = 1.0
+        flatten[:s, column] = _flatten(preconditioner, torch.as_tensor(gram) @ unit).numpy()[:, 0]
+    operator = (np.eye(gram.shape[0]) - flatten) @ gram
+    spectral_radius = np.abs(np.linalg.eigvals(operator)).max()
+    # The subsample (60 of 600 centers) flattens its own Nystrom estimate; over all the
+    # centers the flattened top eigenvalue is several times that estimate, which is why
+    # the step is measured (a step from the estimate diverges).
+    estimate = preconditioner.top_eigenvalue * s
+    assert spectral_radius > 2 * estimate
+
+    projection = IterativeProjection(shards, Z, preconditioner, max_iterations=2000, tol=1e-3, row_block=256)
+    assert projection.top_eigenvalue == pytest.approx(spectral_radius, rel=0.05)
+    h = torch.as_tensor(gram @ np.random.RandomState(0).randn(gram.shape[0], 2))
+    theta, remainder = projection(h)
+    assert np.linalg.norm(remainder.numpy()) <= 1e-3 * np.linalg.norm(h.numpy())
+    np.testing.assert_allclose(gram @ theta.numpy(), h.numpy() - remainder.numpy(), rtol=1e-8, atol=1e-8)
+
+
+def test_exact_projection_factor_solves_the_jittered_gram_system():
+    import torch
+
+    from skgpu_kernel.solvers.eigenpro3 import ExactProjection
+
+    kernel, Z, _, _ = _projection_problem(p=300)
+    projection = ExactProjection(kernel, Z, 1e-10, torch.float64)
+    gram = _gaussian(Z.numpy(), Z.numpy(), PROJECTION_BANDWIDTH)
+    h = np.random.RandomState(1).randn(300, 3)
+    theta, remainder = projection(torch.as_tensor(h))
+    assert remainder is None
+    # K(Z, Z) is nearly singular (a million-fold coefficients): the solve is checked
+    # by its residual, which a backward-stable float64 solve keeps at rounding level.
+    jittered = gram + projection.jitter * np.eye(300)
+    residual = jittered @ theta.numpy() - h
+    assert np.linalg.norm(residual) <= 1e-6 * np.linalg.norm(h)
+    assert np.linalg.norm(theta.numpy()) > 1e3 * np.linalg.norm(h)
+
+
+def test_exact_projection_is_preferred_to_the_cache_when_both_do_not_fit():
+    X, y, _, _ = _problem(seed=3, n=2000)
+    # p = 600 (float64): K(X, Z) takes 9.6 MB and the exact factor with its blocks
+    # 3.24 MB, the fixed costs 3.1 MB: 14 MB holds either, not both.
+    params = dict(bandwidth=BANDWIDTH, n_centers=600, n_epochs=1, dtype="float64", memory_budget="14MB")
+    model = AdaptiveKernelRegressor(**params).fit(X, y)
+    assert (model.projection_, model.kernel_cached_) == ("exact", False)
+    forced = AdaptiveKernelRegressor(cache_kernel=True, **params).fit(X, y)
+    assert (forced.projection_, forced.kernel_cached_) == ("iterative", True)
+    roomy = AdaptiveKernelRegressor(**{**params, "memory_budget": "20MB"}).fit(X, y)
+    assert (roomy.projection_, roomy.kernel_cached_) == ("exact", True)
+
+
+def test_temporary_center_count_balances_kernel_work_and_projection_cost():
+    from skgpu_kernel.kernel_machines import _temporary_centers_for
+
+    # Exact: two reads of the 8 p^2-byte factor at 16 flops per byte, 2 (d + l) flops
+    # per row and temporary center: t = sqrt(256 p^2 / (d + l)) = p sqrt(256 / 794).
+    assert _temporary_centers_for(10_000, 784, 10, 4, "exact", False) == int(10_000 * np.sqrt(256 / 794))
+    # Few features: the projection is dear next to a kernel row, t is capped at p.
+    assert _temporary_centers_for(20_000, 16, 1, 4, "exact", False) == 20_000
+    # Inexact: 100 passes over K(Z, Z), capped at p / 2.
+    assert _temporary_centers_for(1_000, 784, 10, 4, "iterative", True) == 500
