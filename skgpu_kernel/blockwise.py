@@ -151,7 +151,8 @@ def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None
         if sparse:
             outputs.append(function(csr_to_torch(X[start : start + row_block], dtype, device)).cpu())
             continue
-        rows = torch.as_tensor(np.ascontiguousarray(X[start : start + row_block]), dtype=dtype).to(device)
+        # A copy: the rows may come from a read-only memory map, which torch cannot share.
+        rows = torch.tensor(np.asarray(X[start : start + row_block]), dtype=dtype).to(device)
         padded.zero_()
         padded[: rows.shape[0]] = rows if offset is None else rows - offset
         outputs.append(function(padded)[: rows.shape[0]].cpu())

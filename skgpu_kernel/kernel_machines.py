@@ -959,17 +959,20 @@ default="eigenpro"
     cache_kernel : bool or "auto", default="auto"
         EigenPro 3 only.  When ``K(X, centers)`` (n x p in ``dtype``, per device
         its shard's columns) fits ``memory_budget`` next to the fixed costs,
-        ``"auto"`` computes it once in blocks and reuses it every epoch; otherwise
-        it is recomputed per batch.  ``True`` raises a ``ValueError`` when it does
+        ``"auto"`` computes it once in blocks and reuses it every epoch (unless
+        only one of the cache and the exact projection fits: the projection is
+        preferred); otherwise it is recomputed per batch.  ``True`` raises a ``ValueError`` when it does
         not fit (or when ``X`` is streamed); ``False`` always recomputes.
     projection : {"auto", "exact", "iterative"}, default="auto"
         EigenPro 3's projection onto the span of the centers.  ``"exact"``
-        factorises ``K(centers, centers)`` once (float64 Cholesky, ``16 p^2``
-        bytes); ``"iterative"`` runs full-batch EigenPro 2 iterations on the
-        centers to a 1% residual and carries what is left into the next
+        factorises ``K(centers, centers)`` once (float64 Cholesky in place, about
+        ``9 p^2`` bytes with the blocks that fill it); ``"iterative"`` runs
+        full-batch EigenPro 2 iterations on the centers (step measured by power
+        iteration) to a 1% residual and carries what is left into the next
         projection, with no ``p x p`` matrix unless ``K(centers, centers)`` fits
         the budget (then cached).  ``"auto"`` is exact when it fits
-        ``memory_budget`` after the kernel cache.
+        ``memory_budget``, before the kernel cache: the iterative projection
+        costs up to 100 passes over ``K(centers, centers)`` each time.
     distributed : bool, default=False
         EigenPro 3 only: shard the centers over the ranks of the initialised
         default ``torch.distributed`` process group (torchrun).  Every rank must
@@ -1037,7 +1040,9 @@ _COMMON_ATTRIBUTES = """
     streamed_ : bool
         Whether the memory-mapped ``X`` was streamed in buffers (EigenPro 3 only).
     n_temporary_centers_ : int
-        Rows kept as temporary centers between projections (0 for EigenPro 2).
+        Rows kept as temporary centers between projections (0 for EigenPro 2),
+        from a cost model that balances their kernel work against the
+        projection's cost.
     n_projections_ : int
         Projections made by the last fit (0 for EigenPro 2).
     n_features_in_ : int

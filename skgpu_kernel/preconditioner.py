@@ -251,7 +251,6 @@ def plan_preconditioner(
     damping,
     column_block,
     probe_rows=None,
-    eigensystem=None,
 ):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
@@ -260,9 +259,7 @@ def plan_preconditioner(
     ``beta`` is evaluated on the subsample and on ``probe_rows`` (default: up to
     8192 further rows of ``X``), which must include points outside the subsample:
     there the Nystrom estimate is not exact and the flattened diagonal is larger.
-    ``eigensystem`` is :func:`nystrom_eigensystem` of the subsample when the caller
-    already has it (two plans on one subsample share one eigensolve).  With
-    ``n_components="auto"`` the preconditioned critical batch must reach
+    With ``n_components="auto"`` the preconditioned critical batch must reach
     ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``, so that batches
     of the capacity run with the linear step ``m / beta_P`` and keep a margin for
     the error of the Nystrom estimate; beyond that, up to half the subsample's
@@ -276,9 +273,7 @@ def plan_preconditioner(
     -------
     PreconditionerPlan
     """
-    if eigensystem is None:
-        eigensystem = nystrom_eigensystem(kernel, X[:subsample_size])
-    eigenvalues, eigenvectors = eigensystem
+    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size])
     usable = min(max_usable_components(eigenvalues, X.dtype), subsample_size - 1)
     if n_components == "auto":
         candidates = min(usable, _MAX_AUTO_COMPONENTS)

@@ -267,7 +267,7 @@ def test_iterative_projection_step_is_the_measured_top_eigenvalue_and_converges(
 
     from skgpu_kernel.solvers.eigenpro3 import IterativeProjection, _flatten
 
-    kernel, Z, preconditioner, shards = _projection_problem()
+    _, Z, preconditioner, shards = _projection_problem()
     gram = _gaussian(Z.numpy(), Z.numpy(), PROJECTION_BANDWIDTH)
     # The preconditioned operator R -> R - E_S Psi D Psi^T K(Z_S, Z) R applied to K(Z, Z).
     s = preconditioner.subsample_size
