@@ -111,24 +111,19 @@ def fit_eigenpro(
     leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
     column_block = column_block_for(batch_size)
     steps_per_epoch = math.ceil(n / batch_size)
-    step = first_step
-    # Divergence halves a factor on top of the rule, so the rule's schedule stays as given.
-    rollback = 1.0
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
+    guard = EpochGuard(coef, first_step, n_epochs, tol, n_iter_no_change, log)
 
-    history = []
-    early_stopping = EarlyStopping(tol, n_iter_no_change)
-    epoch = 0
-    halvings = 0
-    # The loss of an epoch is measured before each of its steps, so it reflects the
-    # coefficients during that epoch.  The anchor is the start of the epoch with the
-    # lowest loss so far: a safe point to return to when the loss grows again.
-    anchor_coef, anchor_epoch, anchor_step, anchor_loss = coef.clone(), 0, step, math.inf
-    while epoch < n_epochs:
-        synchronize(device)
-        tic = time.perf_counter()
-        epoch_start, epoch_start_step = coef.clone(), step
-        sparse_epoch = fresh_start and epoch == 0
+    def rate_at(step):
+        return learning_rate_for(step, batch_size, steps_per_epoch)
+
+    def validation_score():
+        X_val, Y_val, score = validation
+        return score(kernel_matmul_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
+
+    while guard.epoch < n_epochs:
+        guard.begin_epoch()
+        sparse_epoch = fresh_start and guard.epoch == 0
         if sparse_epoch:
             order = torch.arange(n, device=device)
         else:
@@ -151,77 +146,135 @@ def fit_eigenpro(
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 if log is not None:
-                    rate = rollback * learning_rate_for(step, batch_size, steps_per_epoch)
+                    rate = guard.rollback * rate_at(guard.step)
                     log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
                 continue
             residual, weighted, correction = update
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = rollback * learning_rate_for(step, batch.shape[0], steps_per_epoch) / batch.shape[0]
+            scale = guard.rollback * learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
             coef.index_add_(0, batch, weighted, alpha=-scale)
             if correction is not None:
                 coef[:leading].add_(correction, alpha=scale)
             loss_sum += (residual * residual).sum()
             position += batch.shape[0]
-            step += 1
+            guard.step += 1
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
-        if _diverged(train_loss, loss_of_zero_model, anchor_loss, X.dtype):
-            coef.copy_(anchor_coef)
-            step = anchor_step
-            del history[anchor_epoch:]
-            if not math.isfinite(train_loss):
-                _check_kernel_is_finite(kernel, X, centers, column_block)
-            if halvings >= _MAX_STEP_HALVINGS:
+        if not math.isfinite(train_loss):
+            _check_kernel_is_finite(kernel, X, centers, column_block)
+        scored = validation_score if validation is not None else None
+        if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
+            break
+
+    guard.finish()
+    return EigenProResult(
+        coef=coef,
+        n_epochs=len(guard.history),
+        n_steps=guard.step - first_step,
+        batch_size=batch_size,
+        learning_rate=guard.rollback * rate_at(max(guard.step - 1, first_step)),
+        history=guard.history,
+    )
+
+
+class EpochGuard:
+    """Epoch-end bookkeeping of the EigenPro loops: divergence rollback, history, validation, early stopping.
+
+    The loss of an epoch is measured before each of its steps, so it reflects the
+    coefficients during that epoch.  The anchor is the start of the epoch with the
+    lowest loss so far: a safe point to return to when the loss grows again.  A
+    divergence restores the anchor's coefficients and update count and halves a
+    factor, :attr:`rollback`, that the loop multiplies into the scaling rule's step
+    (so the rule's schedule stays as given); after ``_MAX_STEP_HALVINGS`` halvings
+    the loop stops with the last stable coefficients.
+
+    The loop owns :attr:`step` (updates made, counted from ``first_step``) and
+    :attr:`epoch`: it calls :meth:`begin_epoch` and :meth:`end_epoch` around each
+    epoch, runs while ``epoch < n_epochs`` and stops when :meth:`end_epoch` returns
+    False, then calls :meth:`finish`.
+
+    Parameters
+    ----------
+    coef : Tensor
+        The coefficients the loop updates in place.
+    first_step : int
+    n_epochs : int
+    tol, n_iter_no_change
+        Early stopping on the validation score (see :class:`EarlyStopping`).
+    log : callable or None
+    """
+
+    def __init__(self, coef, first_step, n_epochs, tol, n_iter_no_change, log):
+        self.coef, self.n_epochs, self.log = coef, n_epochs, log
+        self.step, self.epoch, self.rollback = first_step, 0, 1.0
+        self.history = []
+        self.early_stopping = EarlyStopping(tol, n_iter_no_change)
+        self._halvings = 0
+        self._anchor_coef, self._anchor_epoch = coef.clone(), 0
+        self._anchor_step, self._anchor_loss = first_step, math.inf
+
+    def begin_epoch(self):
+        synchronize(self.coef.device)
+        self._tic = time.perf_counter()
+        self._epoch_start, self._epoch_start_step = self.coef.clone(), self.step
+
+    def end_epoch(self, train_loss, loss_of_zero_model, rate_at, validation_score=None):
+        """Record the epoch, or roll back when it diverged; False when the loop must stop.
+
+        ``rate_at(step)`` is the scaling rule's step size at update ``step`` for the
+        loop's current batch; ``validation_score()`` scores the current coefficients.
+        After a rollback, :attr:`rolled_back` is True until the next call.
+        """
+        self.rolled_back = _diverged(train_loss, loss_of_zero_model, self._anchor_loss, self.coef.dtype)
+        if self.rolled_back:
+            self.coef.copy_(self._anchor_coef)
+            self.step = self._anchor_step
+            del self.history[self._anchor_epoch :]
+            if self._halvings >= _MAX_STEP_HALVINGS:
                 warnings.warn(
                     "EigenPro iteration kept diverging after "
                     f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
                     "coefficients. Check the bandwidth, the scale of the data and the scaling rule.",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-                break
-            halvings += 1
-            rollback *= 0.5
+                return False
+            self._halvings += 1
+            self.rollback *= 0.5
             warnings.warn(
-                f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}, lowest "
-                f"{anchor_loss:.3g}); resuming from the start of epoch {anchor_epoch + 1} with the "
-                f"scaling rule's step size halved ({rollback:g} times the rule's, "
-                f"{rollback * learning_rate_for(step, batch_size, steps_per_epoch):.4g} at the next update).",
+                f"Training diverged in epoch {self.epoch + 1} (mean loss {train_loss:.3g}, lowest "
+                f"{self._anchor_loss:.3g}); resuming from the start of epoch {self._anchor_epoch + 1} with the "
+                f"scaling rule's step size halved ({self.rollback:g} times the rule's, "
+                f"{self.rollback * rate_at(self.step):.4g} at the next update).",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-            epoch = anchor_epoch
-            anchor_loss = math.inf
-            continue
-        if train_loss < anchor_loss:
-            anchor_coef, anchor_epoch, anchor_step, anchor_loss = epoch_start, epoch, epoch_start_step, train_loss
+            self.epoch, self._anchor_loss = self._anchor_epoch, math.inf
+            return True
+        if train_loss < self._anchor_loss:
+            self._anchor_coef, self._anchor_epoch = self._epoch_start, self.epoch
+            self._anchor_step, self._anchor_loss = self._epoch_start_step, train_loss
 
-        last_rate = rollback * learning_rate_for(step - 1, batch_size, steps_per_epoch)
-        record = {"epoch": epoch + 1, "train_mse": train_loss, "learning_rate": last_rate}
-        if validation is not None:
-            X_val, Y_val, score = validation
-            record["validation_score"] = float(
-                score(kernel_matmul_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
-            )
-        synchronize(device)
-        record["seconds"] = time.perf_counter() - tic
-        history.append(record)
-        epoch += 1
-        if log is not None:
-            log(_format_record(record, n_epochs))
+        record = {
+            "epoch": self.epoch + 1,
+            "train_mse": train_loss,
+            "learning_rate": self.rollback * rate_at(self.step - 1),
+        }
+        if validation_score is not None:
+            record["validation_score"] = float(validation_score())
+        synchronize(self.coef.device)
+        record["seconds"] = time.perf_counter() - self._tic
+        self.history.append(record)
+        self.epoch += 1
+        if self.log is not None:
+            self.log(_format_record(record, self.n_epochs))
+        return validation_score is None or not self.early_stopping.should_stop(
+            record["validation_score"], self.coef, self.log
+        )
 
-        if validation is not None and early_stopping.should_stop(record["validation_score"], coef, log):
-            break
-
-    early_stopping.restore_best(coef)
-    return EigenProResult(
-        coef=coef,
-        n_epochs=len(history),
-        n_steps=step - first_step,
-        batch_size=batch_size,
-        learning_rate=rollback * learning_rate_for(max(step - 1, first_step), batch_size, steps_per_epoch),
-        history=history,
-    )
+    def finish(self):
+        """Put the best validated coefficients back (no-op without validation)."""
+        self.early_stopping.restore_best(self.coef)
 
 
 class EarlyStopping:

@@ -37,16 +37,13 @@ whether ``K(X, Z)`` is cached.
 
 import itertools
 import math
-import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
-from ..device import synchronize
-from .eigenpro import _MAX_STEP_HALVINGS, EarlyStopping, _diverged, _format_record
+from .eigenpro import EpochGuard
 
 __all__ = [
     "CenterShards",
@@ -501,8 +498,6 @@ def fit_eigenpro3(
     n = batches.n_rows
     n_outputs = coef.shape[1]
     steps_per_epoch = math.ceil(n / batch_size)
-    step = first_step
-    rollback = 1.0
     correct = preconditioner is not None and preconditioner.n_components > 0
     width = shards.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
     temporary = _TemporaryCenters(kernel, max(n_temporary, batch_size), width, n_outputs, dtype, main)
@@ -525,15 +520,18 @@ def fit_eigenpro3(
             temporary.clear()
             n_projections += 1
 
-    history = []
-    early_stopping = EarlyStopping(tol, n_iter_no_change)
-    anchor_coef, anchor_epoch, anchor_step, anchor_loss = coef.clone(), 0, step, math.inf
+    guard = EpochGuard(coef, first_step, n_epochs, tol, n_iter_no_change, log)
     loss_of_zero_model = None
-    epoch = halvings = 0
-    while epoch < n_epochs:
-        synchronize(main)
-        tic = time.perf_counter()
-        epoch_start, epoch_start_step = coef.clone(), step
+
+    def rate_at(step):
+        return learning_rate_for(step, batch_size, steps_per_epoch)
+
+    def validation_score():
+        predict, Y_val, score = validation
+        return score(predict(coef), Y_val)
+
+    while guard.epoch < n_epochs:
+        guard.begin_epoch()
         loss_sum = torch.zeros((), dtype=torch.float64, device=main)
         target_sum = torch.zeros((), dtype=torch.float64, device=main)
         for X_batch, Y_batch, w_batch, indices in batches.epoch(batch_size):
@@ -549,67 +547,33 @@ def fit_eigenpro3(
             weighted = residual if w_batch is None else residual * w_batch[:, None]
             gradient = shards.apply_transpose(blocks, weighted)
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = rollback * learning_rate_for(step, rows, steps_per_epoch) / rows
+            scale = guard.rollback * learning_rate_for(guard.step, rows, steps_per_epoch) / rows
             accumulated.sub_(gradient, alpha=scale)
             temporary.add(X_batch, weighted * -scale)
             if correct:
                 coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
             loss_sum += (residual * residual).sum().double()
             target_sum += (Y_batch * Y_batch).sum().double()
-            step += 1
+            guard.step += 1
         project()
 
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
-        if _diverged(train_loss, loss_of_zero_model, anchor_loss, dtype):
-            coef.copy_(anchor_coef)
-            accumulated.zero_()
-            step = anchor_step
-            del history[anchor_epoch:]
-            if halvings >= _MAX_STEP_HALVINGS:
-                warnings.warn(
-                    f"EigenPro 3 iteration kept diverging after {_MAX_STEP_HALVINGS} step-size halvings; "
-                    "stopping with the last stable coefficients.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                break
-            halvings += 1
-            rollback *= 0.5
-            warnings.warn(
-                f"Training diverged in epoch {epoch + 1} (mean loss {train_loss:.3g}); resuming from the "
-                f"start of epoch {anchor_epoch + 1} with the scaling rule's step size halved "
-                f"({rollback:g} times the rule's).",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            epoch, anchor_loss = anchor_epoch, math.inf
-            continue
-        if train_loss < anchor_loss:
-            anchor_coef, anchor_epoch, anchor_step, anchor_loss = epoch_start, epoch, epoch_start_step, train_loss
-
-        last_rate = rollback * learning_rate_for(step - 1, batch_size, steps_per_epoch)
-        record = {"epoch": epoch + 1, "train_mse": train_loss, "learning_rate": last_rate}
-        if validation is not None:
-            predict, Y_val, score = validation
-            record["validation_score"] = float(score(predict(coef), Y_val))
-        synchronize(main)
-        record["seconds"] = time.perf_counter() - tic
-        history.append(record)
-        epoch += 1
-        if log is not None:
-            log(_format_record(record, n_epochs))
-        if validation is not None and early_stopping.should_stop(record["validation_score"], coef, log):
+        if not guard.end_epoch(
+            train_loss, loss_of_zero_model, rate_at, validation_score if validation is not None else None
+        ):
             break
+        if guard.rolled_back:
+            accumulated.zero_()
 
-    early_stopping.restore_best(coef)
+    guard.finish()
     return EigenPro3Result(
         coef=coef,
-        n_epochs=len(history),
-        n_steps=step - first_step,
+        n_epochs=len(guard.history),
+        n_steps=guard.step - first_step,
         batch_size=batch_size,
-        learning_rate=rollback * learning_rate_for(max(step - 1, first_step), batch_size, steps_per_epoch),
+        learning_rate=guard.rollback * rate_at(max(guard.step - 1, first_step)),
         n_projections=n_projections,
-        history=history,
+        history=guard.history,
     )
