@@ -166,15 +166,7 @@ def fit_eigenpro(
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
 
-    guard.finish()
-    return EigenProResult(
-        coef=coef,
-        n_epochs=len(guard.history),
-        n_steps=guard.step - first_step,
-        batch_size=batch_size,
-        learning_rate=guard.rollback * rate_at(max(guard.step - 1, first_step)),
-        history=guard.history,
-    )
+    return EigenProResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, first_step))
 
 
 class EpochGuard:
@@ -272,9 +264,19 @@ class EpochGuard:
             record["validation_score"], self.coef, self.log
         )
 
-    def finish(self):
-        """Put the best validated coefficients back (no-op without validation)."""
+    def finish(self, rate_at, first_step):
+        """Put the best validated coefficients back; the result fields the loops share.
+
+        Returns ``n_epochs``, ``n_steps``, ``learning_rate`` (the last update's, with
+        the rollback factor) and ``history``.
+        """
         self.early_stopping.restore_best(self.coef)
+        return {
+            "n_epochs": len(self.history),
+            "n_steps": self.step - first_step,
+            "learning_rate": self.rollback * rate_at(max(self.step - 1, first_step)),
+            "history": self.history,
+        }
 
 
 class EarlyStopping:

@@ -567,13 +567,6 @@ def fit_eigenpro3(
         if guard.rolled_back:
             accumulated.zero_()
 
-    guard.finish()
     return EigenPro3Result(
-        coef=coef,
-        n_epochs=len(guard.history),
-        n_steps=guard.step - first_step,
-        batch_size=batch_size,
-        learning_rate=guard.rollback * rate_at(max(guard.step - 1, first_step)),
-        n_projections=n_projections,
-        history=guard.history,
+        coef=coef, batch_size=batch_size, n_projections=n_projections, **guard.finish(rate_at, first_step)
     )
