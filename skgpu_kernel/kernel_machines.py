@@ -1025,10 +1025,10 @@ _COMMON_ATTRIBUTES = """
         step), ``learning_rate`` (step size of the epoch's last update, at the
         epoch's batch size), ``validation_score`` when early stopping, and
         ``seconds``.
-    centers_ : ndarray of shape (n_centers_, n_features)
+    centers_ : ndarray of shape ``(n_centers_, n_features)``
         Centers: the training points in the order of the internal shuffle
         (EigenPro 2), or the drawn or given centers (EigenPro 3).
-    dual_coef_ : ndarray of shape (n_centers_, n_outputs)
+    dual_coef_ : ndarray of shape ``(n_centers_, n_outputs)``
         Coefficients ``alpha`` of ``f(x) = sum_j alpha_j k(c_j, x)``.
     n_centers_ : int
         Number of centers ``p``.
