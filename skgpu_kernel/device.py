@@ -20,6 +20,7 @@ __all__ = [
     "available_memory",
     "batch_limit",
     "column_block_size",
+    "exact_gram_row_block",
     "is_out_of_memory",
     "parse_memory_budget",
     "prediction_device",
@@ -302,6 +303,14 @@ class TrainingMemoryPlan:
         return batch_limit(self.budget, self.fixed_bytes, bytes_for_batch, self.n_rows)
 
 
+def exact_gram_row_block(n_centers):
+    """Rows of ``K(Z, Z)`` the exact projection evaluates at once: an eighth of the centers.
+
+    Their float64 blocks then add at most an eighth to the factor they fill.
+    """
+    return max(math.ceil(n_centers / 8), 1)
+
+
 class CentersMemoryPlan:
     """Linear memory model of EigenPro 3 on one device: ``n`` rows, ``p`` centers, ``p_local`` of them here.
 
@@ -356,7 +365,7 @@ class CentersMemoryPlan:
             + 8 * subsample_size**2
         )
         self.cache_bytes = itemsize * n_rows * n_local_centers
-        self.exact_projection_bytes = 8 * n_centers**2 + math.ceil(n_centers / 8) * n_centers * 8 * (1 + extra_blocks)
+        self.exact_projection_bytes = 8 * n_centers * (n_centers + exact_gram_row_block(n_centers) * (1 + extra_blocks))
         self.center_cache_bytes = itemsize * n_centers * n_local_centers
         self.row_bytes = itemsize * (n_features + 4 * n_outputs) + n_local_centers * self.entry_bytes
 

@@ -70,7 +70,8 @@ _TEMPORARY_PER_CENTER = {"exact": 1.0, "iterative": 0.5}
 
 # Flops a device does in the time it reads one byte of its memory: 206 GFLOP/s of
 # torch.mm against 15 GB/s read by two triangular solves with a 10000 x 10000 float64
-# factor on the 2-core CPU we develop on; about 14 for an H200's float32 units.
+# factor on the 2-core CPU we develop on; about 14 from an H200's published float32
+# and memory-bandwidth figures.
 _FLOPS_PER_BYTE = 16
 
 
@@ -397,8 +398,13 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 "smaller subsample_size."
             )
         reserved = []
+
+        def room(*parts):
+            """Bytes left after the fixed costs, ``parts`` and two minimal batches."""
+            return memory.free_bytes(*parts) - 2 * memory.row_bytes * minimal_batch
+
         # K(X, Z) saves the kernel evaluations of every later epoch.
-        cache_fits = not streamed and memory.cache_bytes <= memory.free_bytes() - 2 * memory.row_bytes * minimal_batch
+        cache_fits = not streamed and memory.cache_bytes <= room()
         if self.cache_kernel is True and not cache_fits:
             raise ValueError(
                 f"cache_kernel=True: K(X, centers) for {n} rows and {n_local} centers per device needs "
@@ -407,11 +413,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 + (" (X is streamed from its memory-mapped file)" if streamed else "")
                 + ". Use cache_kernel='auto' or a larger memory_budget."
             )
-        exact_fits_alone = memory.exact_projection_bytes <= memory.free_bytes() - 2 * memory.row_bytes * minimal_batch
-        exact_fits_with_cache = (
-            memory.exact_projection_bytes
-            <= memory.free_bytes(memory.cache_bytes) - 2 * memory.row_bytes * minimal_batch
-        )
+        exact_fits_alone = memory.exact_projection_bytes <= room()
+        exact_fits_with_cache = memory.exact_projection_bytes <= room(memory.cache_bytes)
         if self.cache_kernel == "auto":
             # The exact projection comes before the cache: the inexact one makes up to
             # _PROJECTION_MAX_ITERATIONS passes over K(Z, Z) per projection, which costs
@@ -420,8 +423,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             cached = cache_fits and (exact_fits_with_cache or not exact_fits_alone or self.projection == "iterative")
         else:
             cached = bool(self.cache_kernel)
-        room_after_cache = memory.free_bytes(memory.cache_bytes if cached else 0) - 2 * memory.row_bytes * minimal_batch
-        exact_fits = memory.exact_projection_bytes <= room_after_cache
+        exact_fits = memory.exact_projection_bytes <= room(memory.cache_bytes if cached else 0)
         if self.projection == "exact" and not exact_fits:
             raise ValueError(
                 f"projection='exact' factorises K(centers, centers): {memory.exact_projection_bytes} bytes for "

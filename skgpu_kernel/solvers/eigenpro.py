@@ -199,6 +199,7 @@ class EpochGuard:
     def __init__(self, coef, first_step, n_epochs, tol, n_iter_no_change, log):
         self.coef, self.n_epochs, self.log = coef, n_epochs, log
         self.step, self.epoch, self.rollback = first_step, 0, 1.0
+        self.rolled_back = False
         self.history = []
         self.early_stopping = EarlyStopping(tol, n_iter_no_change)
         self._halvings = 0

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
+from ..device import exact_gram_row_block
 from .eigenpro import EpochGuard
 
 __all__ = [
@@ -203,14 +204,10 @@ class ExactProjection:
 
     kind = "exact"
 
-    # Rows of the Gram matrix evaluated at once: an eighth of the centers, so that
-    # their blocks add at most an eighth to the matrix (CentersMemoryPlan counts it).
-    ROWS_PER_BLOCK = 1 / 8
-
     def __init__(self, kernel, centers, jitter, dtype):
         centers64 = kernel.prepare_centers(centers.to(torch.float64))
         p = centers.shape[0]
-        row_block = max(math.ceil(p * self.ROWS_PER_BLOCK), 1)
+        row_block = exact_gram_row_block(p)
         factor = torch.empty(p, p, dtype=torch.float64, device=centers.device)
         info = torch.empty((), dtype=torch.int32, device=centers.device)
         for _ in range(8):
