@@ -33,6 +33,7 @@ __all__ = [
     "RowSource",
     "as_row_source",
     "default_chunk_size",
+    "is_out_of_core",
     "map_ranges",
     "plan_pass",
     "plan_passes",
@@ -71,6 +72,39 @@ def _backing_memmap(array):
             return obj
         obj = obj.base
     return None
+
+
+def is_out_of_core(X, device_bytes=None, budget=None):
+    """Whether ``X`` is read in buffers rather than held whole in memory.
+
+    Paths, iterators and h5py/zarr-style datasets (shape, dtype and row slicing,
+    but not data frames) always are.  An array backed by a memory-mapped file is
+    when no ``budget`` is given, and otherwise when its device copy,
+    ``device_bytes``, would take more than half of ``budget``.  In-memory arrays,
+    lists, tensors and sparse matrices never are.
+
+    Parameters
+    ----------
+    X : object
+        Training data as the user passed it (or as validated).
+    device_bytes : int, default=None
+        Bytes ``X`` (with what travels with it) would take on the device.
+    budget : int, default=None
+        The fit's memory budget in bytes.
+
+    Returns
+    -------
+    bool
+    """
+    if isinstance(X, (str, os.PathLike)) or hasattr(X, "__next__"):
+        return True  # iterators go to the source layer, which names what it accepts
+    if isinstance(X, np.ndarray):
+        if not (isinstance(X, np.memmap) or _backing_memmap(X) is not None):
+            return False
+        return budget is None or device_bytes > budget // 2
+    if isinstance(X, (list, tuple, torch.Tensor)) or sp.issparse(X):
+        return False
+    return all(hasattr(X, name) for name in ("shape", "dtype", "__getitem__")) and not hasattr(X, "columns")
 
 
 def _file_extent(array, mapped):

@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_sample_weight
 from .blockwise import kernel_predict, measure_batch_capacity
-from .buffer import _backing_memmap, as_row_source
+from .buffer import as_row_source, is_out_of_core
 from .device import (
     CentersMemoryPlan,
     TrainingMemoryPlan,
@@ -775,7 +775,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 def _streams(X, n_outputs, dtype, budget):
     """Whether EigenPro 3 streams ``X``: a memory-mapped file whose device copy would take over half the budget."""
     itemsize = torch.finfo(dtype).bits // 8
-    return _backing_memmap(X) is not None and itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1) > budget // 2
+    return is_out_of_core(X, itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), budget)
 
 
 def _process_group():

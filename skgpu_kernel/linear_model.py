@@ -8,7 +8,6 @@ store numpy fitted attributes.
 
 import dataclasses
 import math
-import os
 import warnings
 from numbers import Integral, Real
 from typing import ClassVar
@@ -26,7 +25,15 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_sample_weight
 from .blockwise import PREDICT_ROWS, map_row_blocks
-from .buffer import BufferPrefetcher, as_row_source, default_chunk_size, map_ranges, plan_pass, plan_passes
+from .buffer import (
+    BufferPrefetcher,
+    as_row_source,
+    default_chunk_size,
+    is_out_of_core,
+    map_ranges,
+    plan_pass,
+    plan_passes,
+)
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
 from .parallel.launch import run_distributed, share_for_workers
 from .parallel.strategies import AdaptiveSGD, ParallelStrategy
@@ -46,16 +53,6 @@ _MIN_STEPS_PER_PASS = 64
 # random gathers of mini-batches: a pass over 5M x 100 float32 rows took 2.2 s with
 # the data resident as one buffer and 0.6 s in buffers of 26 MB.
 _CPU_BUFFER_BYTES = 64 * 2**20
-
-
-def _is_out_of_core(X):
-    """Whether ``X`` is read in buffers rather than validated whole in memory."""
-    if isinstance(X, (str, os.PathLike, np.memmap)) or hasattr(X, "__next__"):
-        return True  # iterators go to the source layer, which names what it accepts
-    if isinstance(X, (np.ndarray, list, tuple, torch.Tensor)) or scipy.sparse.issparse(X):
-        return False
-    # h5py / zarr style datasets: shape, dtype and row slicing, but not data frames.
-    return all(hasattr(X, name) for name in ("shape", "dtype", "__getitem__")) and not hasattr(X, "columns")
 
 
 class _RowSlices:
@@ -237,7 +234,7 @@ class _BaseBufferedSGD(BaseEstimator):
 
     def _open_data(self, X, y, sample_weight, reset):
         """Row sources for X, the targets and the weights, plus the encoded target info."""
-        if _is_out_of_core(X):
+        if is_out_of_core(X):
             source = as_row_source(X, "X")
             if len(source.shape) != 2:
                 raise ValueError(f"Expected a 2-D X, got an array of shape {source.shape}.")
@@ -612,7 +609,7 @@ class _BaseBufferedSGD(BaseEstimator):
 
     def _decision(self, X):
         check_is_fitted(self)
-        if _is_out_of_core(X):
+        if is_out_of_core(X):
             source = as_row_source(X, "X")
             self._check_n_features_out_of_core(source.shape[1], reset=False)
             rows = _RowSlices(source)

@@ -44,7 +44,7 @@ import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
-from .eigenpro import EpochGuard
+from .epochs import EpochGuard
 
 __all__ = [
     "CenterShards",
