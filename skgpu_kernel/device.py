@@ -15,8 +15,6 @@ import warnings
 import torch
 
 __all__ = [
-    "CentersMemoryPlan",
-    "TrainingMemoryPlan",
     "available_memory",
     "batch_limit",
     "column_block_size",
@@ -248,140 +246,12 @@ def column_block_size(device, n_rows, n_columns, bytes_per_entry, budget):
     return int(max(min(wanted, affordable, n_columns), 1))
 
 
-class TrainingMemoryPlan:
-    """Linear memory model of kernel SGD on ``n`` centers, in the spirit of Falkon's helpers.
-
-    Fixed: the training rows and their prepared copy, targets, coefficients and their
-    snapshots (``copies_of_outputs`` arrays of n x l), and the s x s eigenvectors.
-    Per batch row: the row and its augmented copy, residual-sized buffers, one row of
-    ``K(X_B, X_S)`` and one row of the current kernel block, each kernel entry
-    counted ``1 + extra_blocks`` times.
-
-    Parameters
-    ----------
-    device : torch.device
-    budget : int
-        Bytes available.
-    n_rows, n_features, n_outputs, subsample_size : int
-    itemsize : int
-        Bytes per value of the training dtype.
-    extra_blocks : int
-        The kernel's temporary blocks (``Kernel.extra_blocks``).
-    copies_of_outputs : int, default=5
-    """
-
-    def __init__(
-        self,
-        device,
-        budget,
-        n_rows,
-        n_features,
-        n_outputs,
-        subsample_size,
-        itemsize,
-        extra_blocks,
-        copies_of_outputs=5,
-    ):
-        self.device, self.budget, self.n_rows = device, budget, n_rows
-        self.entry_bytes = itemsize * (1 + extra_blocks)
-        self.fixed_bytes = itemsize * (
-            n_rows * (2 * n_features + 2 + copies_of_outputs * n_outputs) + subsample_size**2
-        )
-        self.row_bytes = itemsize * (2 * (n_features + 2) + 4 * n_outputs) + subsample_size * self.entry_bytes
-
-    def column_block(self, batch_size):
-        """Columns of a kernel block for ``batch_size`` rows (half the free budget at most)."""
-        free = max(self.budget - self.fixed_bytes, 0) // 2
-        return column_block_size(self.device, batch_size, self.n_rows, self.entry_bytes, free)
-
-    def max_batch(self):
-        """Largest batch whose blocks fit next to the fixed costs (at least 1)."""
-
-        def bytes_for_batch(batch):
-            return batch * (self.row_bytes + self.column_block(batch) * self.entry_bytes)
-
-        return batch_limit(self.budget, self.fixed_bytes, bytes_for_batch, self.n_rows)
-
-
 def exact_gram_row_block(n_centers):
     """Rows of ``K(Z, Z)`` the exact projection evaluates at once: an eighth of the centers.
 
     Their float64 blocks then add at most an eighth to the factor they fill.
     """
     return max(math.ceil(n_centers / 8), 1)
-
-
-class CentersMemoryPlan:
-    """Linear memory model of EigenPro 3 on one device: ``n`` rows, ``p`` centers, ``p_local`` of them here.
-
-    Fixed: the training rows, targets and weights when they are resident (not when
-    they are streamed: then two buffers of ``buffer_rows``); the raw centers and
-    the prepared local shard; ``copies_of_outputs`` coefficient-sized arrays of
-    p x l; the prepared subsample and its s x s float64 eigenvectors.  Optional
-    fixed parts, each decided by the caller: the cached ``K(X, Z_local)``
-    (:attr:`cache_bytes`), the float64 Cholesky factor of the exact projection and
-    the kernel blocks that fill it (:attr:`exact_projection_bytes`), the cached ``K(Z, Z_local)`` of
-    the iterative projection (:attr:`center_cache_bytes`) and ``t`` temporary
-    centers (:meth:`temporary_bytes`).  Per batch row: the row, residual-sized
-    buffers and one row of ``K(X_B, Z_local)``, each kernel entry counted
-    ``1 + extra_blocks`` times.
-
-    Parameters
-    ----------
-    budget : int
-        Bytes available.
-    n_rows, n_centers, n_local_centers, n_features, n_outputs, subsample_size : int
-    itemsize : int
-        Bytes per value of the training dtype.
-    extra_blocks : int
-        The kernel's temporary blocks (``Kernel.extra_blocks``).
-    resident_rows : int
-        Training rows held on the device (``n_rows``, or two buffers when streamed).
-    copies_of_outputs : int, default=6
-    """
-
-    def __init__(
-        self,
-        budget,
-        n_rows,
-        n_centers,
-        n_local_centers,
-        n_features,
-        n_outputs,
-        subsample_size,
-        itemsize,
-        extra_blocks,
-        resident_rows,
-        copies_of_outputs=6,
-    ):
-        self.budget, self.n_rows, self.n_centers = budget, n_rows, n_centers
-        self.n_features, self.n_outputs = n_features, n_outputs
-        self.itemsize = itemsize
-        self.entry_bytes = itemsize * (1 + extra_blocks)
-        self.fixed_bytes = (
-            itemsize * resident_rows * (n_features + n_outputs + 1)
-            + itemsize * (n_centers * (n_features + copies_of_outputs * n_outputs) + n_local_centers * n_features)
-            + itemsize * subsample_size * n_features
-            + 8 * subsample_size**2
-        )
-        self.cache_bytes = itemsize * n_rows * n_local_centers
-        self.exact_projection_bytes = 8 * n_centers * (n_centers + exact_gram_row_block(n_centers) * (1 + extra_blocks))
-        self.center_cache_bytes = itemsize * n_centers * n_local_centers
-        self.row_bytes = itemsize * (n_features + 4 * n_outputs) + n_local_centers * self.entry_bytes
-
-    def temporary_bytes(self, n_temporary, batch_size):
-        """Temporary centers with their coefficients, and their block for one batch."""
-        return self.itemsize * n_temporary * (self.n_features + 1 + self.n_outputs) + (
-            self.entry_bytes * batch_size * n_temporary
-        )
-
-    def free_bytes(self, *extras):
-        """Budget left after the fixed costs and the given optional parts."""
-        return self.budget - self.fixed_bytes - sum(extras)
-
-    def max_batch(self, *extras):
-        """Largest batch that fits next to the fixed costs and ``extras`` (at least 1)."""
-        return min(rows_within_budget(self.budget, self.fixed_bytes + sum(extras), self.row_bytes), self.n_rows)
 
 
 def synchronize(device):

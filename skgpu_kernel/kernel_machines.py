@@ -1,9 +1,10 @@
-"""EigenPro 2 kernel machines that adapt to the device: thin scikit-learn shells.
+"""EigenPro kernel machines that adapt to the device: thin scikit-learn shells.
 
-fit = validate -> resolve runtime (device, dtype, memory budget, scaling rule) ->
-Nystrom eigensystem -> measure batch capacity -> choose preconditioner level and
-batch -> run the solver with the scaling rule's step sizes -> store numpy fitted
-attributes.
+fit = validate -> resolve runtime (devices, dtype, memory budget, scaling rule,
+random state) -> shuffle and choose the centers -> plan and solve
+(:func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model`: the planners of
+:mod:`skgpu_kernel.planning.kernel`, the measured capacity and spectrum, the
+EigenPro 2 or EigenPro 3 loop) -> store numpy fitted attributes.
 """
 
 import math
@@ -21,88 +22,16 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_sample_weight
-from .blockwise import kernel_predict, measure_batch_capacity
-from .buffer import as_row_source, is_out_of_core
-from .device import (
-    CentersMemoryPlan,
-    TrainingMemoryPlan,
-    column_block_size,
-    prediction_device,
-    resolve_device,
-    resolve_dtype,
-    resolve_memory_budget,
-)
+from .blockwise import kernel_predict
+from .buffer import is_out_of_core
+from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
-from .preconditioner import max_usable_components, plan_preconditioner
-from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
-from .solvers.eigenpro import fit_eigenpro
-from .solvers.eigenpro3 import (
-    CenterShards,
-    ExactProjection,
-    InMemoryBatches,
-    IterativeProjection,
-    StreamedBatches,
-    fit_eigenpro3,
-    shard_bounds,
-)
+from .parallel.distributed import default_process_group
+from .planning.kernel import KernelSettings
+from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
+from .solvers.kernel_fit import DeviceCopier, KernelFitSettings, KernelHostData, KernelRuntime, fit_kernel_model
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
-
-
-# Relative jitter on K(centers, centers) for the exact projection (at least ten rounding
-# errors of the training dtype, below which the solve would amplify rounding noise).
-_PROJECTION_JITTER = 1e-10
-
-# The inexact projection iterates until the residual at the centers is this fraction
-# of the projected values (or for at most this many full-batch iterations); what is
-# left joins the next projection.
-_PROJECTION_TOL = 1e-2
-_PROJECTION_MAX_ITERATIONS = 100
-
-# Training rows on which EigenPro 3 evaluates the preconditioned beta.
-_BETA_PROBE_ROWS = 8192
-
-# At most this many temporary centers per center.  With the inexact projection more
-# than about p / 2 temporary centers made training unstable in our tests (the
-# unresolved part of a projection grows with the function projected).
-_TEMPORARY_PER_CENTER = {"exact": 1.0, "iterative": 0.5}
-
-
-# Flops a device does in the time it reads one byte of its memory: 206 GFLOP/s of
-# torch.mm against 15 GB/s read by two triangular solves with a 10000 x 10000 float64
-# factor on the 2-core CPU we develop on; about 14 from an H200's published float32
-# and memory-bandwidth figures.
-_FLOPS_PER_BYTE = 16
-
-
-def _temporary_centers_for(n_centers, n_features, n_outputs, itemsize, projection, centers_cached):
-    """Temporary centers that minimise EigenPro 3's work per training row.
-
-    Every row of a batch is evaluated against the temporary centers, about ``t / 2``
-    of them on average, at ``2 (d + l)`` flops each; a projection, made once every
-    ``t`` rows, costs ``C`` flops (memory reads counted at ``_FLOPS_PER_BYTE``):
-    two triangular solves with the ``p x p`` float64 factor when exact, or
-    ``_PROJECTION_MAX_ITERATIONS`` (which the iteration usually reaches) full
-    passes over ``K(Z, Z)``, read from its cache or evaluated, when inexact.
-    ``t / 2 * 2 (d + l) + C / t`` is smallest at ``t = sqrt(C / (d + l))``.  The
-    result is clipped to ``_TEMPORARY_PER_CENTER`` times ``p``; the caller clips it
-    to its memory and to at least one batch.
-    """
-    products = 4.0 * n_centers**2 * n_outputs
-    if projection == "exact":
-        projection_flops = max(products, _FLOPS_PER_BYTE * 2 * 8 * n_centers**2)
-    else:
-        if centers_cached:
-            per_iteration = max(products, _FLOPS_PER_BYTE * 2 * itemsize * n_centers**2)
-        else:
-            per_iteration = products + 2.0 * n_centers**2 * n_features
-        projection_flops = _PROJECTION_MAX_ITERATIONS * per_iteration
-    best = math.sqrt(projection_flops / (n_features + n_outputs))
-    return int(min(best, _TEMPORARY_PER_CENTER[projection] * n_centers))
-
-
-def _auto_subsample_size(n_samples):
-    return min(n_samples, 2000 if n_samples <= 100_000 else 5000)
 
 
 class _BaseAdaptiveKernel(BaseEstimator):
@@ -192,429 +121,82 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
-        weights = check_sample_weight(sample_weight, X.shape[0])
-        keep = weights > 0
-        if not keep.all():  # indexing copies X, which may be a large memory-mapped file
-            X, Y, weights = X[keep], Y[keep], weights[keep]
-            stratify = None if stratify is None else stratify[keep]
+        X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
+        runtime = self._resolve_runtime()
+        uses_centers = self.n_centers is not None or self.centers is not None
+        if uses_centers and self.early_stopping and _streams(X, Y.shape[1], runtime):
+            raise ValueError(
+                "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
+                "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
+            )
+        X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, runtime.rng)
+        kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
+        offset = X_train.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
+        if not uses_centers and (len(runtime.devices) > 1 or self.distributed):
+            raise ValueError(
+                "A list of devices or distributed=True shards the centers of EigenPro 3: set n_centers or "
+                "centers (with every training point a center, the model is trained on one device)."
+            )
+        order = runtime.rng.permutation(X_train.shape[0])
+        if uses_centers:
+            centers = self._resolve_centers(X_train, order, X_train.shape[1])
+            coef_init = self._warm_start_center_coef(centers)
+        else:
+            centers, coef_init = None, self._warm_start_coef(X_train, order)
+        data = KernelHostData(
+            X_train,
+            Y_train,
+            w_train,
+            order,
+            validation,
+            centers,
+            coef_init,
+            centers_from_data=self.centers is None,
+            streamed=uses_centers and _streams(X_train, Y_train.shape[1], runtime),
+        )
+        settings = self._fit_settings(kernel, bandwidth, offset)
+        fit = fit_kernel_model(data, runtime, settings)
+        self._store_fit(runtime, settings, fit, order)
+        return self
 
+    def _resolve_runtime(self):
+        """Devices, dtype, memory budget, random state and process group of this fit."""
         devices = self._resolve_devices()
-        device = devices[0]
-        dtype = resolve_dtype(self.dtype)
-        budget = resolve_memory_budget(self.memory_budget, device)
-        scaling_rule = resolve_scaling_rule(self.scaling_rule)
         rng = check_random_state(self.random_state)
         # A warm start continues the sequence of epoch permutations instead of
         # repeating the first one, and the scaling rule's count of updates.
         epochs_done = getattr(self, "n_epochs_total_", 0) if self.warm_start else 0
         steps_done = getattr(self, "n_steps_total_", 0) if self.warm_start else 0
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)) + epochs_done)
-
         uses_centers = self.n_centers is not None or self.centers is not None
-        if uses_centers and self.early_stopping and _streams(X, Y.shape[1], dtype, budget):
-            raise ValueError(
-                "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
-                "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
-            )
-        X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, rng)
-        kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
-        offset = X_train.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
-
-        n, n_features = X_train.shape
-        n_outputs = Y_train.shape[1]
-        if uses_centers:
-            return self._fit_with_centers(
-                X_train,
-                Y_train,
-                w_train,
-                validation,
-                kernel,
-                bandwidth,
-                offset,
-                devices,
-                dtype,
-                budget,
-                scaling_rule,
-                rng,
-                generator,
-                epochs_done,
-                steps_done,
-            )
-        if len(devices) > 1 or self.distributed:
-            raise ValueError(
-                "A list of devices or distributed=True shards the centers of EigenPro 3: set n_centers or "
-                "centers (with every training point a center, the model is trained on one device)."
-            )
-        order = rng.permutation(n)
-        coef_init = self._warm_start_coef(X_train, order)
-        to_device = _DeviceCopier(device, dtype, offset)
-        X_dev = to_device(X_train[order])
-        centers_dev = kernel.prepare_centers(X_dev)
-        Y_dev = to_device(Y_train[order], center=False)
-        w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
-        coef = (
-            torch.zeros(n, n_outputs, dtype=dtype, device=device) if coef_init is None else coef_init.to(device, dtype)
-        )
-
-        subsample_size = _auto_subsample_size(n) if self.subsample_size == "auto" else min(self.subsample_size, n)
-        memory = TrainingMemoryPlan(
-            device, budget, n, n_features, n_outputs, subsample_size, torch.finfo(dtype).bits // 8, kernel.extra_blocks
-        )
-        memory_limit = memory.max_batch()
-        if self.batch_size == "auto":
-            capacity, throughputs = measure_batch_capacity(
-                kernel, X_dev, centers_dev, n_outputs, memory_limit, memory.column_block
-            )
-        else:
-            capacity, throughputs = min(self.batch_size, n), {}
-        plan = plan_preconditioner(
-            kernel,
-            X_dev,
-            centers_dev,
-            subsample_size,
-            capacity,
-            self.n_components,
-            self.damping,
-            memory.column_block(1024),
-        )
-        n_components = plan.preconditioner.n_components
-        _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
-        batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
-        learning_rate_for = _learning_rate_function(scaling_rule, plan, self.n_epochs)
-        warn_if_warmup_fills_run(
-            scaling_rule, _schedule_context(plan, batch_size, math.ceil(n / batch_size), self.n_epochs)
-        )
-        if self.verbose:
-            print(
-                f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n}, "
-                f"batch capacity m_G={capacity} (memory limit {memory_limit}), critical batch "
-                f"{plan.critical_batch:.1f} -> {plan.critical_batch_preconditioned:.1f} with "
-                f"{n_components} components, batch size {batch_size}, scaling rule {scaling_rule!r}, "
-                f"step size {learning_rate_for(steps_done, batch_size, math.ceil(n / batch_size)):.4g}"
-            )
-        validation_dev = None
-        if validation is not None:
-            X_val, Y_val = validation
-            validation_dev = (to_device(X_val), to_device(Y_val, center=False), self._validation_score)
-        result = fit_eigenpro(
-            kernel,
-            X_dev,
-            centers_dev,
-            Y_dev,
-            coef,
-            plan.preconditioner if n_components else None,
-            batch_size=batch_size,
-            learning_rate_for=learning_rate_for,
-            column_block_for=memory.column_block,
-            n_epochs=self.n_epochs,
+        return KernelRuntime(
+            devices=devices,
+            dtype=resolve_dtype(self.dtype),
+            budget=resolve_memory_budget(self.memory_budget, devices[0]),
+            rng=rng,
             generator=generator,
-            weights=w_dev,
-            fresh_start=coef_init is None,
-            validation=validation_dev,
-            n_iter_no_change=self.n_iter_no_change,
-            tol=self.tol,
+            group=default_process_group() if self.distributed and uses_centers else None,
             first_step=steps_done,
+            epochs_done=epochs_done,
             log=print if self.verbose else None,
         )
 
-        self._store_fit(
-            device,
-            budget,
-            kernel,
-            bandwidth,
-            offset,
-            subsample_size,
-            plan,
-            capacity,
-            throughputs,
-            scaling_rule,
-            result,
-            epochs_done,
-            steps_done,
-            X_train[order],
-            projection=None,
-            cached=False,
-        )
-        self._training_order = order
-        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
-        return self
-
-    def _fit_with_centers(
-        self,
-        X_train,
-        Y_train,
-        w_train,
-        validation,
-        kernel,
-        bandwidth,
-        offset,
-        devices,
-        dtype,
-        budget,
-        scaling_rule,
-        rng,
-        generator,
-        epochs_done,
-        steps_done,
-    ):
-        """EigenPro 3 on ``p`` centers distinct from the training points (``n_centers`` or ``centers``)."""
-        n, n_features = X_train.shape
-        n_outputs = Y_train.shape[1]
-        device = devices[0]
-        group = _process_group() if self.distributed else None
-        order = rng.permutation(n)
-        Z_host = self._resolve_centers(X_train, order, n_features)
-        n_centers = Z_host.shape[0]
-        n_shards = group.size() if group is not None else len(devices)
-        n_local = max(stop - start for start, stop in shard_bounds(n_centers, n_shards))
-        # The Nystrom subsample is the first s centers: the preconditioner's correction
-        # then stays in the span of the centers (see solvers/eigenpro3.py).
-        subsample_size = min(
-            _auto_subsample_size(n) if self.subsample_size == "auto" else self.subsample_size, n_centers
-        )
-        itemsize = torch.finfo(dtype).bits // 8
-
-        streamed = _streams(X_train, n_outputs, dtype, budget)
-        buffer_rows = min(n, max(int(budget // 16 // (itemsize * (n_features + n_outputs + 1))), 1))
-        memory = CentersMemoryPlan(
-            budget,
-            n,
-            n_centers,
-            n_local,
-            n_features,
-            n_outputs,
-            subsample_size,
-            itemsize,
-            kernel.extra_blocks,
-            resident_rows=2 * buffer_rows if streamed else n,
-        )
-        minimal_batch = min(n, 64)
-        if memory.free_bytes() < memory.row_bytes * minimal_batch:
-            raise ValueError(
-                f"memory_budget={budget} bytes is too small for EigenPro 3 on {n_centers} centers: the data, "
-                f"centers, coefficients and the {subsample_size}-point Nystrom eigensystem take "
-                f"{memory.fixed_bytes} bytes, and a batch of {minimal_batch} rows needs "
-                f"{memory.row_bytes * minimal_batch} more. Use a larger memory_budget, fewer centers or a "
-                "smaller subsample_size."
-            )
-        reserved = []
-
-        def room(*parts):
-            """Bytes left after the fixed costs, ``parts`` and two minimal batches."""
-            return memory.free_bytes(*parts) - 2 * memory.row_bytes * minimal_batch
-
-        # K(X, Z) saves the kernel evaluations of every later epoch.
-        cache_fits = not streamed and memory.cache_bytes <= room()
-        if self.cache_kernel is True and not cache_fits:
-            raise ValueError(
-                f"cache_kernel=True: K(X, centers) for {n} rows and {n_local} centers per device needs "
-                f"{memory.cache_bytes} bytes, but memory_budget={budget} bytes leaves "
-                f"{max(memory.free_bytes(), 0)} bytes next to the other fixed costs"
-                + (" (X is streamed from its memory-mapped file)" if streamed else "")
-                + ". Use cache_kernel='auto' or a larger memory_budget."
-            )
-        exact_fits_alone = memory.exact_projection_bytes <= room()
-        exact_fits_with_cache = memory.exact_projection_bytes <= room(memory.cache_bytes)
-        if self.cache_kernel == "auto":
-            # The exact projection comes before the cache: the inexact one makes up to
-            # _PROJECTION_MAX_ITERATIONS passes over K(Z, Z) per projection, which costs
-            # more than the cache saves (Fashion-MNIST, 20000 centers: 56 s per
-            # projection, against 10 s per epoch to evaluate K(X, Z)).
-            cached = cache_fits and (exact_fits_with_cache or not exact_fits_alone or self.projection == "iterative")
-        else:
-            cached = bool(self.cache_kernel)
-        exact_fits = memory.exact_projection_bytes <= room(memory.cache_bytes if cached else 0)
-        if self.projection == "exact" and not exact_fits:
-            raise ValueError(
-                f"projection='exact' factorises K(centers, centers): {memory.exact_projection_bytes} bytes for "
-                f"{n_centers} centers, which do not fit memory_budget={budget} bytes next to the other fixed "
-                f"costs ({memory.fixed_bytes + sum(reserved)} bytes). Use projection='auto' or 'iterative'."
-            )
-        exact = exact_fits if self.projection == "auto" else self.projection == "exact"
-        # Centers drawn from the training rows are the first p rows of the cached
-        # K(X, Z): the iterative projection reads K(Z, Z) there at no extra cost.
-        centers_in_cache = cached and self.centers is None
-        cache_centers = not exact and (
-            centers_in_cache
-            or memory.center_cache_bytes <= (memory.free_bytes(*reserved) - memory.row_bytes * minimal_batch) // 2
-        )
-        # Ranks may see different free memory; they must take the same path.
-        cached, exact, cache_centers = (bool(value) for value in _agree([cached, exact, cache_centers], group, device))
-        if cached:
-            reserved.append(memory.cache_bytes)
-        if exact:
-            reserved.append(memory.exact_projection_bytes)
-        elif cache_centers and not centers_in_cache:
-            reserved.append(memory.center_cache_bytes)
-        memory_limit = memory.max_batch(*reserved)
-
-        to_device = _DeviceCopier(device, dtype, offset)
-        Z_dev = to_device(Z_host)
-        centers_dev = kernel.prepare_centers(Z_dev)
-        free = max(memory.free_bytes(*reserved), 0)
-
-        def column_block_for(batch_size):
-            return column_block_size(device, batch_size, n_local, memory.entry_bytes, free // 2)
-
-        X_dev = None if streamed else to_device(X_train[order])
-        if self.batch_size == "auto" and cached:
-            # A step on cached K(X, Z) reads its rows instead of evaluating the kernel,
-            # so a larger batch costs no more per row: the batch is limited by memory
-            # (and by the critical batch, below), not by a throughput probe.
-            capacity, throughputs = memory_limit, {}
-        elif self.batch_size == "auto":
-            probe_rows = Z_dev if X_dev is None else X_dev
-            capacity, throughputs = measure_batch_capacity(
-                kernel, probe_rows, centers_dev, n_outputs, memory_limit, column_block_for
-            )
-            # Ranks time their own devices; they must agree on the batch to stay in step.
-            (capacity,) = _agree([capacity], group, device)
-        else:
-            capacity, throughputs = min(self.batch_size, n), {}
-        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
-        # the preconditioned beta also on training rows outside it.
-        if X_dev is not None:
-            probe_rows = X_dev[:_BETA_PROBE_ROWS]
-        else:
-            probe_rows = to_device(X_train[np.sort(order[:_BETA_PROBE_ROWS])])
-        plan = plan_preconditioner(
-            kernel,
-            Z_dev,
-            centers_dev,
-            subsample_size,
-            capacity,
-            self.n_components,
-            self.damping,
-            column_block_for(1024),
-            probe_rows=probe_rows,
-        )
-        n_components = plan.preconditioner.n_components
-        _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth)
-        batch_size = plan.batch_size(capacity, n) if self.batch_size == "auto" else capacity
-        learning_rate_for = _learning_rate_function(scaling_rule, plan, self.n_epochs)
-        warn_if_warmup_fills_run(
-            scaling_rule, _schedule_context(plan, batch_size, math.ceil(n / batch_size), self.n_epochs)
-        )
-        # Temporary centers trade per-step kernel work against fewer projections;
-        # both their count and their block must fit next to everything else.
-        n_temporary = _temporary_centers_for(
-            n_centers, n_features, n_outputs, itemsize, "exact" if exact else "iterative", cache_centers
-        )
-        n_temporary = max(min(n_temporary, n), batch_size)
-        while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > free // 2:
-            n_temporary //= 2
-        n_temporary = max(n_temporary, batch_size)
-
-        column_block = column_block_for(batch_size)
-        row_block = max(min(batch_size, 4096), 1)
-        shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
-        if cached:
-            shards.cache(X_dev, row_block)
-        if exact:
-            projection = ExactProjection(kernel, Z_dev, max(_PROJECTION_JITTER, 10 * torch.finfo(dtype).eps), dtype)
-        else:
-            if centers_in_cache:
-                center_shards = shards
-            else:
-                center_shards = CenterShards(kernel, Z_dev, devices, column_block, group=group)
-                if cache_centers:
-                    center_shards.cache(Z_dev, row_block)
-            projection = IterativeProjection(
-                center_shards,
-                Z_dev,
-                plan.preconditioner if n_components else None,
-                _PROJECTION_MAX_ITERATIONS,
-                _PROJECTION_TOL,
-                row_block,
-            )
-
-        if streamed:
-            sources = [as_row_source(X_train, "X"), as_row_source(Y_train, "y")]
-            if not np.all(w_train == w_train[0]):
-                sources.append(as_row_source(w_train / w_train.max(), "sample_weight"))
-            batches = StreamedBatches(
-                sources,
-                device,
-                dtype,
-                to_device.offset,
-                buffer_rows,
-                int(rng.randint(np.iinfo(np.int32).max)) + epochs_done,
-            )
-        else:
-            Y_dev = to_device(Y_train[order], center=False)
-            w_dev = None if np.all(w_train == w_train[0]) else to_device(w_train[order] / w_train.max(), center=False)
-            batches = InMemoryBatches(X_dev, Y_dev, w_dev, generator)
-        coef_init = self._warm_start_center_coef(Z_host)
-        coef = (
-            torch.zeros(n_centers, n_outputs, dtype=dtype, device=device)
-            if coef_init is None
-            else coef_init.to(device, dtype)
-        )
-        if self.verbose:
-            print(
-                f"[{type(self).__name__}] EigenPro 3: devices={[str(d) for d in devices]}"
-                + (f" (rank {group.rank()} of {group.size()})" if group is not None else "")
-                + f", dtype={self.dtype}, n={n}{' streamed' if streamed else ''}, {n_centers} centers, "
-                f"{projection.kind} projection, kernel {'cached' if cached else 'computed per batch'}, "
-                f"{n_temporary} temporary centers, batch capacity m_G={capacity} (memory limit {memory_limit}), "
-                f"{n_components} components, batch size {batch_size}, scaling rule {scaling_rule!r}"
-            )
-        validation_dev = None
-        if validation is not None:
-            X_val, Y_val = validation
-            X_val_dev = to_device(X_val)
-
-            def predict_validation(values):
-                return torch.cat(
-                    [
-                        shards.apply(shards.blocks(X_val_dev[start : start + row_block]), values)
-                        for start in range(0, X_val_dev.shape[0], row_block)
-                    ]
-                )
-
-            validation_dev = (predict_validation, to_device(Y_val, center=False), self._validation_score)
-        result = fit_eigenpro3(
-            kernel,
-            batches,
-            shards,
-            coef,
-            plan.preconditioner if n_components else None,
-            projection,
-            batch_size=batch_size,
-            n_temporary=n_temporary,
-            learning_rate_for=learning_rate_for,
+    def _fit_settings(self, kernel, bandwidth, offset):
+        planning = KernelSettings(self.batch_size, self.subsample_size, self.cache_kernel, self.projection)
+        return KernelFitSettings(
+            kernel=kernel,
+            bandwidth=bandwidth,
+            offset=offset,
+            planning=planning,
+            n_components=self.n_components,
+            damping=self.damping,
+            scaling_rule=resolve_scaling_rule(self.scaling_rule),
             n_epochs=self.n_epochs,
-            validation=validation_dev,
-            n_iter_no_change=self.n_iter_no_change,
             tol=self.tol,
-            first_step=steps_done,
-            log=print if self.verbose else None,
+            n_iter_no_change=self.n_iter_no_change,
+            validation_score=self._validation_score,
+            name=type(self).__name__,
         )
-
-        self._store_fit(
-            devices if len(devices) > 1 else device,
-            budget,
-            kernel,
-            bandwidth,
-            offset,
-            subsample_size,
-            plan,
-            capacity,
-            throughputs,
-            scaling_rule,
-            result,
-            epochs_done,
-            steps_done,
-            Z_host,
-            projection=projection.kind,
-            cached=cached,
-        )
-        self.streamed_ = streamed
-        self.n_temporary_centers_ = n_temporary
-        self.n_projections_ = result.n_projections
-        self._training_order = order
-        self._device_cache = (device, centers_dev, result.coef, None if offset is None else to_device.offset)
-        return self
 
     def _resolve_devices(self):
         """The training devices: one, or several when ``device`` is a list (the first is the main one)."""
@@ -623,53 +205,38 @@ class _BaseAdaptiveKernel(BaseEstimator):
             raise ValueError("device is an empty list; give at least one device.")
         return [resolve_device(spec) for spec in specs]
 
-    def _store_fit(
-        self,
-        device,
-        budget,
-        kernel,
-        bandwidth,
-        offset,
-        subsample_size,
-        plan,
-        capacity,
-        throughputs,
-        scaling_rule,
-        result,
-        epochs_done,
-        steps_done,
-        centers,
-        projection,
-        cached,
-    ):
-        """The fitted attributes shared by the EigenPro 2 and EigenPro 3 paths."""
-        n_components = plan.preconditioner.n_components
-        self.device_ = [str(each) for each in device] if isinstance(device, list) else str(device)
+    def _store_fit(self, runtime, settings, fit, order):
+        """Every fitted attribute of the EigenPro estimators, from the fit's plan and result."""
+        plan, spectrum, result = fit.plan, fit.spectrum, fit.result
+        n_components = spectrum.preconditioner.n_components
+        devices = runtime.devices
+        self.device_ = [str(each) for each in devices] if len(devices) > 1 else str(devices[0])
         self.dtype_ = np.dtype(self.dtype)
-        self.memory_budget_ = budget
-        self.kernel_ = kernel
-        self.bandwidth_ = bandwidth
-        self.X_offset_ = offset
-        self.subsample_size_ = subsample_size
-        self.top_eigenvalues_ = plan.eigenvalues[: n_components + 1].copy()
+        self.memory_budget_ = runtime.budget
+        self.kernel_, self.bandwidth_, self.X_offset_ = settings.kernel, settings.bandwidth, settings.offset
+        self.subsample_size_ = plan.subsample_size
+        self.top_eigenvalues_ = spectrum.eigenvalues[: n_components + 1].copy()
         self.n_components_ = n_components
-        self.batch_capacity_ = capacity
-        self.throughput_probe_ = throughputs
-        self.critical_batch_size_ = (plan.critical_batch, plan.critical_batch_preconditioned)
-        self.scaling_rule_ = scaling_rule
+        self.batch_capacity_ = plan.capacity
+        self.throughput_probe_ = fit.throughputs
+        self.critical_batch_size_ = (spectrum.critical_batch, spectrum.critical_batch_preconditioned)
+        self.scaling_rule_ = settings.scaling_rule
         self.batch_size_ = result.batch_size
         self.learning_rate_ = result.learning_rate
         self.n_epochs_ = result.n_epochs
-        self.n_epochs_total_ = epochs_done + result.n_epochs
-        self.n_steps_total_ = steps_done + result.n_steps
+        self.n_epochs_total_ = runtime.epochs_done + result.n_epochs
+        self.n_steps_total_ = runtime.first_step + result.n_steps
         self.history_ = result.history
-        self.centers_ = centers.astype(self.dtype_, copy=False)
+        self.centers_ = fit.centers.astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
-        self.n_centers_ = centers.shape[0]
-        self.projection_ = projection
-        self.kernel_cached_ = cached
-        self.streamed_ = False
-        self.n_temporary_centers_ = self.n_projections_ = 0
+        self.n_centers_ = fit.centers.shape[0]
+        self.projection_ = plan.projection
+        self.kernel_cached_ = plan.cached
+        self.streamed_ = plan.streamed
+        self.n_temporary_centers_ = plan.n_temporary
+        self.n_projections_ = getattr(result, "n_projections", 0)
+        self._training_order = order
+        self._device_cache = fit.device_cache
 
     def _resolve_centers(self, X_train, order, n_features):
         """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
@@ -756,7 +323,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             return cache
         device = prediction_device(self.device[0] if isinstance(self.device, (list, tuple)) else self.device)
         dtype = resolve_dtype(self.dtype_)
-        to_device = _DeviceCopier(device, dtype, self.X_offset_)
+        to_device = DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
         centers = self.kernel_.prepare_centers(to_device(self.centers_))
         return device, centers, to_device(self.dual_coef_, center=False), offset
@@ -772,92 +339,19 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return tags
 
 
-def _streams(X, n_outputs, dtype, budget):
+def _drop_zero_weights(X, Y, sample_weight, stratify):
+    """Validated weights, and the rows with a positive one (indexing copies X: only when needed)."""
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    keep = weights > 0
+    if keep.all():  # X may be a large memory-mapped file
+        return X, Y, weights, stratify
+    return X[keep], Y[keep], weights[keep], None if stratify is None else stratify[keep]
+
+
+def _streams(X, n_outputs, runtime):
     """Whether EigenPro 3 streams ``X``: a memory-mapped file whose device copy would take over half the budget."""
-    itemsize = torch.finfo(dtype).bits // 8
-    return is_out_of_core(X, itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), budget)
-
-
-def _process_group():
-    """The default ``torch.distributed`` group, which ``distributed=True`` requires."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError(
-            "distributed=True shards the centers across the ranks of the default torch.distributed process "
-            "group, but none is initialised: launch with torchrun (or call torch.distributed.init_process_group) "
-            "and call fit with the same data and parameters on every rank."
-        )
-    return dist.group.WORLD
-
-
-def _agree(values, group, device):
-    """Rank 0's integers on every rank (``values`` unchanged without a group)."""
-    if group is None:
-        return [int(value) for value in values]
-    import torch.distributed as dist
-
-    on = device if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    tensor = torch.tensor([int(value) for value in values], dtype=torch.int64, device=on)
-    dist.broadcast(tensor, src=dist.get_global_rank(group, 0), group=group)
-    return [int(value) for value in tensor.tolist()]
-
-
-def _learning_rate_function(scaling_rule, plan, n_epochs):
-    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
-
-    def learning_rate_for(step, batch_size, steps_per_epoch):
-        return scaling_rule(step, _schedule_context(plan, batch_size, steps_per_epoch, n_epochs))
-
-    return learning_rate_for
-
-
-def _schedule_context(plan, batch_size, steps_per_epoch, n_epochs):
-    return ScheduleContext(
-        batch_size,
-        steps_per_epoch,
-        n_epochs,
-        beta=plan.beta_preconditioned,
-        top_eigenvalue=plan.top_eigenvalue_preconditioned,
-    )
-
-
-def _warn_if_degenerate_kernel(plan, subsample_size, dtype, bandwidth):
-    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
-    if subsample_size < 2 or not np.all(np.isfinite(plan.eigenvalues)):
-        return  # a kernel returning inf/NaN is reported by the solver as an error
-    eigenvalues = plan.eigenvalues
-    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
-    if eigenvalues[0] * subsample_size <= 1.05 * plan.beta:
-        warnings.warn(
-            f"{described} matrix is numerically the identity: samples do not see each other, and "
-            "predictions away from the training points are close to zero. The bandwidth is "
-            "probably too small for the distances in the data.",
-            UserWarning,
-            stacklevel=4,
-        )
-    elif max_usable_components(eigenvalues, dtype) == 0:
-        warnings.warn(
-            f"{described} is numerically constant on the data in {dtype}: the model can fit "
-            "little more than a constant. The bandwidth is probably too large for the "
-            "distances in the data.",
-            UserWarning,
-            stacklevel=4,
-        )
-
-
-class _DeviceCopier:
-    """Copies host arrays to the compute device and dtype, centring features if asked."""
-
-    def __init__(self, device, dtype, offset):
-        self.device, self.dtype = device, dtype
-        self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
-
-    def __call__(self, array, center=True):
-        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
-        if center and self.offset is not None:
-            tensor = tensor - self.offset
-        return tensor
+    itemsize = torch.finfo(runtime.dtype).bits // 8
+    return is_out_of_core(X, itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), runtime.budget)
 
 
 def _r2_score(predictions, targets):

@@ -235,16 +235,10 @@ class PreconditionerPlan:
         """``lambda_1'``, the top eigenvalue after flattening (``lambda_1`` with no component)."""
         return self.preconditioner.top_eigenvalue
 
-    def batch_size(self, capacity, n_samples):
-        """Operating batch: the device capacity, kept a margin below the critical batch."""
-        stable = max(int(self.critical_batch_preconditioned / CRITICAL_BATCH_MARGIN), 1)
-        return max(min(capacity, stable, n_samples), 1)
-
 
 def plan_preconditioner(
     kernel,
     X,
-    centers,
     subsample_size,
     capacity,
     n_components,
@@ -254,7 +248,6 @@ def plan_preconditioner(
 ):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
-    ``centers`` is ``kernel.prepare_centers(X)``.
     The first ``subsample_size`` rows are the Nystrom subsample.  The preconditioned
     ``beta`` is evaluated on the subsample and on ``probe_rows`` (default: up to
     8192 further rows of ``X``), which must include points outside the subsample:
@@ -289,7 +282,9 @@ def plan_preconditioner(
         rows = torch.cat([X[:subsample_size], probe_rows[:_BETA_PROBE_ROWS]])
     diagonal = kernel.diagonal(rows).double().cpu().numpy()
     subsample_vectors = eigenvectors[:, :candidates].to(X.dtype)
-    projections = kernel_matmul(kernel, rows, centers[:subsample_size], subsample_vectors, column_block)
+    # prepare_centers acts row by row, so the subsample's rows are those of the prepared X.
+    subsample_centers = kernel.prepare_centers(X[:subsample_size])
+    projections = kernel_matmul(kernel, rows, subsample_centers, subsample_vectors, column_block)
     projections = projections.double().cpu().numpy()
 
     def beta_at(k):

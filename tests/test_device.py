@@ -130,22 +130,3 @@ def test_throughput_probe_finds_the_saturation_point(monkeypatch):
 def test_throughput_probe_small_problem_skips_measuring():
     batch, throughputs = throughput_saturation_batch(lambda m: None, 20, torch.device("cpu"))
     assert batch == 20 and throughputs == {}
-
-
-def test_training_memory_plan_keeps_blocks_within_the_budget():
-    from skgpu_kernel.device import TrainingMemoryPlan
-
-    cpu = torch.device("cpu")
-    n, d, n_outputs, s, itemsize = 10_000, 50, 3, 500, 4
-    budget = 64 * 2**20
-    plan = TrainingMemoryPlan(cpu, budget, n, d, n_outputs, s, itemsize, extra_blocks=1)
-    batch = plan.max_batch()
-    assert 1 <= batch <= n
-    used = plan.fixed_bytes + batch * (plan.row_bytes + plan.column_block(batch) * plan.entry_bytes)
-    assert used <= budget
-    bigger = batch + 1
-    if bigger <= n:
-        assert plan.fixed_bytes + bigger * (plan.row_bytes + plan.column_block(bigger) * plan.entry_bytes) > budget
-    roomy = TrainingMemoryPlan(cpu, 10**12, n, d, n_outputs, s, itemsize, extra_blocks=0)
-    assert roomy.max_batch() == n
-    assert roomy.column_block(256) == 2048  # cache-sized on the CPU

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.solvers.eigenpro3 import shard_bounds
+from skgpu_kernel.planning.kernel import shard_bounds
 
 BANDWIDTH = 2.0
 PARAMS = dict(bandwidth=BANDWIDTH, n_centers=301, n_epochs=2, batch_size=100, dtype="float64", random_state=0)

@@ -64,7 +64,8 @@ def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
     Y = torch.as_tensor(rng.randn(30, 1))
     coef = torch.as_tensor(rng.randn(30, 1))
     batch = torch.tensor([4])
-    _, weighted, _ = eigenpro_solver._step(kernel, X, kernel.prepare_centers(X), Y, coef, batch, 30, 0, None, None, 16)
+    data = eigenpro_solver.KernelTrainingData(X, kernel.prepare_centers(X), Y)
+    _, weighted, _ = eigenpro_solver._step(kernel, data, coef, batch, 30, 0, None, 16)
     coef.index_add_(0, batch, weighted, alpha=-1.0)  # eta / m = 1 / beta
     np.testing.assert_allclose((kernel(X[4:5], X) @ coef).item(), Y[4].item(), rtol=1e-12)
 
@@ -138,7 +139,7 @@ def test_fitted_attributes_record_every_decision(digits):
     assert np.all(np.diff(model.top_eigenvalues_) <= 0)
     assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1] / 2), 500)
     assert model.learning_rate_ > 0 and model.n_epochs_ == 2 == len(model.history_)
-    assert set(model.history_[0]) == {"epoch", "train_mse", "learning_rate", "seconds"}
+    assert set(model.history_[0]) == {"epoch", "n_steps", "train_loss", "learning_rate", "validation_score", "seconds"}
     assert model.history_[-1]["learning_rate"] == model.learning_rate_
     assert model.scaling_rule_.get_params() == EigenProRule().get_params()
     assert model.n_steps_total_ == 2 * int(np.ceil(500 / model.batch_size_))
@@ -227,9 +228,9 @@ def test_warm_start_continues_from_the_previous_coefficients(digits):
     X, y = digits
     X, y = X[:400], y[:400].astype(float)
     model = AdaptiveKernelRegressor(n_epochs=1, batch_size=32, warm_start=True, random_state=0).fit(X, y)
-    first = model.history_[-1]["train_mse"]
+    first = model.history_[-1]["train_loss"]
     model.fit(X, y)
-    assert model.history_[-1]["train_mse"] < 0.7 * first
+    assert model.history_[-1]["train_loss"] < 0.7 * first
     assert model.n_epochs_total_ == 2
     with pytest.raises(ValueError, match="same X"):
         model.fit(X[::-1], y[::-1] * 0 + X[::-1, 0])
@@ -241,17 +242,17 @@ def test_verbose_prints_decisions_and_epochs(capsys, digits):
     AdaptiveKernelClassifier(n_epochs=2, verbose=1, random_state=0).fit(X[:300], y[:300])
     out = capsys.readouterr().out
     assert "batch capacity m_G=" in out and "critical batch" in out and "step size" in out
-    assert "epoch 1/2: train mse" in out and "epoch 2/2" in out
+    assert "epoch 1/2: train loss" in out and "epoch 2/2" in out
 
 
 def test_out_of_memory_halves_the_batch_and_continues(monkeypatch, capsys, digits):
     X, y = digits
     real_step = eigenpro_solver._step
 
-    def step_failing_on_large_batches(kernel, X_, centers, Y, coef, batch, *args):
+    def step_failing_on_large_batches(kernel, data, coef, batch, *args):
         if batch.shape[0] > 50:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_step(kernel, X_, centers, Y, coef, batch, *args)
+        return real_step(kernel, data, coef, batch, *args)
 
     monkeypatch.setattr(eigenpro_solver, "_step", step_failing_on_large_batches)
     model = AdaptiveKernelClassifier(n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(X[:600], y[:600])
@@ -371,7 +372,7 @@ def test_unstable_steps_are_rolled_back_with_a_warning():
     with pytest.warns(RuntimeWarning, match="diverged"):
         model = AdaptiveKernelRegressor(scaling_rule=EigenProRule(scale=4), **params).fit(X, y)
     assert np.all(np.isfinite(model.dual_coef_))
-    assert model.history_[-1]["train_mse"] < model.history_[0]["train_mse"]
+    assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
     # The halving acts on top of the rule: half of four times the analytic step.
     analytic = AdaptiveKernelRegressor(**{**params, "n_epochs": 1}).fit(X, y).learning_rate_
     assert model.learning_rate_ == pytest.approx(2 * analytic, rel=1e-12)
@@ -404,7 +405,7 @@ def test_legw_on_the_classifier_warms_up_then_decays(digits):
     np.testing.assert_allclose(rates, expected, rtol=1e-12)
     assert model.learning_rate_ == rates[-1]
     assert model.n_steps_total_ == 50
-    assert model.history_[-1]["train_mse"] < model.history_[0]["train_mse"]
+    assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
     assert model.score(X[600:900], y[600:900]) > 0.9
 
 

@@ -11,15 +11,16 @@ and of the batch size.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ..blockwise import kernel_matmul, kernel_matmul_rows
+from ..blockwise import kernel_matmul
 from ..device import is_out_of_memory
 from .epochs import EpochGuard
 
-__all__ = ["EigenProResult", "fit_eigenpro"]
+__all__ = ["EigenProResult", "KernelTrainingData", "LoopSettings", "fit_eigenpro"]
 
 
 @dataclass
@@ -34,39 +35,12 @@ class EigenProResult:
     history: list = field(default_factory=list)
 
 
-def fit_eigenpro(
-    kernel,
-    X,
-    centers,
-    Y,
-    coef,
-    preconditioner,
-    batch_size,
-    learning_rate_for,
-    column_block_for,
-    n_epochs,
-    generator,
-    weights=None,
-    fresh_start=True,
-    validation=None,
-    n_iter_no_change=3,
-    tol=1e-4,
-    first_step=0,
-    log=None,
-):
-    """Run EigenPro 2 epochs, updating ``coef`` in place.
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the EigenPro loops run: batch, step sizes, epochs, validation and progress.
 
     Parameters
     ----------
-    kernel : Kernel
-    X : Tensor of shape (n, d)
-        Training rows; rows ``[0, s)`` are the preconditioner's subsample.
-    centers : Tensor with n rows
-        ``kernel.prepare_centers(X)``.
-    Y : Tensor of shape (n, l)
-    coef : Tensor of shape (n, l)
-        Initial coefficients, updated in place.
-    preconditioner : EigenProPreconditioner or None
     batch_size : int
     learning_rate_for : callable
         ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``, the step
@@ -75,45 +49,94 @@ def fit_eigenpro(
         last, smaller batch of an epoch passes its own size; after an out-of-memory
         error halves the batch, the halved size and its steps per epoch.  Each
         divergence rollback halves a factor on top of it.
-    column_block_for : callable
-        ``column_block_for(batch_size) -> int`` columns per kernel block.
     n_epochs : int
-    generator : torch.Generator
-        Seeds the per-epoch permutations (on the CPU).
-    weights : Tensor of shape (n,) or None
-        Per-row factors in (0, 1] on the residual (normalised sample weights).
-    fresh_start : bool
-        ``coef`` is zero and the rows are in random order: the first epoch visits
-        them in order and evaluates only the non-zero prefix.
-    validation : tuple (X_val, Y_val, score) or None
-        ``score(predictions, Y_val) -> float``, larger is better; enables early
-        stopping with ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
     first_step : int
         Updates made by earlier runs (warm starts): the count ``learning_rate_for``
         continues from.  A rollback rewinds the count with the coefficients.
+    validation : callable or None
+        ``validation(coef) -> float``, larger is better; enables early stopping with
+        ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
+    tol : float
+    n_iter_no_change : int
     log : callable or None
         Receives progress messages.
+    """
+
+    batch_size: int
+    learning_rate_for: Callable
+    n_epochs: int
+    first_step: int = 0
+    validation: Callable | None = None
+    tol: float = 1e-4
+    n_iter_no_change: int = 3
+    log: Callable | None = None
+
+    def guard(self, coef):
+        """The epoch guard of a loop on ``coef`` with these settings."""
+        return EpochGuard(coef, self.first_step, self.n_epochs, self.tol, self.n_iter_no_change, self.log)
+
+
+@dataclass(frozen=True)
+class KernelTrainingData:
+    """Device tensors of an EigenPro 2 fit.
+
+    Parameters
+    ----------
+    X : Tensor of shape (n, d)
+        Training rows; rows ``[0, s)`` are the preconditioner's subsample.
+    centers : Tensor with n rows
+        ``kernel.prepare_centers(X)``.
+    Y : Tensor of shape (n, l)
+    weights : Tensor of shape (n,) or None
+        Per-row factors in (0, 1] on the residual (normalised sample weights).
+    """
+
+    X: torch.Tensor
+    centers: torch.Tensor
+    Y: torch.Tensor
+    weights: torch.Tensor | None = None
+
+
+def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
+    """Run EigenPro 2 epochs, updating ``coef`` in place.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    data : KernelTrainingData
+    coef : Tensor of shape (n, l)
+        Initial coefficients, updated in place.
+    preconditioner : EigenProPreconditioner or None
+    loop : LoopSettings
+    column_block_for : callable
+        ``column_block_for(batch_size) -> int`` columns per kernel block.
+    generator : torch.Generator
+        Seeds the per-epoch permutations (on the CPU).
+    fresh_start : bool
+        ``coef`` is zero and the rows are in random order: the first epoch visits
+        them in order and evaluates only the non-zero prefix.
 
     Returns
     -------
     EigenProResult
     """
+    X, Y = data.X, data.Y
     n = X.shape[0]
     device = X.device
     leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
+    batch_size = loop.batch_size
     column_block = column_block_for(batch_size)
     steps_per_epoch = math.ceil(n / batch_size)
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
-    guard = EpochGuard(coef, first_step, n_epochs, tol, n_iter_no_change, log)
+    guard = loop.guard(coef)
 
     def rate_at(step):
-        return learning_rate_for(step, batch_size, steps_per_epoch)
+        return loop.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
-        X_val, Y_val, score = validation
-        return score(kernel_matmul_rows(kernel, X_val, centers, coef, batch_size, column_block), Y_val)
+        return loop.validation(coef)
 
-    while guard.epoch < n_epochs:
+    while guard.epoch < loop.n_epochs:
         guard.begin_epoch()
         sparse_epoch = fresh_start and guard.epoch == 0
         if sparse_epoch:
@@ -126,9 +149,7 @@ def fit_eigenpro(
             batch = order[position : position + batch_size]
             active = max(leading, position) if sparse_epoch else n
             try:
-                update = _step(
-                    kernel, X, centers, Y, coef, batch, active, leading, preconditioner, weights, column_block
-                )
+                update = _step(kernel, data, coef, batch, active, leading, preconditioner, column_block)
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if not is_out_of_memory(error) or batch_size == 1:
                     raise
@@ -137,13 +158,15 @@ def fit_eigenpro(
                 column_block = column_block_for(batch_size)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-                if log is not None:
+                if loop.log is not None:
                     rate = guard.rollback * rate_at(guard.step)
-                    log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
+                    loop.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
                 continue
             residual, weighted, correction = update
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = guard.rollback * learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
+            scale = (
+                guard.rollback * loop.learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
+            )
             coef.index_add_(0, batch, weighted, alpha=-scale)
             if correction is not None:
                 coef[:leading].add_(correction, alpha=scale)
@@ -153,28 +176,28 @@ def fit_eigenpro(
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if not math.isfinite(train_loss):
-            _check_kernel_is_finite(kernel, X, centers, column_block)
-        scored = validation_score if validation is not None else None
+            _check_kernel_is_finite(kernel, X, data.centers, column_block)
+        scored = validation_score if loop.validation is not None else None
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
 
-    return EigenProResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, first_step))
+    return EigenProResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, loop.first_step))
 
 
-def _step(kernel, X, centers, Y, coef, batch, active, leading, preconditioner, weights, column_block):
+def _step(kernel, data, coef, batch, active, leading, preconditioner, column_block):
     """Residual, weighted residual and subsample correction for one batch (no update yet).
 
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
     """
-    X_batch = X[batch]
+    X_batch, centers, weights = data.X[batch], data.centers, data.weights
     if leading:
         predictions, subsample_block = kernel_matmul(
             kernel, X_batch, centers[:active], coef[:active], column_block, leading=leading
         )
     else:
         predictions = kernel_matmul(kernel, X_batch, centers[:active], coef[:active], column_block)
-    residual = predictions.sub_(Y[batch])
+    residual = predictions.sub_(data.Y[batch])
     weighted = residual if weights is None else residual * weights[batch, None]
     correction = preconditioner.correction(subsample_block, weighted) if leading else None
     return residual, weighted, correction

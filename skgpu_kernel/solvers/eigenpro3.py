@@ -35,7 +35,6 @@ The loop only sees tensors; the caller validates, plans memory and decides
 whether ``K(X, Z)`` is cached.
 """
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -44,7 +43,7 @@ import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
-from .epochs import EpochGuard
+from ..planning.kernel import shard_bounds
 
 __all__ = [
     "CenterShards",
@@ -54,7 +53,6 @@ __all__ = [
     "IterativeProjection",
     "StreamedBatches",
     "fit_eigenpro3",
-    "shard_bounds",
 ]
 
 
@@ -69,12 +67,6 @@ class EigenPro3Result:
     learning_rate: float
     n_projections: int
     history: list = field(default_factory=list)
-
-
-def shard_bounds(n_centers, n_shards):
-    """Contiguous ``(start, stop)`` row ranges splitting ``n_centers`` into ``n_shards`` near-equal shards."""
-    edges = [round(i * n_centers / n_shards) for i in range(n_shards + 1)]
-    return list(itertools.pairwise(edges))
 
 
 class CenterShards:
@@ -439,23 +431,37 @@ class _TemporaryCenters:
         self.count = 0
 
 
-def fit_eigenpro3(
-    kernel,
-    batches,
-    shards,
-    coef,
-    preconditioner,
-    projection,
-    batch_size,
-    n_temporary,
-    learning_rate_for,
-    n_epochs,
-    validation=None,
-    n_iter_no_change=3,
-    tol=1e-4,
-    first_step=0,
-    log=None,
-):
+class _Projector:
+    """The temporary function between projections: its centers and its values at the centers."""
+
+    def __init__(self, temporary, projection, coef):
+        self.temporary, self.projection, self.coef = temporary, projection, coef
+        self.accumulated = torch.zeros_like(coef)  # values at the centers of the temporary function
+        self.n_projections = 0
+
+    def make_room(self, rows):
+        if not self.temporary.room_for(rows):
+            self.project()
+
+    def project(self):
+        """``alpha += K(Z, Z)^{-1} h``, emptying the temporary centers."""
+        if not self.temporary.count:
+            return
+        theta, remainder = self.projection(self.accumulated)
+        self.coef.add_(theta)
+        # Error feedback: values an inexact projection left unresolved join the next
+        # projection instead of being dropped.  Dropping them made training diverge
+        # (a 3% residual per projection compounded); carried over, a 1% tolerance
+        # tracks the exact projection's losses within 0.5%.
+        if remainder is None:
+            self.accumulated.zero_()
+        else:
+            self.accumulated.copy_(remainder)
+        self.temporary.clear()
+        self.n_projections += 1
+
+
+def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loop, n_temporary):
     """Run EigenPro 3 epochs, updating ``coef`` in place.
 
     Parameters
@@ -473,68 +479,40 @@ def fit_eigenpro3(
     projection : ExactProjection or IterativeProjection
         ``projection(h) -> (theta, remainder)`` solving ``K(Z, Z) theta = h``;
         ``remainder`` (None when exact) is carried into the next projection.
-    batch_size : int
+    loop : LoopSettings
+        Batch, step sizes, epochs, validation (``loop.validation(coef)``) and log,
+        as for :func:`~skgpu_kernel.solvers.fit_eigenpro`.
     n_temporary : int
-        Temporary centers kept between projections (at least ``batch_size``).
-    learning_rate_for : callable
-        ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``.
-    n_epochs : int
-    validation : tuple (predict, Y_val, score) or None
-        ``predict(coef)`` gives the validation predictions; enables early stopping as
-        in :func:`~skgpu_kernel.solvers.fit_eigenpro`.
-    first_step : int
-        Updates made by earlier runs (warm starts).
-    log : callable or None
+        Temporary centers kept between projections (at least the batch size).
 
     Returns
     -------
     EigenPro3Result
     """
     main = shards.main
-    dtype = coef.dtype
-    n = batches.n_rows
-    n_outputs = coef.shape[1]
+    n, n_outputs = batches.n_rows, coef.shape[1]
+    batch_size = loop.batch_size
     steps_per_epoch = math.ceil(n / batch_size)
     correct = preconditioner is not None and preconditioner.n_components > 0
     width = shards.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
-    temporary = _TemporaryCenters(kernel, max(n_temporary, batch_size), width, n_outputs, dtype, main)
-    accumulated = torch.zeros_like(coef)  # values at the centers of the temporary function
-    n_projections = 0
-
-    def project():
-        nonlocal n_projections
-        if temporary.count:
-            theta, remainder = projection(accumulated)
-            coef.add_(theta)
-            # Error feedback: values an inexact projection left unresolved join the next
-            # projection instead of being dropped.  Dropping them made training diverge
-            # (a 3% residual per projection compounded); carried over, a 1% tolerance
-            # tracks the exact projection's losses within 0.5%.
-            if remainder is None:
-                accumulated.zero_()
-            else:
-                accumulated.copy_(remainder)
-            temporary.clear()
-            n_projections += 1
-
-    guard = EpochGuard(coef, first_step, n_epochs, tol, n_iter_no_change, log)
+    temporary = _TemporaryCenters(kernel, max(n_temporary, batch_size), width, n_outputs, coef.dtype, main)
+    projector = _Projector(temporary, projection, coef)
+    guard = loop.guard(coef)
     loss_of_zero_model = None
 
     def rate_at(step):
-        return learning_rate_for(step, batch_size, steps_per_epoch)
+        return loop.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
-        predict, Y_val, score = validation
-        return score(predict(coef), Y_val)
+        return loop.validation(coef)
 
-    while guard.epoch < n_epochs:
+    while guard.epoch < loop.n_epochs:
         guard.begin_epoch()
         loss_sum = torch.zeros((), dtype=torch.float64, device=main)
         target_sum = torch.zeros((), dtype=torch.float64, device=main)
         for X_batch, Y_batch, w_batch, indices in batches.epoch(batch_size):
             rows = X_batch.shape[0]
-            if not temporary.room_for(rows):
-                project()
+            projector.make_room(rows)
             blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch)
             predictions = shards.apply(blocks, coef)
             from_temporary = temporary.predict(X_batch)
@@ -544,26 +522,29 @@ def fit_eigenpro3(
             weighted = residual if w_batch is None else residual * w_batch[:, None]
             gradient = shards.apply_transpose(blocks, weighted)
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = guard.rollback * learning_rate_for(guard.step, rows, steps_per_epoch) / rows
-            accumulated.sub_(gradient, alpha=scale)
+            scale = guard.rollback * loop.learning_rate_for(guard.step, rows, steps_per_epoch) / rows
+            projector.accumulated.sub_(gradient, alpha=scale)
             temporary.add(X_batch, weighted * -scale)
             if correct:
                 coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
             loss_sum += (residual * residual).sum().double()
             target_sum += (Y_batch * Y_batch).sum().double()
             guard.step += 1
-        project()
+        projector.project()
 
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
         if not guard.end_epoch(
-            train_loss, loss_of_zero_model, rate_at, validation_score if validation is not None else None
+            train_loss, loss_of_zero_model, rate_at, validation_score if loop.validation is not None else None
         ):
             break
         if guard.rolled_back:
-            accumulated.zero_()
+            projector.accumulated.zero_()
 
     return EigenPro3Result(
-        coef=coef, batch_size=batch_size, n_projections=n_projections, **guard.finish(rate_at, first_step)
+        coef=coef,
+        batch_size=batch_size,
+        n_projections=projector.n_projections,
+        **guard.finish(rate_at, loop.first_step),
     )

@@ -1,0 +1,377 @@
+"""Check that a refactor left the fitted models bitwise unchanged.
+
+Runs a fixed set of small seeded fits (EigenPro 2 and 3 kernel machines, buffered
+SGD linear models, in memory, memory-mapped, sparse, incremental and on two worker
+processes) and records a fingerprint per fit: the sha1 of the fitted coefficients,
+the scalar decisions the fit took (batch size, components, step size, ...) and the
+per-epoch history without its timings.
+
+Usage::
+
+    OPENBLAS_CORETYPE=Haswell python benchmarks/check_unchanged.py [--write FILE]
+
+``--write FILE`` writes the fingerprints as JSON.  Without it they are compared with
+``unchanged_baseline.json`` next to this script: one line per fit (``OK name`` or
+``DIFF name: what differs``), exit status 1 if any fit differs, 0 otherwise.  The
+line above them names the ``skgpu_kernel`` that was imported.
+
+Make the baseline from a clean checkout of the commit the refactor starts from, such
+as a worktree ``git worktree add --detach /work/base HEAD``, with ``PYTHONPATH``
+pointing at it (it wins over an editable install), from outside the repository::
+
+    cd /tmp && OPENBLAS_CORETYPE=Haswell PYTHONPATH=/work/base \
+        python /work/base/benchmarks/check_unchanged.py --write unchanged_baseline.json
+
+Every fit is deterministic: integer batch sizes (``"auto"`` times a throughput
+probe), an explicit ``memory_budget`` (the default depends on free memory), fixed
+random states and torch threads.  The whole run takes 10 to 20 s on 2 CPU cores.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse
+import torch
+
+import skgpu_kernel
+from skgpu_kernel import (
+    AdaptiveKernelClassifier,
+    AdaptiveKernelRegressor,
+    BufferedSGDClassifier,
+    BufferedSGDRegressor,
+)
+from skgpu_kernel.parallel import Parle
+
+# History keys a fit may change on purpose, per fit name.  The refactor makes
+# parallel fits add the L2 penalty to train_loss as the single-process loop does.
+ALLOWED_TO_CHANGE = {"sgd_parallel_parle": {"train_loss"}}
+
+# Fits whose every figure may change, each for a stated reason (a fix on purpose).
+CHANGED_ON_PURPOSE = {
+    "ep3_streamed": (
+        "its fixed batch_size=256 with one batch of temporary centers takes 1.47 MB of the 1 MB budget; the "
+        "planner now clamps a given batch to what the memory allows (74) with a warning. ep3_streamed_small_batch "
+        "checks the streamed path where the batch fits."
+    ),
+}
+
+# History keys renamed by the refactor: compared under their new name.
+RENAMED_HISTORY_KEYS = {"train_mse": "train_loss"}
+
+BASELINE = Path(__file__).with_name("unchanged_baseline.json")
+
+# Fitted attributes recorded (and compared exactly) when the estimator has them.
+SCALAR_ATTRIBUTES = (
+    "batch_size_",
+    "n_components_",
+    "learning_rate_",
+    "subsample_size_",
+    "projection_",
+    "kernel_cached_",
+    "streamed_",
+    "n_temporary_centers_",
+    "n_projections_",
+    "n_epochs_",
+    "n_iter_",
+    "buffer_size_",
+    "t_",
+    "n_centers_",
+    "critical_batch_size_",
+)
+
+# Torch threads of every fit: reductions split over threads round differently.
+N_THREADS = 2
+
+EP2 = {"bandwidth": 3.0, "batch_size": 256, "n_epochs": 3, "memory_budget": "2GB", "random_state": 0}
+EP3 = {**EP2, "n_centers": 300}
+SGD = {"batch_size": 64, "buffer_size": 500, "n_epochs": 3, "memory_budget": "1GB", "random_state": 0}
+
+
+# --- data -----------------------------------------------------------------------------
+
+
+def regression(n=2000, n_features=8, seed=0):
+    """A smooth target of the first features plus noise."""
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, n_features)
+    y = np.sin(X[:, 0]) + np.cos(X[:, 1]) + 0.5 * X[:, 2] * X[:, 3] + 0.1 * rng.randn(n)
+    return X, y
+
+
+def classification(n=2000, n_features=8, seed=1):
+    """Three classes cut from the smooth regression target."""
+    X, y = regression(n, n_features, seed)
+    return X, np.digitize(y, np.quantile(y, [1 / 3, 2 / 3]))
+
+
+def memmap(directory, X, name):
+    """``X`` saved as float32 ``.npy`` in ``directory`` and opened memory-mapped."""
+    path = Path(directory) / f"{name}.npy"
+    np.save(path, X.astype(np.float32))
+    return np.load(path, mmap_mode="r")
+
+
+# --- the fits -------------------------------------------------------------------------
+
+
+def ep2_plain(tmp):
+    return AdaptiveKernelRegressor(**EP2).fit(*regression())
+
+
+def ep2_early_stopping(tmp):
+    return AdaptiveKernelRegressor(**{**EP2, "n_epochs": 6}, early_stopping=True).fit(*regression())
+
+
+def ep2_warm_start(tmp):
+    X, y = regression()
+    model = AdaptiveKernelRegressor(**EP2, warm_start=True).fit(X, y)
+    return model.fit(X, y)
+
+
+def ep2_classifier(tmp):
+    return AdaptiveKernelClassifier(**EP2).fit(*classification())
+
+
+def ep3_exact(tmp):
+    return AdaptiveKernelRegressor(**EP3, projection="exact").fit(*regression())
+
+
+def ep3_iterative(tmp):
+    # Diverges twice in the first epoch: also covers the rollback with halved steps.
+    return AdaptiveKernelRegressor(**EP3, projection="iterative").fit(*regression())
+
+
+def ep3_cached(tmp):
+    return AdaptiveKernelRegressor(**EP3, cache_kernel=True).fit(*regression())
+
+
+def ep3_uncached(tmp):
+    # cache_kernel="auto" caches K(Z, Z) in the fits above; this one evaluates it.
+    return AdaptiveKernelRegressor(**EP3, cache_kernel=False).fit(*regression())
+
+
+def ep3_streamed(tmp):
+    # 20000 x 8 float32 rows take 800 kB on the device with the target and weights,
+    # more than half of the 1 MB budget: X is streamed from its file.
+    X, y = regression(n=20_000)
+    return AdaptiveKernelRegressor(**{**EP3, "memory_budget": "1MB"}).fit(memmap(tmp, X, "ep3_X"), y)
+
+
+def ep3_streamed_small_batch(tmp):
+    # Streamed as above, with a batch whose temporary centers fit the budget.
+    X, y = regression(n=20_000)
+    parameters = {**EP3, "memory_budget": "1.5MB", "batch_size": 64}
+    return AdaptiveKernelRegressor(**parameters).fit(memmap(tmp, X, "ep3_X_small_batch"), y)
+
+
+def ep3_sharded(tmp):
+    return AdaptiveKernelRegressor(**EP3, device=["cpu", "cpu"]).fit(*regression())
+
+
+def sgd_in_memory(tmp):
+    return BufferedSGDRegressor(**SGD).fit(*regression())
+
+
+def sgd_memmap(tmp):
+    X, y = regression()
+    return BufferedSGDRegressor(**SGD).fit(memmap(tmp, X, "sgd_X"), y)
+
+
+def sgd_sparse(tmp):
+    X, y = regression()
+    X[np.abs(X) < 0.5] = 0.0
+    return BufferedSGDRegressor(**SGD).fit(scipy.sparse.csr_matrix(X), y)
+
+
+def sgd_partial_fit(tmp):
+    X, y = regression()
+    model = BufferedSGDRegressor(**SGD)
+    for rows in np.array_split(np.arange(X.shape[0]), 3):
+        model.partial_fit(X[rows], y[rows])
+    return model
+
+
+def sgd_classifier(tmp):
+    return BufferedSGDClassifier(loss="log_loss", **SGD).fit(*classification())
+
+
+def sgd_parallel_parle(tmp):
+    return BufferedSGDRegressor(parallel=Parle(n_workers=2), **SGD).fit(*regression())
+
+
+FITS = (
+    ep2_plain,
+    ep2_early_stopping,
+    ep2_warm_start,
+    ep2_classifier,
+    ep3_exact,
+    ep3_iterative,
+    ep3_cached,
+    ep3_uncached,
+    ep3_streamed,
+    ep3_streamed_small_batch,
+    ep3_sharded,
+    sgd_in_memory,
+    sgd_memmap,
+    sgd_sparse,
+    sgd_partial_fit,
+    sgd_classifier,
+    sgd_parallel_parle,
+)
+
+
+# --- fingerprints ---------------------------------------------------------------------
+
+
+def array_digest(values):
+    """sha1 of an array's bytes, with its dtype and shape."""
+    values = np.ascontiguousarray(values)
+    return {"sha1": hashlib.sha1(values.tobytes()).hexdigest(), "dtype": str(values.dtype), "shape": list(values.shape)}
+
+
+def plain(value):
+    """``value`` as JSON types: numpy scalars and arrays to Python numbers and lists."""
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def is_timing(key):
+    return "seconds" in key or key == "samples_per_second"
+
+
+def fingerprint(model):
+    """The coefficients' digests, scalar decisions and timing-free history of a fitted model."""
+    if hasattr(model, "dual_coef_"):
+        coefficients = {"dual_coef_": array_digest(model.dual_coef_)}
+    else:
+        coefficients = {name: array_digest(getattr(model, name)) for name in ("coef_", "intercept_")}
+    scalars = {}
+    for name in SCALAR_ATTRIBUTES:
+        if hasattr(model, name):
+            value = getattr(model, name)
+            if name == "learning_rate_":
+                value = repr(float(value))
+            elif name == "critical_batch_size_":
+                value = [float(each) for each in np.atleast_1d(value)]
+            scalars[name] = plain(value)
+    history = [{key: plain(item) for key, item in record.items() if not is_timing(key)} for record in model.history_]
+    return {"coefficients": coefficients, "scalars": scalars, "history": history}
+
+
+def run_fits(prefix=""):
+    """Fingerprints of every fit whose name starts with ``prefix``, by name, with torch's threads fixed."""
+    torch.set_num_threads(N_THREADS)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fit in (fit for fit in FITS if fit.__name__.startswith(prefix)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. the divergence of ep3_iterative
+                results[fit.__name__] = fingerprint(fit(tmp))
+    return results
+
+
+# --- comparison -----------------------------------------------------------------------
+
+
+def same(a, b):
+    """Exact equality of JSON values, types included (1 is not 1.0, True is not 1); NaN equals NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def renamed(record):
+    return {RENAMED_HISTORY_KEYS.get(key, key): value for key, value in record.items()}
+
+
+def history_differences(baseline, current, allowed):
+    """What differs between two histories: every baseline key must keep its value."""
+    if len(baseline) != len(current):
+        return [f"history has {len(current)} epochs, baseline {len(baseline)}"]
+    differences = []
+    for epoch, (old, new) in enumerate(zip(baseline, current, strict=True), start=1):
+        old, new = renamed(old), renamed(new)
+        for key, value in old.items():
+            if key in allowed:
+                continue
+            if key not in new:
+                differences.append(f"history epoch {epoch}: {key} missing")
+            elif not same(value, new[key]):
+                differences.append(f"history epoch {epoch}: {key} {new[key]!r} != baseline {value!r}")
+    return differences
+
+
+def differences(name, baseline, current):
+    """Human-readable differences between the baseline and current fingerprint of a fit.
+
+    Attributes and history keys new in the current run are allowed (the refactor adds
+    a common schema); every one in the baseline must keep its value.
+    """
+    found = []
+    for section in ("coefficients", "scalars"):
+        old, new = baseline[section], current[section]
+        for key in old:
+            if key not in new:
+                found.append(f"{key} missing")
+            elif not same(old[key], new[key]):
+                what = "bytes" if section == "coefficients" else "value"
+                found.append(f"{key} {what} {new[key]!r} != baseline {old[key]!r}")
+    found += history_differences(baseline["history"], current["history"], ALLOWED_TO_CHANGE.get(name, set()))
+    return found
+
+
+def compare(baseline, current):
+    """Print one line per fit; return whether every fit matches its baseline."""
+    all_same = True
+    for name in current:
+        if name not in baseline:
+            found = ["no baseline"]
+        elif name in CHANGED_ON_PURPOSE:
+            print(f"CHANGED {name}: {CHANGED_ON_PURPOSE[name]}", flush=True)
+            continue
+        else:
+            found = differences(name, baseline[name], current[name])
+        all_same = all_same and not found
+        print(f"OK {name}" if not found else f"DIFF {name}: " + "; ".join(found), flush=True)
+    return all_same
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", metavar="FILE", help="write the fingerprints to FILE instead of comparing")
+    parser.add_argument("--only", metavar="PREFIX", default="", help="run only the fits whose name starts so")
+    args = parser.parse_args()
+    if os.environ.get("OPENBLAS_CORETYPE") != "Haswell":
+        print("warning: OPENBLAS_CORETYPE=Haswell is not set; the baseline was made with it", file=sys.stderr)
+    print(f"skgpu_kernel from {Path(skgpu_kernel.__file__).parent}", flush=True)
+    current = run_fits(args.only)
+    if args.write:
+        Path(args.write).write_text(json.dumps(current, indent=1) + "\n")
+        print(f"wrote {len(current)} fingerprints to {args.write}")
+        return 0
+    baseline = json.loads(BASELINE.read_text())
+    missing = [name for name in baseline if name.startswith(args.only) and name not in current]
+    for name in missing:
+        print(f"DIFF {name}: not run")
+    return 0 if compare(baseline, current) and not missing else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,619 @@
+"""Planners of the kernel machines: every automatic decision of an EigenPro 2 or EigenPro 3 fit.
+
+A fit is planned in two stages because two facts are measured in between:
+
+1. the *layout* (:func:`plan_eigenpro2_layout`, :func:`plan_eigenpro3_layout`),
+   before any tensor exists: the Nystrom subsample, the memory model, whether
+   ``X`` is streamed, whether ``K(X, Z)`` is cached, which projection, and the
+   largest batch the memory allows (the throughput probe's upper bound);
+2. the *plan* (:func:`plan_eigenpro2`, :func:`plan_eigenpro3`), once the device's
+   batch capacity is measured and the preconditioner's spectrum is known: the
+   batch, the temporary centers, the blocks and the memory account.
+
+Everything here is a pure function of sizes, the memory budget and the user's
+parameters; the memory models are linear in the batch, as in Falkon's helpers.
+Nothing allocates a tensor or reads a clock.
+"""
+
+import dataclasses
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+
+from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
+from ..preconditioner import CRITICAL_BATCH_MARGIN
+from ._account import MemoryAccount
+
+__all__ = [
+    "CentersMemoryPlan",
+    "EigenPro2Layout",
+    "EigenPro3Layout",
+    "KernelFitPlan",
+    "KernelProblem",
+    "KernelSettings",
+    "TrainingMemoryPlan",
+    "auto_subsample_size",
+    "operating_batch",
+    "plan_eigenpro2",
+    "plan_eigenpro2_layout",
+    "plan_eigenpro3",
+    "plan_eigenpro3_layout",
+    "shard_bounds",
+    "temporary_centers_for",
+]
+
+# Relative jitter on K(centers, centers) for the exact projection (at least ten rounding
+# errors of the training dtype, below which the solve would amplify rounding noise).
+PROJECTION_JITTER = 1e-10
+
+# The inexact projection iterates until the residual at the centers is this fraction
+# of the projected values (or for at most this many full-batch iterations); what is
+# left joins the next projection.
+PROJECTION_TOL = 1e-2
+PROJECTION_MAX_ITERATIONS = 100
+
+# Training rows on which EigenPro 3 evaluates the preconditioned beta.
+BETA_PROBE_ROWS = 8192
+
+# At most this many temporary centers per center.  With the inexact projection more
+# than about p / 2 temporary centers made training unstable in our tests (the
+# unresolved part of a projection grows with the function projected).
+_TEMPORARY_PER_CENTER = {"exact": 1.0, "iterative": 0.5}
+
+# Flops a device does in the time it reads one byte of its memory: 206 GFLOP/s of
+# torch.mm against 15 GB/s read by two triangular solves with a 10000 x 10000 float64
+# factor on the 2-core CPU we develop on; about 14 from an H200's published float32
+# and memory-bandwidth figures.
+_FLOPS_PER_BYTE = 16
+
+# EigenPro 3 keeps room for two batches of this many rows next to its fixed costs.
+_MINIMAL_BATCH = 64
+
+
+def auto_subsample_size(n_samples):
+    """Nystrom subsample of ``subsample_size="auto"``: 2000 points up to 100k samples, 5000 beyond."""
+    return min(n_samples, 2000 if n_samples <= 100_000 else 5000)
+
+
+def shard_bounds(n_centers, n_shards):
+    """Contiguous ``(start, stop)`` row ranges splitting ``n_centers`` into ``n_shards`` near-equal shards."""
+    edges = [round(i * n_centers / n_shards) for i in range(n_shards + 1)]
+    return list(itertools.pairwise(edges))
+
+
+def operating_batch(capacity, critical_batch_preconditioned, n_samples):
+    """The device capacity, kept ``CRITICAL_BATCH_MARGIN`` below the preconditioned critical batch."""
+    if not math.isfinite(critical_batch_preconditioned):  # a flat spectrum bounds no batch
+        return max(min(capacity, n_samples), 1)
+    stable = max(int(critical_batch_preconditioned / CRITICAL_BATCH_MARGIN), 1)
+    return max(min(capacity, stable, n_samples), 1)
+
+
+@dataclass(frozen=True)
+class KernelProblem:
+    """The sizes of a kernel fit, as the planners see them.
+
+    Parameters
+    ----------
+    n_rows, n_features, n_outputs : int
+        Training rows (after the validation split), features and target columns.
+    itemsize : int
+        Bytes per value of the training dtype.
+    extra_blocks : int
+        The kernel's temporary blocks (``Kernel.extra_blocks``).
+    n_centers : int or None
+        ``p`` for EigenPro 3; None when every training row is a center.
+    n_shards : int
+        Devices (or ranks) the centers are split over.
+    centers_from_data : bool
+        The centers are the first ``p`` shuffled training rows (not given by the user).
+    streamed : bool
+        ``X`` is read from its memory-mapped file in buffers.
+    """
+
+    n_rows: int
+    n_features: int
+    n_outputs: int
+    itemsize: int
+    extra_blocks: int = 0
+    n_centers: int | None = None
+    n_shards: int = 1
+    centers_from_data: bool = True
+    streamed: bool = False
+
+    @property
+    def entry_bytes(self):
+        """Bytes of one kernel entry with the kernel's temporary copies."""
+        return self.itemsize * (1 + self.extra_blocks)
+
+    @property
+    def n_local_centers(self):
+        """Centers of the largest shard."""
+        return max(stop - start for start, stop in shard_bounds(self.n_centers, self.n_shards))
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """The user's parameters that the planners read (``"auto"`` or a value each)."""
+
+    batch_size: object = "auto"
+    subsample_size: object = "auto"
+    cache_kernel: object = "auto"
+    projection: str = "auto"
+
+
+class TrainingMemoryPlan:
+    """Linear memory model of EigenPro 2 (a center at every training row), in the spirit of Falkon's helpers.
+
+    Fixed: the training rows and their prepared copy, targets, coefficients and their
+    snapshots (``copies_of_outputs`` arrays of n x l), and the s x s eigenvectors.
+    Per batch row: the row and its augmented copy, residual-sized buffers, one row of
+    ``K(X_B, X_S)`` and one row of the current kernel block, each kernel entry
+    counted ``1 + extra_blocks`` times.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+        Bytes available.
+    device : torch.device
+    subsample_size : int
+    copies_of_outputs : int, default=5
+    """
+
+    def __init__(self, problem, budget, device, subsample_size, copies_of_outputs=5):
+        self.device, self.budget, self.n_rows = device, budget, problem.n_rows
+        itemsize, n_outputs = problem.itemsize, problem.n_outputs
+        self.entry_bytes = problem.entry_bytes
+        self.items = (
+            ("training data", itemsize * problem.n_rows * (2 * problem.n_features + 2)),
+            ("coefficients", itemsize * problem.n_rows * copies_of_outputs * n_outputs),
+            ("eigensystem", itemsize * subsample_size**2),
+        )
+        self.fixed_bytes = sum(count for _, count in self.items)
+        self.row_bytes = itemsize * (2 * (problem.n_features + 2) + 4 * n_outputs) + subsample_size * self.entry_bytes
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows (half the free budget at most)."""
+        free = max(self.budget - self.fixed_bytes, 0) // 2
+        return column_block_size(self.device, batch_size, self.n_rows, self.entry_bytes, free)
+
+    def batch_bytes(self, batch_size):
+        """A batch's rows, buffers and kernel block."""
+        return batch_size * (self.row_bytes + self.column_block(batch_size) * self.entry_bytes)
+
+    def max_batch(self):
+        """Largest batch whose blocks fit next to the fixed costs (at least 1)."""
+        return batch_limit(self.budget, self.fixed_bytes, self.batch_bytes, self.n_rows)
+
+
+class CentersMemoryPlan:
+    """Linear memory model of EigenPro 3 on one device: ``n`` rows, ``p`` centers, ``p_local`` of them here.
+
+    Fixed: the training rows, targets and weights when they are resident (not when
+    they are streamed: then two buffers of ``buffer_rows``); the raw centers and
+    the prepared local shard; ``copies_of_outputs`` coefficient-sized arrays of
+    p x l; the prepared subsample and its s x s float64 eigenvectors.  Optional
+    fixed parts, each decided by the planner: the cached ``K(X, Z_local)``
+    (:attr:`cache_bytes`), the float64 Cholesky factor of the exact projection and
+    the kernel blocks that fill it (:attr:`exact_projection_bytes`), the cached
+    ``K(Z, Z_local)`` of the iterative projection (:attr:`center_cache_bytes`) and
+    ``t`` temporary centers (:meth:`temporary_bytes`).  Per batch row: the row,
+    residual-sized buffers and one row of ``K(X_B, Z_local)``, each kernel entry
+    counted ``1 + extra_blocks`` times.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+        Bytes available.
+    subsample_size : int
+    resident_rows : int
+        Training rows held on the device (``n_rows``, or two buffers when streamed).
+    copies_of_outputs : int, default=6
+    """
+
+    def __init__(self, problem, budget, subsample_size, resident_rows, copies_of_outputs=6):
+        self.budget, self.n_rows, self.n_centers = budget, problem.n_rows, problem.n_centers
+        self.n_features, self.n_outputs = problem.n_features, problem.n_outputs
+        itemsize, p, p_local = problem.itemsize, problem.n_centers, problem.n_local_centers
+        d, outputs = problem.n_features, problem.n_outputs
+        self.itemsize, self.entry_bytes = itemsize, problem.entry_bytes
+        self.items = (
+            ("stream buffers" if problem.streamed else "training data", itemsize * resident_rows * (d + outputs + 1)),
+            ("centers and coefficients", itemsize * (p * (d + copies_of_outputs * outputs) + p_local * d)),
+            ("eigensystem", itemsize * subsample_size * d + 8 * subsample_size**2),
+        )
+        self.fixed_bytes = sum(count for _, count in self.items)
+        self.cache_bytes = itemsize * problem.n_rows * p_local
+        self.exact_projection_bytes = 8 * p * (p + exact_gram_row_block(p) * (1 + problem.extra_blocks))
+        self.center_cache_bytes = itemsize * p * p_local
+        self.row_bytes = itemsize * (d + 4 * outputs) + p_local * self.entry_bytes
+
+    def temporary_bytes(self, n_temporary, batch_size):
+        """Temporary centers with their coefficients, and their block for one batch."""
+        return self.itemsize * n_temporary * (self.n_features + 1 + self.n_outputs) + (
+            self.entry_bytes * batch_size * n_temporary
+        )
+
+    def free_bytes(self, *extras):
+        """Budget left after the fixed costs and the given optional parts."""
+        return self.budget - self.fixed_bytes - sum(extras)
+
+    def max_batch(self, *extras):
+        """Largest batch that fits next to the fixed costs and ``extras`` (at least 1)."""
+        return min(rows_within_budget(self.budget, self.fixed_bytes + sum(extras), self.row_bytes), self.n_rows)
+
+
+def temporary_centers_for(problem, projection, centers_cached):
+    """Temporary centers that minimise EigenPro 3's work per training row.
+
+    Every row of a batch is evaluated against the temporary centers, about ``t / 2``
+    of them on average, at ``2 (d + l)`` flops each; a projection, made once every
+    ``t`` rows, costs ``C`` flops (memory reads counted at ``_FLOPS_PER_BYTE``):
+    two triangular solves with the ``p x p`` float64 factor when exact, or
+    ``PROJECTION_MAX_ITERATIONS`` (which the iteration usually reaches) full
+    passes over ``K(Z, Z)``, read from its cache or evaluated, when inexact.
+    ``t / 2 * 2 (d + l) + C / t`` is smallest at ``t = sqrt(C / (d + l))``.  The
+    result is clipped to ``_TEMPORARY_PER_CENTER`` times ``p``; the planner clips
+    it to its memory and to at least one batch.
+    """
+    p, d, outputs = problem.n_centers, problem.n_features, problem.n_outputs
+    products = 4.0 * p**2 * outputs
+    if projection == "exact":
+        projection_flops = max(products, _FLOPS_PER_BYTE * 2 * 8 * p**2)
+    else:
+        if centers_cached:
+            per_iteration = max(products, _FLOPS_PER_BYTE * 2 * problem.itemsize * p**2)
+        else:
+            per_iteration = products + 2.0 * p**2 * d
+        projection_flops = PROJECTION_MAX_ITERATIONS * per_iteration
+    best = math.sqrt(projection_flops / (d + outputs))
+    return int(min(best, _TEMPORARY_PER_CENTER[projection] * p))
+
+
+@dataclass(frozen=True)
+class EigenPro2Layout:
+    """What an EigenPro 2 fit decides before measuring: subsample, memory model, batch limit."""
+
+    problem: KernelProblem
+    subsample_size: int
+    memory: TrainingMemoryPlan
+    memory_limit: int
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows."""
+        return self.memory.column_block(batch_size)
+
+
+def plan_eigenpro2_layout(problem, budget, device, settings):
+    """Stage 1 of an EigenPro 2 fit (every training row a center).
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+
+    Returns
+    -------
+    EigenPro2Layout
+    """
+    n = problem.n_rows
+    subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
+    memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
+    return EigenPro2Layout(problem, subsample_size, memory, memory.max_batch())
+
+
+@dataclass(frozen=True)
+class EigenPro3Layout:
+    """What an EigenPro 3 fit decides before measuring: memory model, cache, projection, batch limit.
+
+    ``cached``: ``K(X, Z)`` is computed once; ``exact``: the projection factorises
+    ``K(Z, Z)``; ``cache_centers``: the iterative projection reads a cached
+    ``K(Z, Z)`` (``centers_in_cache``: the first ``p`` rows of the ``K(X, Z)``
+    cache, at no extra memory).  ``free`` is the budget left after the fixed
+    costs and those parts; ``memory_limit`` the largest batch that fits there
+    with one batch of temporary centers.
+    """
+
+    problem: KernelProblem
+    budget: int
+    device: object
+    subsample_size: int
+    memory: CentersMemoryPlan
+    buffer_rows: int
+    cached: bool
+    exact: bool
+    cache_centers: bool
+    memory_limit: int
+
+    @property
+    def centers_in_cache(self):
+        return self.cached and self.problem.centers_from_data
+
+    @property
+    def choices(self):
+        """The three decisions that every rank of a distributed fit must share."""
+        return (self.cached, self.exact, self.cache_centers)
+
+    @property
+    def reserved(self):
+        """Named optional parts this layout keeps on the device."""
+        memory, parts = self.memory, []
+        if self.cached:
+            parts.append(("K(X, Z) cache", memory.cache_bytes))
+        if self.exact:
+            parts.append(("exact projection", memory.exact_projection_bytes))
+        elif self.cache_centers and not self.centers_in_cache:
+            parts.append(("K(Z, Z) cache", memory.center_cache_bytes))
+        return tuple(parts)
+
+    @property
+    def free(self):
+        return max(self.memory.free_bytes(*(count for _, count in self.reserved)), 0)
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows (half the free memory at most)."""
+        return column_block_size(
+            self.device, batch_size, self.problem.n_local_centers, self.memory.entry_bytes, self.free // 2
+        )
+
+
+def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
+    """Stage 1 of an EigenPro 3 fit on ``problem.n_centers`` centers.
+
+    ``"auto"`` caches ``K(X, Z)`` when it fits next to the fixed costs and two
+    minimal batches, unless only one of the cache and the exact projection fits
+    (the projection is preferred: the iterative one makes up to
+    ``PROJECTION_MAX_ITERATIONS`` passes over ``K(Z, Z)`` per projection, which
+    cost more than the cache saves: Fashion-MNIST, 20000 centers, 56 s per
+    projection against 10 s per epoch to evaluate ``K(X, Z)``).  The projection is
+    exact when its factor fits next to the cache; the iterative one caches
+    ``K(Z, Z)`` when it is in the ``K(X, Z)`` cache already or fits in half of
+    what is left.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+    choices : tuple of bool, optional
+        ``(cached, exact, cache_centers)`` decided elsewhere (by rank 0 of a
+        distributed fit); the layout then follows them.
+
+    Returns
+    -------
+    EigenPro3Layout
+
+    Raises
+    ------
+    ValueError
+        When the budget is too small for a minimal batch, or a forced cache or
+        exact projection does not fit.
+    """
+    n, p = problem.n_rows, problem.n_centers
+    requested = auto_subsample_size(n) if settings.subsample_size == "auto" else settings.subsample_size
+    subsample_size = min(requested, p)
+    buffer_rows = min(n, max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1))
+    memory = CentersMemoryPlan(problem, budget, subsample_size, 2 * buffer_rows if problem.streamed else n)
+    _check_minimal_batch(memory, subsample_size)
+    if choices is None:
+        choices = _choose_cache_and_projection(problem, memory, settings)
+    cached, exact, cache_centers = (bool(choice) for choice in choices)
+    layout = EigenPro3Layout(
+        problem, budget, device, subsample_size, memory, buffer_rows, cached, exact, cache_centers, memory_limit=1
+    )
+    reserved = sum(count for _, count in layout.reserved)
+
+    def batch_bytes(batch):
+        return batch * memory.row_bytes + memory.temporary_bytes(batch, batch)
+
+    limit = batch_limit(budget, memory.fixed_bytes + reserved, batch_bytes, n)
+    return dataclasses.replace(layout, memory_limit=limit)
+
+
+def _minimal_batch(memory):
+    return min(memory.n_rows, _MINIMAL_BATCH)
+
+
+def _check_minimal_batch(memory, subsample_size):
+    minimal = _minimal_batch(memory)
+    if memory.free_bytes() < memory.row_bytes * minimal:
+        raise ValueError(
+            f"memory_budget={memory.budget} bytes is too small for EigenPro 3 on {memory.n_centers} centers: the "
+            f"data, centers, coefficients and the {subsample_size}-point Nystrom eigensystem take "
+            f"{memory.fixed_bytes} bytes, and a batch of {minimal} rows needs {memory.row_bytes * minimal} more. "
+            "Use a larger memory_budget, fewer centers or a smaller subsample_size."
+        )
+
+
+def _choose_cache_and_projection(problem, memory, settings):
+    """``(cached, exact, cache_centers)`` from the budget and ``cache_kernel`` / ``projection``."""
+    minimal = _minimal_batch(memory)
+
+    def room(*parts):
+        """Bytes left after the fixed costs, ``parts`` and two minimal batches."""
+        return memory.free_bytes(*parts) - 2 * memory.row_bytes * minimal
+
+    cache_fits = not problem.streamed and memory.cache_bytes <= room()
+    if settings.cache_kernel is True and not cache_fits:
+        raise ValueError(
+            f"cache_kernel=True: K(X, centers) for {problem.n_rows} rows and {problem.n_local_centers} centers per "
+            f"device needs {memory.cache_bytes} bytes, but memory_budget={memory.budget} bytes leaves "
+            f"{max(memory.free_bytes(), 0)} bytes next to the other fixed costs"
+            + (" (X is streamed from its memory-mapped file)" if problem.streamed else "")
+            + ". Use cache_kernel='auto' or a larger memory_budget."
+        )
+    exact_bytes = memory.exact_projection_bytes
+    if settings.cache_kernel == "auto":
+        exact_alone, exact_with_cache = exact_bytes <= room(), exact_bytes <= room(memory.cache_bytes)
+        cached = cache_fits and (exact_with_cache or not exact_alone or settings.projection == "iterative")
+    else:
+        cached = bool(settings.cache_kernel)
+    cache = memory.cache_bytes if cached else 0
+    exact_fits = exact_bytes <= room(cache)
+    if settings.projection == "exact" and not exact_fits:
+        raise ValueError(
+            f"projection='exact' factorises K(centers, centers): {exact_bytes} bytes for {problem.n_centers} "
+            f"centers, which do not fit memory_budget={memory.budget} bytes next to the other fixed costs "
+            f"({memory.fixed_bytes + cache} bytes). Use projection='auto' or 'iterative'."
+        )
+    exact = exact_fits if settings.projection == "auto" else settings.projection == "exact"
+    # Centers drawn from the training rows are the first p rows of the cached K(X, Z):
+    # the iterative projection reads K(Z, Z) there at no extra cost.  Otherwise its
+    # own cache must fit in half of what the K(X, Z) cache leaves.
+    cache_centers = not exact and (
+        (cached and problem.centers_from_data)
+        or memory.center_cache_bytes <= (memory.free_bytes(cache) - memory.row_bytes * minimal) // 2
+    )
+    return cached, exact, cache_centers
+
+
+@dataclass(frozen=True)
+class KernelFitPlan:
+    """Every decision of a kernel fit, with the memory it takes on the main device.
+
+    Attributes
+    ----------
+    method : {"eigenpro2", "eigenpro3"}
+    subsample_size : int
+    capacity : int
+        Measured batch capacity ``m_G`` (or the given batch size).
+    memory_limit : int
+        Largest batch the memory allows.
+    batch_size : int
+    column_block : int
+        Columns of a kernel block at ``batch_size``.
+    streamed, cached : bool
+    projection : {"exact", "iterative"} or None
+    cache_centers : bool
+    n_temporary : int
+        Temporary centers between projections (0 for EigenPro 2).
+    row_block : int
+        Rows of a kernel block when caching, projecting or validating.
+    buffer_rows : int
+    memory : MemoryAccount
+    """
+
+    method: str
+    subsample_size: int
+    capacity: int
+    memory_limit: int
+    batch_size: int
+    column_block: int
+    memory: MemoryAccount
+    streamed: bool = False
+    cached: bool = False
+    projection: str | None = None
+    cache_centers: bool = False
+    n_temporary: int = 0
+    row_block: int = 0
+    buffer_rows: int = 0
+
+    def describe(self):
+        """One line for ``verbose``."""
+        if self.method == "eigenpro2":
+            layout = "EigenPro 2"
+        else:
+            layout = (
+                f"EigenPro 3{' streamed' if self.streamed else ''}, {self.projection} projection, kernel "
+                f"{'cached' if self.cached else 'computed per batch'}, {self.n_temporary} temporary centers"
+            )
+        return (
+            f"{layout}, batch capacity m_G={self.capacity} (memory limit {self.memory_limit}), batch size "
+            f"{self.batch_size}, {self.memory.describe()}"
+        )
+
+
+def _requested_batch(settings, capacity, critical_batch_preconditioned, problem, memory_limit):
+    """The batch: ``operating_batch`` when auto, else the user's (clamped to the memory with a warning)."""
+    if settings.batch_size == "auto":
+        return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit)
+    if capacity > memory_limit:
+        warnings.warn(
+            f"batch_size={capacity} does not fit memory_budget next to the fixed costs; using {memory_limit}.",
+            UserWarning,
+            stacklevel=5,
+        )
+        return memory_limit
+    return capacity
+
+
+def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
+    """Stage 2 of an EigenPro 2 fit: the batch and the memory account.
+
+    Parameters
+    ----------
+    layout : EigenPro2Layout
+    capacity : int
+        Measured batch capacity, or ``min(batch_size, n)`` when given.
+    critical_batch_preconditioned : float
+    settings : KernelSettings
+
+    Returns
+    -------
+    KernelFitPlan
+    """
+    problem, memory = layout.problem, layout.memory
+    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    account = MemoryAccount(memory.budget, memory.items).with_item("batch", memory.batch_bytes(batch_size))
+    return KernelFitPlan(
+        method="eigenpro2",
+        subsample_size=layout.subsample_size,
+        capacity=capacity,
+        memory_limit=layout.memory_limit,
+        batch_size=batch_size,
+        column_block=layout.column_block(batch_size),
+        memory=account,
+    )
+
+
+def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
+    """Stage 2 of an EigenPro 3 fit: the batch, the temporary centers, the blocks and the memory account.
+
+    Temporary centers trade per-step kernel work against fewer projections
+    (:func:`temporary_centers_for`); their count is halved until they fit in
+    half the free memory and next to the batch, and is at least one batch.
+
+    Parameters
+    ----------
+    layout : EigenPro3Layout
+    capacity : int
+    critical_batch_preconditioned : float
+    settings : KernelSettings
+
+    Returns
+    -------
+    KernelFitPlan
+    """
+    problem, memory = layout.problem, layout.memory
+    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    projection = "exact" if layout.exact else "iterative"
+    n_temporary = max(min(temporary_centers_for(problem, projection, layout.cache_centers), problem.n_rows), batch_size)
+    room = min(layout.free // 2, layout.free - batch_size * memory.row_bytes)
+    while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > room:
+        n_temporary //= 2
+    n_temporary = max(n_temporary, batch_size)
+    account = MemoryAccount(memory.budget, (*memory.items, *layout.reserved))
+    account = account.with_item("temporary centers", memory.temporary_bytes(n_temporary, batch_size))
+    account = account.with_item("batch", batch_size * memory.row_bytes)
+    return KernelFitPlan(
+        method="eigenpro3",
+        subsample_size=layout.subsample_size,
+        capacity=capacity,
+        memory_limit=layout.memory_limit,
+        batch_size=batch_size,
+        column_block=layout.column_block(batch_size),
+        memory=account,
+        streamed=problem.streamed,
+        cached=layout.cached,
+        projection=projection,
+        cache_centers=layout.cache_centers,
+        n_temporary=n_temporary,
+        row_block=max(min(batch_size, 4096), 1),
+        buffer_rows=layout.buffer_rows,
+    )

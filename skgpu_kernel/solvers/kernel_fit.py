@@ -1,0 +1,467 @@
+"""One fit pipeline for both EigenPro paths: layout, measure, plan, solve.
+
+The estimator shell validates the input, shuffles the rows, chooses the centers
+and hands over host arrays with the resolved runtime (devices, dtype, budget).
+This module copies the data to the device, asks the planners of
+:mod:`skgpu_kernel.planning.kernel` for every decision, measures what those need
+(the device's batch capacity and the kernel's spectrum), runs the EigenPro 2 or
+EigenPro 3 loop and returns what the shell stores.  The two paths share every
+step and differ only in their layout, plan and loop (:class:`_EigenPro2Path`,
+:class:`_EigenPro3Path`).  No scikit-learn and no input validation here.
+"""
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..blockwise import kernel_matmul_rows, measure_batch_capacity
+from ..buffer import as_row_source
+from ..parallel.distributed import agree
+from ..planning.kernel import (
+    BETA_PROBE_ROWS,
+    PROJECTION_JITTER,
+    PROJECTION_MAX_ITERATIONS,
+    PROJECTION_TOL,
+    KernelProblem,
+    KernelSettings,
+    plan_eigenpro2,
+    plan_eigenpro2_layout,
+    plan_eigenpro3,
+    plan_eigenpro3_layout,
+)
+from ..preconditioner import max_usable_components, plan_preconditioner
+from ..scaling import ScheduleContext, warn_if_warmup_fills_run
+from .eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
+from .eigenpro3 import (
+    CenterShards,
+    ExactProjection,
+    InMemoryBatches,
+    IterativeProjection,
+    StreamedBatches,
+    fit_eigenpro3,
+)
+
+__all__ = ["DeviceCopier", "KernelFit", "KernelFitSettings", "KernelHostData", "KernelRuntime", "fit_kernel_model"]
+
+
+@dataclass(frozen=True)
+class KernelHostData:
+    """Host arrays of a kernel fit, validated and split by the shell.
+
+    Parameters
+    ----------
+    X : ndarray or memory map of shape (n, d)
+        Training rows (unshuffled; ``order`` is the shuffle).
+    Y : ndarray of shape (n, l)
+    weights : ndarray of shape (n,)
+    order : ndarray of shape (n,)
+        The seeded permutation of the rows.
+    validation : tuple (X_val, Y_val) or None
+    centers : ndarray of shape (p, d) or None
+        EigenPro 3's centers (float64); None puts a center at every training row.
+    coef_init : Tensor or None
+        Warm-start coefficients in the order of the centers.
+    centers_from_data : bool
+        The centers are the first ``p`` shuffled training rows.
+    streamed : bool
+        ``X`` is a memory-mapped file read in buffers.
+    """
+
+    X: object
+    Y: np.ndarray
+    weights: np.ndarray
+    order: np.ndarray
+    validation: tuple | None
+    centers: np.ndarray | None
+    coef_init: torch.Tensor | None
+    centers_from_data: bool = True
+    streamed: bool = False
+
+
+@dataclass(frozen=True)
+class KernelRuntime:
+    """Resolved facts of the run: devices, precision, memory, randomness, process group.
+
+    ``rng`` is the fit's ``RandomState``, read once more when streamed data needs a
+    seed; ``generator`` seeds the epoch permutations; ``group`` is the
+    ``torch.distributed`` group the centers are sharded over (or None).
+    """
+
+    devices: list
+    dtype: torch.dtype
+    budget: int
+    rng: np.random.RandomState
+    generator: torch.Generator
+    group: object = None
+    first_step: int = 0
+    epochs_done: int = 0
+    log: Callable | None = None
+
+
+@dataclass(frozen=True)
+class KernelFitSettings:
+    """The estimator's parameters that the pipeline uses, resolved (kernel and scaling rule as objects)."""
+
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    planning: KernelSettings
+    n_components: object
+    damping: float
+    scaling_rule: object
+    n_epochs: int
+    tol: float
+    n_iter_no_change: int
+    validation_score: Callable
+    name: str
+
+
+@dataclass
+class KernelFit:
+    """What a fit decided and produced, for the shell to store."""
+
+    plan: object
+    spectrum: object
+    throughputs: dict
+    result: object
+    centers: np.ndarray
+    device_cache: tuple
+
+
+def fit_kernel_model(data, runtime, settings):
+    """Plan and run an EigenPro 2 (``data.centers`` None) or EigenPro 3 fit.
+
+    Parameters
+    ----------
+    data : KernelHostData
+    runtime : KernelRuntime
+    settings : KernelFitSettings
+
+    Returns
+    -------
+    KernelFit
+    """
+    path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
+    layout = path.layout()
+    capacity, throughputs = path.capacity(layout)
+    spectrum = path.spectrum(layout, capacity)
+    n_components = spectrum.preconditioner.n_components
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, settings.bandwidth)
+    plan = path.plan(layout, capacity, spectrum.critical_batch_preconditioned, settings.planning)
+    n = path.problem.n_rows
+    steps_per_epoch = math.ceil(n / plan.batch_size)
+    learning_rate_for = _learning_rate_function(settings.scaling_rule, spectrum, settings.n_epochs)
+    warn_if_warmup_fills_run(
+        settings.scaling_rule, _schedule_context(spectrum, plan.batch_size, steps_per_epoch, settings.n_epochs)
+    )
+    if runtime.log is not None:
+        runtime.log(
+            f"[{settings.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
+            f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
+            f"components, scaling rule {settings.scaling_rule!r}, step size "
+            f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
+        )
+    loop = LoopSettings(
+        batch_size=plan.batch_size,
+        learning_rate_for=learning_rate_for,
+        n_epochs=settings.n_epochs,
+        first_step=runtime.first_step,
+        tol=settings.tol,
+        n_iter_no_change=settings.n_iter_no_change,
+        log=runtime.log,
+    )
+    preconditioner = spectrum.preconditioner if n_components else None
+    result = path.solve(layout, plan, preconditioner, loop)
+    return KernelFit(plan, spectrum, throughputs, result, path.centers_host, path.device_cache(result.coef))
+
+
+class _Path:
+    """Steps shared by the two paths: the device copier, the problem, the probe's fallbacks."""
+
+    def __init__(self, data, runtime, settings):
+        self.data, self.runtime, self.settings = data, runtime, settings
+        self.kernel, self.device = settings.kernel, runtime.devices[0]
+        self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
+        self.itemsize = torch.finfo(runtime.dtype).bits // 8
+
+    def device_cache(self, coef):
+        """``(device, prepared centers, coefficients, offset)``: what predictions after fit reuse."""
+        return (self.device, self.centers_dev, coef, self.to_device.offset)
+
+    def given_capacity(self):
+        """The user's batch (bounded by n), or None when it is to be measured."""
+        batch_size = self.settings.planning.batch_size
+        return None if batch_size == "auto" else min(batch_size, self.problem.n_rows)
+
+    def validation_tensors(self):
+        if self.data.validation is None:
+            return None
+        X_val, Y_val = self.data.validation
+        return self.to_device(X_val), self.to_device(Y_val, center=False)
+
+    def weights_tensor(self, weights):
+        """Normalised sample weights on the device, or None when all are equal."""
+        if np.all(weights == weights[0]):
+            return None
+        return self.to_device(weights / weights.max(), center=False)
+
+
+class _EigenPro2Path(_Path):
+    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
+
+    def __init__(self, data, runtime, settings):
+        super().__init__(data, runtime, settings)
+        X, Y = data.X, data.Y
+        self.problem = KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks)
+        self.X_dev = self.to_device(X[data.order])
+        self.centers_dev = self.kernel.prepare_centers(self.X_dev)
+        self.centers_host = None
+
+    def where(self):
+        return f"device={self.device}"
+
+    def layout(self):
+        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.planning)
+
+    def capacity(self, layout):
+        given = self.given_capacity()
+        if given is not None:
+            return given, {}
+        return measure_batch_capacity(
+            self.kernel, self.X_dev, self.centers_dev, self.problem.n_outputs, layout.memory_limit, layout.column_block
+        )
+
+    def spectrum(self, layout, capacity):
+        return plan_preconditioner(
+            self.kernel,
+            self.X_dev,
+            layout.subsample_size,
+            capacity,
+            self.settings.n_components,
+            self.settings.damping,
+            layout.column_block(1024),
+        )
+
+    def plan(self, layout, capacity, critical_batch, planning):
+        return plan_eigenpro2(layout, capacity, critical_batch, planning)
+
+    def solve(self, layout, plan, preconditioner, loop):
+        data, runtime = self.data, self.runtime
+        Y_dev = self.to_device(data.Y[data.order], center=False)
+        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, self.weights_tensor(data.weights[data.order]))
+        validation = self.validation_tensors()
+        if validation is not None:
+            X_val, Y_val = validation
+
+            def score(coef):
+                predictions = kernel_matmul_rows(
+                    self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
+                )
+                return self.settings.validation_score(predictions, Y_val)
+
+            loop = _with_validation(loop, score)
+        coef = data.coef_init
+        fresh = coef is None
+        coef = torch.zeros(self.problem.n_rows, self.problem.n_outputs, dtype=runtime.dtype) if fresh else coef
+        coef = coef.to(self.device, runtime.dtype)
+        generator = runtime.generator
+        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
+        self.centers_host = data.X[data.order]
+        return result
+
+
+class _EigenPro3Path(_Path):
+    """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
+
+    def __init__(self, data, runtime, settings):
+        super().__init__(data, runtime, settings)
+        X, Y, group = data.X, data.Y, runtime.group
+        n_shards = group.size() if group is not None else len(runtime.devices)
+        self.problem = KernelProblem(
+            X.shape[0],
+            X.shape[1],
+            Y.shape[1],
+            self.itemsize,
+            self.kernel.extra_blocks,
+            n_centers=data.centers.shape[0],
+            n_shards=n_shards,
+            centers_from_data=data.centers_from_data,
+            streamed=data.streamed,
+        )
+        self.centers_host = data.centers
+        self.Z_dev = self.to_device(data.centers)
+        self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
+        self.X_dev = None if self.problem.streamed else self.to_device(X[data.order])
+
+    def where(self):
+        group = self.runtime.group
+        rank = f" (rank {group.rank()} of {group.size()})" if group is not None else ""
+        return f"devices={[str(device) for device in self.runtime.devices]}{rank}"
+
+    def layout(self):
+        runtime, planning = self.runtime, self.settings.planning
+        layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
+        # Ranks may see different free memory; they must take the same path.
+        choices = agree(layout.choices, runtime.group, self.device)
+        if tuple(choices) != layout.choices:
+            layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning, choices)
+        return layout
+
+    def capacity(self, layout):
+        given = self.given_capacity()
+        if given is not None:
+            return given, {}
+        if layout.cached:
+            # A step on cached K(X, Z) reads its rows instead of evaluating the kernel,
+            # so a larger batch costs no more per row: the batch is limited by memory
+            # (and by the critical batch), not by a throughput probe.
+            return layout.memory_limit, {}
+        probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
+        capacity, throughputs = measure_batch_capacity(
+            self.kernel, probe_rows, self.centers_dev, self.problem.n_outputs, layout.memory_limit, layout.column_block
+        )
+        # Ranks time their own devices; they must agree on the batch to stay in step.
+        (capacity,) = agree([capacity], self.runtime.group, self.device)
+        return capacity, throughputs
+
+    def spectrum(self, layout, capacity):
+        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
+        # the preconditioned beta also on training rows outside it.
+        data = self.data
+        if self.X_dev is not None:
+            probe_rows = self.X_dev[:BETA_PROBE_ROWS]
+        else:
+            probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
+        return plan_preconditioner(
+            self.kernel,
+            self.Z_dev,
+            layout.subsample_size,
+            capacity,
+            self.settings.n_components,
+            self.settings.damping,
+            layout.column_block(1024),
+            probe_rows=probe_rows,
+        )
+
+    def plan(self, layout, capacity, critical_batch, planning):
+        return plan_eigenpro3(layout, capacity, critical_batch, planning)
+
+    def solve(self, layout, plan, preconditioner, loop):
+        runtime = self.runtime
+        shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, group=runtime.group)
+        if plan.cached:
+            shards.cache(self.X_dev, plan.row_block)
+        projection = self._projection(plan, shards, preconditioner)
+        batches = self._batches(plan)
+        validation = self.validation_tensors()
+        if validation is not None:
+            X_val, Y_val = validation
+
+            def score(coef):
+                predictions = torch.cat(
+                    [
+                        shards.apply(shards.blocks(X_val[start : start + plan.row_block]), coef)
+                        for start in range(0, X_val.shape[0], plan.row_block)
+                    ]
+                )
+                return self.settings.validation_score(predictions, Y_val)
+
+            loop = _with_validation(loop, score)
+        coef_init = self.data.coef_init
+        shape = (self.problem.n_centers, self.problem.n_outputs)
+        coef = torch.zeros(shape, dtype=runtime.dtype) if coef_init is None else coef_init
+        coef = coef.to(self.device, runtime.dtype)
+        return fit_eigenpro3(self.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
+
+    def _projection(self, plan, shards, preconditioner):
+        runtime = self.runtime
+        if plan.projection == "exact":
+            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(runtime.dtype).eps)
+            return ExactProjection(self.kernel, self.Z_dev, jitter, runtime.dtype)
+        if plan.cached and self.problem.centers_from_data:
+            center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
+        else:
+            center_shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, runtime.group)
+            if plan.cache_centers:
+                center_shards.cache(self.Z_dev, plan.row_block)
+        return IterativeProjection(
+            center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
+        )
+
+    def _batches(self, plan):
+        data, runtime = self.data, self.runtime
+        if plan.streamed:
+            sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
+            if not np.all(data.weights == data.weights[0]):
+                sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
+            seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
+            offset = self.to_device.offset
+            return StreamedBatches(sources, self.device, runtime.dtype, offset, plan.buffer_rows, seed)
+        order = data.order
+        Y_dev = self.to_device(data.Y[order], center=False)
+        return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
+
+
+def _with_validation(loop, score):
+    return LoopSettings(**{**loop.__dict__, "validation": score})
+
+
+def _learning_rate_function(scaling_rule, spectrum, n_epochs):
+    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
+
+    def learning_rate_for(step, batch_size, steps_per_epoch):
+        return scaling_rule(step, _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs))
+
+    return learning_rate_for
+
+
+def _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs):
+    return ScheduleContext(
+        batch_size,
+        steps_per_epoch,
+        n_epochs,
+        beta=spectrum.beta_preconditioned,
+        top_eigenvalue=spectrum.top_eigenvalue_preconditioned,
+    )
+
+
+def _warn_if_degenerate_kernel(spectrum, subsample_size, dtype, bandwidth):
+    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
+    if subsample_size < 2 or not np.all(np.isfinite(spectrum.eigenvalues)):
+        return  # a kernel returning inf/NaN is reported by the solver as an error
+    eigenvalues = spectrum.eigenvalues
+    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
+    if eigenvalues[0] * subsample_size <= 1.05 * spectrum.beta:
+        warnings.warn(
+            f"{described} matrix is numerically the identity: samples do not see each other, and "
+            "predictions away from the training points are close to zero. The bandwidth is "
+            "probably too small for the distances in the data.",
+            UserWarning,
+            stacklevel=6,
+        )
+    elif max_usable_components(eigenvalues, dtype) == 0:
+        warnings.warn(
+            f"{described} is numerically constant on the data in {dtype}: the model can fit "
+            "little more than a constant. The bandwidth is probably too large for the "
+            "distances in the data.",
+            UserWarning,
+            stacklevel=6,
+        )
+
+
+class DeviceCopier:
+    """Copies host arrays to the compute device and dtype, centring features if asked."""
+
+    def __init__(self, device, dtype, offset):
+        self.device, self.dtype = device, dtype
+        self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
+
+    def __call__(self, array, center=True):
+        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
+        if center and self.offset is not None:
+            tensor = tensor - self.offset
+        return tensor

@@ -1,0 +1,83 @@
+"""Size limits of the package's code (issue 11): short functions with few parameters.
+
+A function longer than 80 lines of code (docstring, comments and blank lines
+excluded) or with more than 8 parameters (``self``/``cls`` excluded) is a sign of
+an orchestrator that should hand decisions to a planner or pass a dataclass.
+"""
+
+import ast
+import io
+import pathlib
+import tokenize
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
+MAX_CODE_LINES = 80
+MAX_PARAMETERS = 8
+MAX_SHELL_LINES = {"_BaseAdaptiveKernel": 300, "_BaseBufferedSGD": 300}
+
+
+def _code_lines(source):
+    """Line numbers that hold code: not blank, not only a comment."""
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return lines
+
+
+def _docstring_lines(node):
+    if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return set(range(body[0].lineno, body[0].end_lineno + 1))
+    return set()
+
+
+def _definitions():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        code = _code_lines(source)
+        tree = ast.parse(source)
+        docstrings = set()
+        for node in ast.walk(tree):
+            docstrings |= _docstring_lines(node)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                span = set(range(node.lineno, node.end_lineno + 1))
+                yield path.relative_to(PACKAGE.parent), node, len((span & code) - docstrings)
+
+
+def _parameters(function):
+    arguments = function.args
+    names = [arg.arg for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    return [name for name in names if name not in ("self", "cls")]
+
+
+def test_functions_are_short():
+    long = [
+        f"{path}:{node.lineno} {node.name} ({lines} lines)"
+        for path, node, lines in _definitions()
+        if not isinstance(node, ast.ClassDef) and lines > MAX_CODE_LINES
+    ]
+    assert not long, "functions over 80 lines of code:\n" + "\n".join(long)
+
+
+def test_functions_take_few_parameters():
+    many = [
+        f"{path}:{node.lineno} {node.name} ({len(_parameters(node))} parameters)"
+        for path, node, _ in _definitions()
+        if not isinstance(node, ast.ClassDef) and len(_parameters(node)) > MAX_PARAMETERS
+        # Estimator constructors mirror their public parameters, as in scikit-learn.
+        and node.name != "__init__"
+    ]
+    assert not many, "functions with more than 8 parameters:\n" + "\n".join(many)
+
+
+@pytest.mark.parametrize("name", sorted(MAX_SHELL_LINES))
+def test_estimator_shells_are_thin(name):
+    sizes = {node.name: lines for _, node, lines in _definitions() if isinstance(node, ast.ClassDef)}
+    assert sizes[name] <= MAX_SHELL_LINES[name], f"{name} has {sizes[name]} lines of code"

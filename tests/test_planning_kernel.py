@@ -1,0 +1,201 @@
+"""The kernel machines' planners, tested by tables of cases (as Falkon's dimension selectors are).
+
+Each case gives the sizes, the budget and the user's parameters with the decisions
+expected; every feasible case must also keep its memory account within the budget.
+Sizes in the comments: n = 100k rows, p = 2000 centers, d = 10, one output, float32
+and one extra kernel block give fixed costs of about 37 MB (32 MB of them the float64
+eigensystem), a K(X, Z) cache of 800 MB, an exact factor of 40 MB and a K(Z, Z)
+cache of 16 MB.
+"""
+
+import math
+
+import pytest
+import torch
+
+from skgpu_kernel.planning import MemoryAccount
+from skgpu_kernel.planning.kernel import (
+    KernelProblem,
+    KernelSettings,
+    TrainingMemoryPlan,
+    operating_batch,
+    plan_eigenpro2,
+    plan_eigenpro2_layout,
+    plan_eigenpro3,
+    plan_eigenpro3_layout,
+    temporary_centers_for,
+)
+
+CPU = torch.device("cpu")
+MB = 10**6
+
+
+def _problem(**changes):
+    sizes = {"n_rows": 100_000, "n_features": 10, "n_outputs": 1, "itemsize": 4, "extra_blocks": 1}
+    sizes.update(n_centers=2000)
+    sizes.update(changes)
+    return KernelProblem(**sizes)
+
+
+# (name, budget, problem changes, settings, expected (cached, exact, cache_centers))
+EIGENPRO3_CASES = [
+    ("everything fits", 2000 * MB, {}, {}, (True, True, False)),
+    ("no room for the cache", 500 * MB, {}, {}, (False, True, False)),
+    ("cache or factor: the factor wins", 850 * MB, {}, {}, (False, True, False)),
+    ("iterative: the cache, K(Z, Z) read from it", 850 * MB, {}, {"projection": "iterative"}, (True, False, True)),
+    # The centers' own cache must fit next to the K(X, Z) cache (it did not count it).
+    (
+        "given centers: no room for K(Z, Z) next to the cache",
+        850 * MB,
+        {"centers_from_data": False},
+        {"projection": "iterative"},
+        (True, False, False),
+    ),
+    (
+        "given centers: K(Z, Z) cached when there is room",
+        900 * MB,
+        {"centers_from_data": False},
+        {"projection": "iterative"},
+        (True, False, True),
+    ),
+    ("cache refused", 2000 * MB, {}, {"cache_kernel": False}, (False, True, False)),
+    ("streamed data is never cached", 2000 * MB, {"streamed": True}, {}, (False, True, False)),
+    ("only the iterative projection fits", 60 * MB, {}, {}, (False, False, False)),
+    ("the factor fits, not the cache", 100 * MB, {}, {}, (False, True, False)),
+    ("two shards halve the cache", 500 * MB, {"n_shards": 2}, {}, (True, True, False)),
+    ("float64", 2000 * MB, {"itemsize": 8}, {}, (True, True, False)),
+    ("float64, cache too large", 1000 * MB, {"itemsize": 8}, {}, (False, True, False)),
+    ("small problem", 50 * MB, {"n_rows": 5000, "n_centers": 500}, {}, (True, True, False)),
+]
+
+
+@pytest.mark.parametrize(
+    ("budget", "changes", "settings", "expected"),
+    [case[1:] for case in EIGENPRO3_CASES],
+    ids=[case[0] for case in EIGENPRO3_CASES],
+)
+def test_eigenpro3_layout_decisions(budget, changes, settings, expected):
+    layout = plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelSettings(**settings))
+    assert layout.choices == expected
+
+
+@pytest.mark.parametrize(
+    ("budget", "changes", "settings"),
+    [case[1:4] for case in EIGENPRO3_CASES],
+    ids=[case[0] for case in EIGENPRO3_CASES],
+)
+@pytest.mark.parametrize("capacity", [1, 256, "memory limit", 10**7])
+@pytest.mark.parametrize("critical_batch", [3.0, 1e4, math.inf])
+def test_eigenpro3_plan_stays_within_the_budget(budget, changes, settings, capacity, critical_batch):
+    problem = _problem(**changes)
+    layout = plan_eigenpro3_layout(problem, budget, CPU, KernelSettings(**settings))
+    capacity = min(layout.memory_limit if capacity == "memory limit" else capacity, problem.n_rows)
+    plan = plan_eigenpro3(layout, capacity, critical_batch, KernelSettings(**settings))
+    assert plan.memory.total <= budget, plan.memory.describe()
+    assert 1 <= plan.batch_size <= min(capacity, layout.memory_limit)
+    assert plan.n_temporary >= plan.batch_size
+    assert plan.memory["batch"] == plan.batch_size * layout.memory.row_bytes
+    assert ("K(X, Z) cache" in dict(plan.memory.items)) == plan.cached
+    assert ("exact projection" in dict(plan.memory.items)) == (plan.projection == "exact")
+
+
+def test_a_given_batch_that_does_not_fit_is_clamped_with_a_warning():
+    problem = _problem()
+    settings = KernelSettings(batch_size=50_000)
+    layout = plan_eigenpro3_layout(problem, 100 * MB, CPU, settings)
+    assert layout.memory_limit < 50_000
+    with pytest.warns(UserWarning, match="batch_size=50000 does not fit"):
+        plan = plan_eigenpro3(layout, 50_000, math.inf, settings)
+    assert plan.batch_size == layout.memory_limit
+    assert plan.memory.fits()
+
+
+@pytest.mark.parametrize(
+    ("budget", "changes", "settings", "message"),
+    [
+        (500 * MB, {}, {"cache_kernel": True}, "cache_kernel=True"),
+        (2000 * MB, {"streamed": True}, {"cache_kernel": True}, "streamed"),
+        (70 * MB, {}, {"projection": "exact"}, "projection='exact'"),
+        (30 * MB, {}, {}, "too small for EigenPro 3"),
+    ],
+)
+def test_eigenpro3_requests_that_do_not_fit_are_refused(budget, changes, settings, message):
+    with pytest.raises(ValueError, match=message):
+        plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelSettings(**settings))
+
+
+def test_choices_decided_elsewhere_are_followed():
+    problem = _problem()
+    layout = plan_eigenpro3_layout(problem, 2000 * MB, CPU, KernelSettings(), choices=(False, False, True))
+    assert layout.choices == (False, False, True)
+    assert dict(layout.reserved) == {"K(Z, Z) cache": layout.memory.center_cache_bytes}
+
+
+# (name, budget, n, d, outputs, itemsize, settings, expected subsample size)
+EIGENPRO2_CASES = [
+    ("auto subsample", 1000 * MB, 20_000, 20, 1, 4, {}, 2000),
+    ("large n", 4000 * MB, 200_000, 10, 1, 4, {}, 5000),
+    ("tiny n", 100 * MB, 300, 5, 3, 8, {}, 300),
+    ("given subsample", 1000 * MB, 20_000, 20, 10, 4, {"subsample_size": 500}, 500),
+    ("tight budget", 160 * MB, 20_000, 784, 10, 4, {}, 2000),
+]
+
+
+@pytest.mark.parametrize(
+    ("budget", "n", "d", "outputs", "itemsize", "settings", "subsample"),
+    [case[1:] for case in EIGENPRO2_CASES],
+    ids=[case[0] for case in EIGENPRO2_CASES],
+)
+@pytest.mark.parametrize("capacity", [1, 256, "memory limit"])
+def test_eigenpro2_plan(budget, n, d, outputs, itemsize, settings, subsample, capacity):
+    problem = KernelProblem(n, d, outputs, itemsize, extra_blocks=1)
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings))
+    assert layout.subsample_size == subsample
+    capacity = min(layout.memory_limit if capacity == "memory limit" else capacity, n)
+    plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings))
+    assert plan.batch_size == capacity
+    assert plan.memory.total <= budget, plan.memory.describe()
+    # The operating batch keeps half the preconditioned critical batch.
+    assert plan_eigenpro2(layout, capacity, 10.0, KernelSettings(**settings)).batch_size == min(capacity, 5)
+
+
+def test_operating_batch():
+    assert operating_batch(256, 1e4, 10**6) == 256
+    assert operating_batch(256, 100.0, 10**6) == 50
+    assert operating_batch(256, 1e4, 100) == 100
+    assert operating_batch(256, 0.5, 100) == 1
+    assert operating_batch(256, math.inf, 100) == 100
+
+
+def test_training_memory_plan_keeps_blocks_within_the_budget():
+    n, d, n_outputs, s, itemsize = 10_000, 50, 3, 500, 4
+    budget = 64 * 2**20
+    plan = TrainingMemoryPlan(KernelProblem(n, d, n_outputs, itemsize, extra_blocks=1), budget, CPU, s)
+    batch = plan.max_batch()
+    assert 1 <= batch <= n
+    assert plan.fixed_bytes + plan.batch_bytes(batch) <= budget
+    if batch + 1 <= n:
+        assert plan.fixed_bytes + plan.batch_bytes(batch + 1) > budget
+    roomy = TrainingMemoryPlan(KernelProblem(n, d, n_outputs, itemsize, extra_blocks=0), 10**12, CPU, s)
+    assert roomy.max_batch() == n
+    assert roomy.column_block(256) == 2048  # cache-sized on the CPU
+
+
+def test_temporary_center_count_balances_kernel_work_and_projection_cost():
+    def problem(p, d, outputs):
+        return KernelProblem(10**6, d, outputs, 4, n_centers=p)
+
+    # Exact: two reads of the 8 p^2-byte factor at 16 flops per byte, 2 (d + l) flops
+    # per row and temporary center: t = sqrt(256 p^2 / (d + l)) = p sqrt(256 / 794).
+    assert temporary_centers_for(problem(10_000, 784, 10), "exact", False) == int(10_000 * math.sqrt(256 / 794))
+    # Few features: the projection is dear next to a kernel row, t is capped at p.
+    assert temporary_centers_for(problem(20_000, 16, 1), "exact", False) == 20_000
+    # Inexact: 100 passes over K(Z, Z), capped at p / 2.
+    assert temporary_centers_for(problem(1_000, 784, 10), "iterative", True) == 500
+
+
+def test_memory_account_sums_its_items():
+    account = MemoryAccount(100, (("data", 30), ("cache", 50))).with_item("batch", 10)
+    assert account.total == 90 and account.fits() and account["cache"] == 50 and account["missing"] == 0
+    assert not account.with_item("more", 11).fits()
+    assert account.describe() == "memory data 30 B + cache 50 B + batch 10 B = 90 B of 100 B"
