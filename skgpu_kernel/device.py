@@ -11,10 +11,12 @@ import os
 import re
 import time
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 __all__ = [
+    "ProbeSettings",
     "available_memory",
     "batch_limit",
     "column_block_size",
@@ -268,24 +270,29 @@ def is_out_of_memory(error):
 _CAPACITY_CACHE = {}
 
 
-def throughput_saturation_batch(
-    run_batch,
-    max_batch,
-    device,
-    cache_key=None,
-    min_batch=32,
-    growth=1.1,
-    patience=2,
-    repeats=3,
-    time_limit=2.0,
-):
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How the throughput probe measures.
+
+    Batches ``min_batch, 2 min_batch, ...`` are timed (best of ``repeats``); the
+    probe stops after ``patience`` successive sizes that fail to beat the best
+    throughput by the factor ``growth``, or after ``time_limit`` seconds.
+    """
+
+    min_batch: int = 32
+    growth: float = 1.1
+    patience: int = 2
+    repeats: int = 3
+    time_limit: float = 2.0
+
+
+def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, settings=ProbeSettings()):
     """Smallest batch at which samples per second stop growing, by measurement.
 
     Batches ``min_batch, 2 min_batch, ...`` up to ``max_batch`` are timed with
-    ``run_batch(batch_size)`` (best of ``repeats``, after one warm-up).  The probe
-    stops after ``patience`` successive sizes that fail to beat the best throughput
-    by the factor ``growth``, or after ``time_limit`` seconds.  The answer is the
-    smallest measured batch within a factor ``growth`` of the best throughput.
+    ``run_batch(batch_size)`` (best of ``repeats``, after one warm-up), as
+    ``settings`` (:class:`ProbeSettings`) says.  The answer is the smallest
+    measured batch within a factor ``growth`` of the best throughput.
 
     Parameters
     ----------
@@ -297,6 +304,7 @@ def throughput_saturation_batch(
         Synchronised around each timing.
     cache_key : hashable or None
         Results are cached in-process under ``(cache_key, max_batch)``.
+    settings : ProbeSettings, optional
 
     Returns
     -------
@@ -305,6 +313,7 @@ def throughput_saturation_batch(
         Samples per second for each measured batch size.
     """
     max_batch = int(max_batch)
+    min_batch, growth, repeats = settings.min_batch, settings.growth, settings.repeats
     key = None if cache_key is None else (cache_key, max_batch)
     if key is not None and key in _CAPACITY_CACHE:
         return _CAPACITY_CACHE[key]
@@ -338,7 +347,7 @@ def throughput_saturation_batch(
         else:
             misses += 1
         best = max(best, throughputs[size])
-        if misses >= patience or time.perf_counter() - started > time_limit:
+        if misses >= settings.patience or time.perf_counter() - started > settings.time_limit:
             break
     peak = max(throughputs.values())
     batch = min(size for size, rate in throughputs.items() if rate * growth >= peak)
