@@ -517,10 +517,13 @@ _COMMON_ATTRIBUTES = """
         Updates made since the last fit without ``warm_start``: the count the
         scaling rule's schedule continues from.
     history_ : list of dict
-        Per epoch: ``epoch``, ``train_mse`` (mean over the epoch's batches before each
-        step), ``learning_rate`` (step size of the epoch's last update, at the
-        epoch's batch size), ``validation_score`` when early stopping, and
-        ``seconds``.
+        One record per epoch with the keys every estimator of the package shares
+        (:data:`skgpu_kernel.solvers.epochs.CORE_KEYS`): ``epoch``, ``n_steps``
+        (updates made so far), ``train_loss`` (the mean squared residual over the
+        epoch's batches, each measured before its step), ``learning_rate`` (step
+        size of the epoch's last update, at the epoch's batch size),
+        ``validation_score`` (R^2 or accuracy on the held-out split; None without
+        early stopping) and ``seconds``.
     centers_ : ndarray of shape ``(n_centers_, n_features)``
         Centers: the training points in the order of the internal shuffle
         (EigenPro 2), or the drawn or given centers (EigenPro 3).
