@@ -101,11 +101,11 @@ def cost_to_target(batch_size, n_components, critical_batch):
         batch_size=batch_size, n_components=n_components, n_epochs=budget, warm_start=True, **common
     )
     history = []
-    while not any(record["train_mse"] <= TARGET for record in history) and len(history) < MAX_EPOCHS:
+    while not any(record["train_loss"] <= TARGET for record in history) and len(history) < MAX_EPOCHS:
         model.fit(X, Y)
         history += model.history_
         model.set_params(n_epochs=len(history))  # not there yet: double the epochs
-    errors = [ZERO_MODEL_ERROR] + [record["train_mse"] for record in history]
+    errors = [ZERO_MODEL_ERROR] + [record["train_loss"] for record in history]
     crossing = next((i for i, error in enumerate(errors) if error <= TARGET), None)
     if crossing is None:
         return math.nan, math.nan  # did not reach the target within MAX_EPOCHS

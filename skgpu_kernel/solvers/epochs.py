@@ -1,8 +1,33 @@
 """One epoch record and stopping component for every training loop.
 
-:class:`EpochGuard` does the epoch-end bookkeeping of the EigenPro loops
-(divergence rollback, history, validation, early stopping); :class:`EarlyStopping`
-is the one stopping rule every loop uses.
+Every loop (EigenPro 2, EigenPro 3, BMGD and the parallel workers) reports its
+progress as ``history_`` records built by :func:`epoch_record`, printed by
+:func:`format_record`, timed by :class:`EpochClock`, and stops early through
+:class:`EarlyStopping`, the one stopping rule.  :class:`EpochGuard` adds the
+EigenPro loops' divergence rollback on top.
+
+The ``history_`` schema: every record of every estimator has the core keys
+:data:`CORE_KEYS`,
+
+``epoch``
+    The pass over the data this record closes, from 1 (a float for
+    :class:`~skgpu_kernel.parallel.AdaptiveSGD`, whose records close merges).
+``n_steps``
+    Updates taken so far, counting earlier calls that continue the schedule.
+``train_loss``
+    Mean training loss over the epoch, each batch measured before its step, plus
+    the L2 penalty ``alpha / 2 ||W||^2`` of the coefficients at the end of the
+    epoch for the linear models (the same with and without ``parallel=``); for the
+    kernel machines the mean squared residual.
+``learning_rate``
+    Step size of the epoch's last update.
+``validation_score``
+    Score on the held-out rows at the end of the epoch; None without validation.
+``seconds``
+    Wall time of the epoch.
+
+Loops add their own keys after these (``io_wait_seconds``,
+``samples_per_second``, ``bytes_all_reduced``, ``merge_weights``, ...).
 """
 
 import math
@@ -13,7 +38,9 @@ import torch
 
 from ..device import synchronize
 
-__all__ = ["EarlyStopping", "EpochGuard"]
+__all__ = ["CORE_KEYS", "EarlyStopping", "EpochClock", "EpochGuard", "epoch_record", "format_record"]
+
+CORE_KEYS = ("epoch", "n_steps", "train_loss", "learning_rate", "validation_score", "seconds")
 
 # Mean training loss this many times the loss of the zero model counts as divergence,
 # and so does an epoch whose loss grew this many times over the lowest epoch loss:
@@ -57,12 +84,12 @@ class EpochGuard:
         self.history = []
         self.early_stopping = EarlyStopping(tol, n_iter_no_change)
         self._halvings = 0
+        self._clock = EpochClock(coef.device)
         self._anchor_coef, self._anchor_epoch = coef.clone(), 0
         self._anchor_step, self._anchor_loss = first_step, math.inf
 
     def begin_epoch(self):
-        synchronize(self.coef.device)
-        self._tic = time.perf_counter()
+        self._clock.start()
         self._epoch_start, self._epoch_start_step = self.coef.clone(), self.step
 
     def end_epoch(self, train_loss, loss_of_zero_model, rate_at, validation_score=None):
@@ -102,22 +129,15 @@ class EpochGuard:
             self._anchor_coef, self._anchor_epoch = self._epoch_start, self.epoch
             self._anchor_step, self._anchor_loss = self._epoch_start_step, train_loss
 
-        record = {
-            "epoch": self.epoch + 1,
-            "train_mse": train_loss,
-            "learning_rate": self.rollback * rate_at(self.step - 1),
-        }
-        if validation_score is not None:
-            record["validation_score"] = float(validation_score())
-        synchronize(self.coef.device)
-        record["seconds"] = time.perf_counter() - self._tic
+        score = None if validation_score is None else float(validation_score())
+        record = epoch_record(
+            self.epoch + 1, self.step, train_loss, self.rollback * rate_at(self.step - 1), self._clock.seconds(), score
+        )
         self.history.append(record)
         self.epoch += 1
         if self.log is not None:
-            self.log(_format_record(record, self.n_epochs))
-        return validation_score is None or not self.early_stopping.should_stop(
-            record["validation_score"], self.coef, self.log
-        )
+            self.log(format_record(record, self.n_epochs))
+        return score is None or not self.early_stopping.should_stop(score, self.coef, self.log)
 
     def finish(self, rate_at, first_step):
         """Put the best validated coefficients back; the result fields the loops share.
@@ -135,30 +155,128 @@ class EpochGuard:
 
 
 class EarlyStopping:
-    """Tracks validation scores epoch by epoch, keeping the best coefficients.
+    """The one early-stopping rule: stop after ``n_iter_no_change`` epochs without a gain above ``tol``.
 
-    Stops after ``n_iter_no_change`` epochs without a gain above ``tol``.
+    Each epoch gives a score, larger is better (a validation score, or the
+    negated training loss).  An epoch gains when its score exceeds the best so far
+    by more than ``tol``; the best score is tracked whatever the gain.  When the
+    caller passes the state that produced a score (coefficient tensors), a copy of
+    the best one is kept for :meth:`restore_best`.
+
+    Parameters
+    ----------
+    tol : float
+    n_iter_no_change : int
+
+    Examples
+    --------
+    >>> rule = EarlyStopping(tol=0.1, n_iter_no_change=2)
+    >>> [rule.should_stop(score) for score in (1.0, 1.05, 1.3, 1.35, 1.38)]
+    [False, False, False, False, True]
     """
 
     def __init__(self, tol, n_iter_no_change):
         self.tol, self.n_iter_no_change = tol, n_iter_no_change
-        self.best_score, self.best_coef, self.epochs_without_gain = -math.inf, None, 0
+        self.best_score, self.best_state, self.epochs_without_gain = -math.inf, None, 0
 
-    def should_stop(self, score, coef, log=None):
-        """Record this epoch's ``score`` for ``coef``; whether to stop now."""
+    def should_stop(self, score, state=None, log=None):
+        """Record this epoch's ``score`` (for ``state``: a tensor or tuple of tensors); whether to stop now."""
         self.epochs_without_gain = 0 if score > self.best_score + self.tol else self.epochs_without_gain + 1
         if score > self.best_score:
-            self.best_score, self.best_coef = score, coef.clone()
+            self.best_score = score
+            if state is not None:
+                self.best_state = tuple(tensor.clone() for tensor in _as_tuple(state))
         if self.epochs_without_gain < self.n_iter_no_change:
             return False
         if log is not None:
-            log(f"early stopping: no gain above tol for {self.n_iter_no_change} epochs")
+            log(f"early stopping: no gain above tol={self.tol:g} for {self.n_iter_no_change} epochs")
         return True
 
-    def restore_best(self, coef):
-        """Put the best coefficients seen back into ``coef`` (no-op without validation)."""
-        if self.best_coef is not None:
-            coef.copy_(self.best_coef)
+    def restore_best(self, state):
+        """Copy the best state seen back into ``state`` (no-op when none was kept)."""
+        if self.best_state is not None:
+            for tensor, best in zip(_as_tuple(state), self.best_state, strict=True):
+                tensor.copy_(best)
+
+
+def _as_tuple(state):
+    return tuple(state) if isinstance(state, (tuple, list)) else (state,)
+
+
+class EpochClock:
+    """Wall time of an epoch, with the device synchronised at both ends (asynchronous CUDA work counts).
+
+    Parameters
+    ----------
+    device : torch.device
+    """
+
+    def __init__(self, device):
+        self.device = device
+        self._tic = time.perf_counter()
+
+    def start(self):
+        """Start timing an epoch."""
+        synchronize(self.device)
+        self._tic = time.perf_counter()
+
+    def seconds(self):
+        """Seconds since :meth:`start`."""
+        synchronize(self.device)
+        return time.perf_counter() - self._tic
+
+
+def epoch_record(epoch, n_steps, train_loss, learning_rate, seconds, validation_score=None, **extra):
+    """One ``history_`` record: the core keys (see the module's docstring), then a loop's own keys.
+
+    Parameters
+    ----------
+    epoch : int or float
+    n_steps : int
+    train_loss : float
+    learning_rate : float
+    seconds : float
+    validation_score : float or None, default=None
+    **extra
+        Loop-specific keys, appended after the core keys.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> list(epoch_record(1, 10, 0.5, 0.1, 0.02, io_wait_seconds=0.0))
+    ['epoch', 'n_steps', 'train_loss', 'learning_rate', 'validation_score', 'seconds', 'io_wait_seconds']
+    """
+    return {
+        "epoch": epoch,
+        "n_steps": n_steps,
+        "train_loss": train_loss,
+        "learning_rate": learning_rate,
+        "validation_score": validation_score,
+        "seconds": seconds,
+        **extra,
+    }
+
+
+def format_record(record, n_epochs):
+    """The progress line ``verbose`` prints for a record of :func:`epoch_record`.
+
+    Examples
+    --------
+    >>> format_record(epoch_record(2, 20, 0.25, 0.1, 1.5, 0.9), 5)
+    'epoch 2/5: train loss 0.25, learning rate 0.1, validation score 0.9, 1.50 s'
+    """
+    text = f"epoch {record['epoch']}/{n_epochs}: train loss {record['train_loss']:.5g}"
+    text += f", learning rate {record['learning_rate']:.4g}"
+    if record["validation_score"] is not None:
+        text += f", validation score {record['validation_score']:.5g}"
+    if "samples_per_second" in record:
+        text += f", {record['samples_per_second']:.3g} samples/s"
+    if "io_wait_seconds" in record:
+        return text + f", I/O wait {record['io_wait_seconds']:.2f} of {record['seconds']:.2f} s"
+    return text + f", {record['seconds']:.2f} s"
 
 
 def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
@@ -168,11 +286,3 @@ def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
     # where it fluctuates by more than the growth factor without diverging.
     rounding_floor = loss_of_zero_model * (1e3 * torch.finfo(dtype).eps) ** 2
     return train_loss > _GROWTH_FACTOR * max(lowest_loss, rounding_floor)
-
-
-def _format_record(record, n_epochs):
-    text = f"epoch {record['epoch']}/{n_epochs}: train mse {record['train_mse']:.5g}"
-    text += f", step size {record['learning_rate']:.4g}"
-    if "validation_score" in record:
-        text += f", validation score {record['validation_score']:.5g}"
-    return text + f", {record['seconds']:.2f} s"
