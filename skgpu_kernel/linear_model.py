@@ -1,14 +1,15 @@
 """Buffered mini-batch SGD (BMGD) linear models: thin scikit-learn shells.
 
 fit = validate (or open an out-of-core source) -> resolve runtime (device, dtype,
-memory budget) -> plan buffers -> sample rows for the spectrum and the batch
-capacity -> resolve the scaling rule -> run the solver on prefetched buffers ->
-store numpy fitted attributes.
+memory budget, seeds, validation split) -> plan (:mod:`skgpu_kernel.planning.sgd`:
+buffers, then the batch from the spectrum and the throughput measured on sampled
+rows) -> run the solver (:func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd` on
+prefetched buffers, or the parallel workers) -> store numpy fitted attributes.
 """
 
-import dataclasses
 import math
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -25,34 +26,96 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_sample_weight
 from .blockwise import PREDICT_ROWS, map_row_blocks
-from .buffer import (
-    BufferPrefetcher,
-    as_row_source,
-    default_chunk_size,
-    is_out_of_core,
-    map_ranges,
-    plan_pass,
-    plan_passes,
-)
-from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget, rows_within_budget
+from .buffer import BufferPrefetcher, as_row_source, is_out_of_core, map_ranges, plan_passes
+from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .parallel.launch import run_distributed, share_for_workers
 from .parallel.strategies import AdaptiveSGD, ParallelStrategy
 from .parallel.worker import TrainingJob, source_spec, train_worker
-from .scaling import SCALING_RULES, ScalingRule, ScheduleContext, resolve_scaling_rule, warn_if_warmup_fills_run
+from .planning.sgd import (
+    SGDProblem,
+    ThroughputProbe,
+    plan_bmgd,
+    plan_buffers,
+    sample_ranges,
+    step_spectrum,
+    validation_split,
+)
+from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule, warn_if_warmup_fills_run
 from .solvers.losses import make_loss
-from .solvers.sgd import SGDResult, fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
+from .solvers.sgd import SGDResult, SGDRun, fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
 
 __all__ = ["BufferedSGDClassifier", "BufferedSGDRegressor"]
 
-# Rows read to estimate the spectrum and to probe the device's batch capacity.
-_SAMPLE_ROWS = 8192
-# Batches above the critical batch are used for throughput only while a pass keeps at
-# least this many steps, so that each pass still makes optimisation progress.
-_MIN_STEPS_PER_PASS = 64
-# On the CPU, buffers beyond a few tens of MB only add cache and TLB misses to the
-# random gathers of mini-batches: a pass over 5M x 100 float32 rows took 2.2 s with
-# the data resident as one buffer and 0.6 s in buffers of 26 MB.
-_CPU_BUFFER_BYTES = 64 * 2**20
+
+@dataclass(frozen=True)
+class _Input:
+    """The user's data, opened: the row source of X, the targets, the weights (None when all 1)."""
+
+    source: object
+    y: np.ndarray
+    weights: np.ndarray | None
+    # Sources not validated in memory: buffers are checked for NaN as they arrive.
+    check_finite: bool
+    nonzeros_per_row: float | None
+
+
+@dataclass(frozen=True)
+class _Targets:
+    """Encoded targets: float (n, l) values or int64 class indices, and what the stored model needs."""
+
+    values: np.ndarray
+    n_outputs: int
+    classes: np.ndarray | None = None
+    single: bool = False
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """A fit's runtime, resolved once: device facts, row sources and split, seeds and starting point."""
+
+    targets: _Targets
+    loss: object
+    device: torch.device
+    dtype: torch.dtype
+    budget: int
+    alpha: float
+    strategy: ParallelStrategy | None
+    worker_devices: list | None
+    sources: list
+    dtypes: list
+    train_segments: list
+    validation_ranges: list | None
+    check_finite: bool
+    problem: SGDProblem
+    seed: int
+    passes_done: int
+    rng: np.random.RandomState
+    generator: torch.Generator
+    warm: bool
+    continuing: bool
+    incremental: bool
+    start_step: int
+    prefetch: bool
+
+
+@dataclass(frozen=True)
+class _ParallelFacts:
+    """What only parallel fits report; the merge records are AdaptiveSGD's (one row per merge)."""
+
+    n_workers: int
+    communication_bytes: int
+    merge_weights: np.ndarray | None = None
+    worker_batch_sizes: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a solver run gave back; ``parallel`` only for parallel fits."""
+
+    result: SGDResult
+    coef: torch.Tensor
+    intercept: torch.Tensor
+    parallel: _ParallelFacts | None = None
 
 
 class _RowSlices:
@@ -64,18 +127,6 @@ class _RowSlices:
 
     def __getitem__(self, rows):
         return self.source.read([(rows.start, min(rows.stop, self.source.n_rows))])
-
-
-def _complement(ranges, n_rows):
-    """Sorted ranges of the rows of ``range(n_rows)`` not in ``ranges``."""
-    kept, position = [], 0
-    for start, stop in sorted(ranges):
-        if start > position:
-            kept.append((position, start))
-        position = max(position, stop)
-    if position < n_rows:
-        kept.append((position, n_rows))
-    return kept
 
 
 class _StreamedPasses:
@@ -125,13 +176,19 @@ class _PassView:
             yield X, targets, weights[0] if weights else None
 
 
-class _ResidentPass:
-    """A pass over data that fits in one buffer, loaded once for all passes."""
+class _ResidentPasses:
+    """Passes over data that fits in one buffer, loaded once for all passes."""
 
     io_wait_seconds = 0.0
 
     def __init__(self, tensors):
         self.tensors = tensors
+
+    def open(self, epoch):
+        return self
+
+    def close(self):
+        return None
 
     def __enter__(self):
         return self
@@ -143,6 +200,38 @@ class _ResidentPass:
         yield self.tensors
 
 
+def _open_passes(setup, plan, run):
+    """The passes of a single-process fit: the data resident in one buffer, or one prefetcher streaming them all."""
+    segments = setup.train_segments
+    if plan.resident:
+        X, targets, *weights = _read(setup.sources, setup.dtypes, segments, setup.device, setup.check_finite)
+        return _ResidentPasses((X, targets, weights[0] if weights else None))
+    # Chunk order reshuffled per pass, continuing the passes of earlier calls.
+    plans = plan_passes(segments, plan.buffer_size, setup.seed, setup.passes_done, run.n_epochs, run.shuffle)
+    buffers = [buffer for plan_ in plans for buffer in plan_]
+    prefetcher = BufferPrefetcher(setup.sources, buffers, setup.device, setup.dtypes, setup.prefetch)
+    return _StreamedPasses(prefetcher, len(plans[0]), setup.check_finite)
+
+
+def _read(sources, dtypes, ranges, device, check_finite=False):
+    """The rows ``ranges`` of every source, as tensors on ``device``."""
+    with BufferPrefetcher(sources, [ranges], device, dtypes, prefetch=False) as buffers:
+        tensors = next(iter(buffers))
+    if check_finite:
+        _check_finite(tensors[0])
+    return tensors
+
+
+def _row_sources(data, targets, dtype):
+    """Row sources of X, the targets and the weights, with the dtype each is read in."""
+    sources = [data.source, as_row_source(targets.values, "y")]
+    dtypes = [dtype, dtype if targets.values.dtype.kind == "f" else torch.int64]
+    if data.weights is not None:
+        sources.append(as_row_source(data.weights, "sample_weight"))
+        dtypes.append(dtype)
+    return sources, dtypes
+
+
 def _check_finite(X):
     values = X.coalesce().values() if X.is_sparse else X
     if values.numel() == 0:
@@ -152,6 +241,107 @@ def _check_finite(X):
     low, high = torch.aminmax(values)
     if not (math.isfinite(float(low)) and math.isfinite(float(high))):
         raise ValueError("Input X contains NaN or infinity.")
+
+
+def _parallel_facts(outcome, strategy, n_workers):
+    """What the workers reported beyond the model and its history."""
+    if not isinstance(strategy, AdaptiveSGD):
+        return _ParallelFacts(n_workers, int(outcome["bytes"]))
+    history = outcome["history"]
+    return _ParallelFacts(
+        n_workers,
+        int(outcome["bytes"]),
+        merge_weights=np.array([record["merge_weights"] for record in history]),
+        worker_batch_sizes=np.array([record["worker_batch_sizes"] for record in history]),
+    )
+
+
+def _starting_coefficients(setup, fitted):
+    """``(coef, intercept)`` on the device: the fitted ``(coef_matrix, intercept_)`` when warm, else zeros."""
+    if fitted is None:
+        shape = (setup.problem.n_features, setup.problem.n_outputs)
+        coef = torch.zeros(shape, dtype=setup.dtype, device=setup.device)
+        return coef, torch.zeros(shape[1], dtype=setup.dtype, device=setup.device)
+    coef = torch.as_tensor(fitted[0].T.copy(), dtype=setup.dtype).to(setup.device)
+    return coef, torch.as_tensor(np.asarray(fitted[1], dtype=np.float64), dtype=setup.dtype).to(setup.device)
+
+
+def _linear_decision(rows, coef_matrix, intercept, device, dtype):
+    """Scores ``X W + b`` of ``rows`` (anything sliced by row ranges) in planned row blocks, as float64."""
+    device = prediction_device(device)
+    dtype = resolve_dtype(dtype)
+    coef = torch.as_tensor(coef_matrix.T.copy(), dtype=dtype).to(device)
+    intercept = torch.as_tensor(np.atleast_1d(intercept), dtype=dtype).to(device)
+    scores = map_row_blocks(
+        rows,
+        lambda block: linear_scores(block, coef, intercept),
+        coef_matrix.shape[0],
+        PREDICT_ROWS[device.type],
+        device,
+        dtype,
+    )
+    # Computed in dtype_, returned in float64 as scikit-learn's linear models do.
+    return scores.astype(np.float64)
+
+
+def _describe(setup, plan, run):
+    """The decisions line ``verbose`` prints before training."""
+    where = f"device={setup.device}, dtype={str(setup.dtype).removeprefix('torch.')}"
+    if setup.strategy is not None:
+        where += f", {type(setup.strategy).__name__} on {[str(device) for device in setup.worker_devices]}"
+    return f"{where}, {plan.describe()}, first learning rate {run.learning_rate(run.start_step, run.batch_size):.4g}"
+
+
+def _run_single(setup, plan, run, coefficients, score, log):
+    """BMGD in this process on resident or streamed passes; ``score(scores, targets)`` on the validation rows."""
+    coef, intercept = coefficients
+    passes = _open_passes(setup, plan, run)
+    try:
+        validation = None
+        if score is not None:
+            X_val, T_val = _read(
+                setup.sources[:2], setup.dtypes[:2], setup.validation_ranges, setup.device, setup.check_finite
+            )
+
+            def validation(coef, intercept):
+                return score(linear_scores(X_val, coef, intercept), T_val)
+
+        result = fit_buffered_sgd(coef, intercept, passes.open, run, setup.generator, validation, log)
+    finally:
+        passes.close()
+    return _Outcome(result, coef, intercept)
+
+
+def _run_parallel(setup, plan, run, coefficients):
+    """Train on the strategy's worker processes (or as this rank of a torchrun group)."""
+    job = TrainingJob(
+        run=run,
+        sources=[source_spec(source.data, share_for_workers) for source in setup.sources],
+        dtypes=[str(dtype).removeprefix("torch.") for dtype in setup.dtypes],
+        coef=coefficients[0].cpu().numpy(),
+        intercept=coefficients[1].cpu().numpy(),
+        buffer_size=plan.buffer_size,
+        prefetch=setup.prefetch,
+        seed=setup.seed,
+        first_pass=setup.passes_done,
+        segments=setup.train_segments,
+        strategy=setup.strategy,
+    )
+    devices = [str(device) for device in setup.worker_devices]
+    outcome = run_distributed(train_worker, job, devices, timeout=setup.strategy.timeout)[0]
+    distributed = torch.distributed.is_initialized()
+    n_workers = torch.distributed.get_world_size() if distributed else len(devices)
+    history = outcome["history"]
+    result = SGDResult(
+        n_epochs=run.n_epochs,
+        n_steps=int(outcome["n_steps"]),
+        learning_rate=float(outcome["learning_rate"]),
+        io_wait_seconds=0.0,
+        seconds=sum(record["seconds"] for record in history),
+        history=history,
+    )
+    parallel = _parallel_facts(outcome, setup.strategy, n_workers)
+    return _Outcome(result, torch.as_tensor(outcome["coef"]), torch.as_tensor(outcome["intercept"]), parallel)
 
 
 class _BaseBufferedSGD(BaseEstimator):
@@ -230,11 +420,29 @@ class _BaseBufferedSGD(BaseEstimator):
         self.verbose = verbose
         self.parallel = parallel
 
-    # --- input ----------------------------------------------------------------------
+    # --- fit: validate -> resolve runtime -> plan -> solve -> store -----------------
+
+    def _fit(self, X, y, sample_weight, *, incremental, classes=None):
+        continuing = incremental and hasattr(self, "coef_")
+        data = self._open_data(X, y, sample_weight, reset=not continuing)
+        try:
+            setup = self._resolve_runtime(data, incremental, continuing, classes)
+            # The rule is resolved on every call, so that set_params between partial_fit
+            # calls takes effect; sizes and spectrum stay those of the first call.
+            rule = resolve_scaling_rule(self.scaling_rule)
+            plan = self._bmgd_plan if continuing else self._plan(setup)
+            if not continuing:
+                warn_if_warmup_fills_run(rule, plan.context)
+            outcome = self._solve(setup, plan, rule)
+        finally:
+            data.source.close()
+        self._store_fit(setup, plan, rule, outcome)
+        return self
 
     def _open_data(self, X, y, sample_weight, reset):
-        """Row sources for X, the targets and the weights, plus the encoded target info."""
-        if is_out_of_core(X):
+        """Validate in-memory data (or open an out-of-core source) and the weights."""
+        out_of_core = is_out_of_core(X)
+        if out_of_core:
             source = as_row_source(X, "X")
             if len(source.shape) != 2:
                 raise ValueError(f"Expected a 2-D X, got an array of shape {source.shape}.")
@@ -242,7 +450,6 @@ class _BaseBufferedSGD(BaseEstimator):
             y = check_array(y, ensure_2d=False, dtype=None, input_name="y")
             if y.shape[0] != source.n_rows:
                 raise ValueError(f"X has {source.n_rows} rows but y has {y.shape[0]}.")
-            check_finite = True
         else:
             X, y = validate_data(
                 self,
@@ -255,15 +462,13 @@ class _BaseBufferedSGD(BaseEstimator):
                 y_numeric=not self._is_classifier,
             )
             source = as_row_source(X, "X")
-            check_finite = False
         nonzeros_per_row = X.nnz / max(X.shape[0], 1) if scipy.sparse.issparse(X) else None
-        n_rows = source.n_rows
         weights = None
         if sample_weight is not None:
-            weights = check_sample_weight(sample_weight, n_rows)
+            weights = check_sample_weight(sample_weight, source.n_rows)
             if np.all(weights == 1.0):
                 weights = None
-        return source, y, weights, check_finite, nonzeros_per_row
+        return _Input(source, y, weights, out_of_core, nonzeros_per_row)
 
     def _check_n_features_out_of_core(self, n_features, reset):
         if reset:
@@ -276,25 +481,12 @@ class _BaseBufferedSGD(BaseEstimator):
                 f"{self.n_features_in_} features as input."
             )
 
-    # --- fitting --------------------------------------------------------------------
-
-    def _fit(self, X, y, sample_weight, *, incremental, classes=None):
-        continuing = incremental and hasattr(self, "coef_")
-        source, y, weights, check_finite, nonzeros_per_row = self._open_data(X, y, sample_weight, reset=not continuing)
-        try:
-            return self._fit_source(
-                source, nonzeros_per_row, y, weights, check_finite, incremental, continuing, classes
-            )
-        finally:
-            source.close()
-
-    def _fit_source(self, source, nonzeros_per_row, y, weights, check_finite, incremental, continuing, classes):
-        targets, n_outputs = self._encode_targets(y, incremental, classes)
-        loss = make_loss(self.loss, n_outputs, getattr(self, "epsilon", 0.1))
+    def _resolve_runtime(self, data, incremental, continuing, classes):
+        """Targets, loss, device facts, parallel workers, seeds, validation split and row sources."""
+        targets = self._encode_targets(data.y, incremental, classes)
         device = resolve_device(self.device)
         dtype = resolve_dtype(self.dtype)
         budget = resolve_memory_budget(self.memory_budget, device)
-        alpha = float(self.alpha) if self.penalty == "l2" else 0.0
         strategy = worker_devices = None
         if self.parallel is not None:
             if self.early_stopping:
@@ -304,306 +496,134 @@ class _BaseBufferedSGD(BaseEstimator):
                 )
             strategy = clone(self.parallel)
             worker_devices = strategy.resolve_devices(device)
-        n_rows, n_features = source.shape
+        n_rows, n_features = data.source.shape
         warm = continuing or (self.warm_start and hasattr(self, "coef_"))
-        if warm and self._coef_matrix().shape != (n_outputs, n_features):
+        if warm and self._coef_matrix().shape != (targets.n_outputs, n_features):
             raise ValueError(
                 f"warm_start continues from coefficients of shape {self._coef_matrix().shape}, but the data "
-                f"needs {(n_outputs, n_features)}. Set warm_start=False to fit new data."
+                f"needs {(targets.n_outputs, n_features)}. Set warm_start=False to fit new data."
             )
-        if not warm:
-            self._seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-            self._passes_done = 0
-        rng = np.random.RandomState([self._seed, self._passes_done, 0])
+        seed = self._seed if warm else int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        passes_done = self._passes_done if warm else 0
+        rng = np.random.RandomState([seed, passes_done, 0])
         generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-
         train_segments, validation_ranges = [(0, n_rows)], None
         if self.early_stopping and not incremental:
-            train_segments, validation_ranges = self._split_validation(n_rows, rng)
-        n_train = sum(stop - start for start, stop in train_segments)
-        sources = [source, as_row_source(targets, "y")]
-        dtypes = [dtype, dtype if targets.dtype.kind == "f" else torch.int64]
-        if weights is not None:
-            sources.append(as_row_source(weights, "sample_weight"))
-            dtypes.append(dtype)
+            train_segments, validation_ranges = validation_split(n_rows, self.validation_fraction, rng)
+        sources, dtypes = _row_sources(data, targets, dtype)
+        problem = SGDProblem(
+            n_train=sum(stop - start for start, stop in train_segments),
+            n_features=n_features,
+            n_outputs=targets.n_outputs,
+            itemsize=torch.finfo(dtype).bits // 8,
+            nonzeros_per_row=data.nonzeros_per_row,
+            weighted=data.weights is not None,
+        )
+        return _Setup(
+            targets=targets,
+            loss=make_loss(self.loss, targets.n_outputs, getattr(self, "epsilon", 0.1)),
+            device=device,
+            dtype=dtype,
+            budget=budget,
+            alpha=float(self.alpha) if self.penalty == "l2" else 0.0,
+            strategy=strategy,
+            worker_devices=worker_devices,
+            sources=sources,
+            dtypes=dtypes,
+            train_segments=train_segments,
+            validation_ranges=validation_ranges,
+            check_finite=data.check_finite,
+            problem=problem,
+            seed=seed,
+            passes_done=passes_done,
+            rng=rng,
+            generator=generator,
+            warm=warm,
+            continuing=continuing,
+            incremental=incremental,
+            start_step=self.t_ if continuing else 0,
+            prefetch=self.prefetch,
+        )
 
-        # The rule is resolved on every call, so that set_params between partial_fit
-        # calls takes effect; sizes and spectrum stay those of the first call.
-        rule = resolve_scaling_rule(self.scaling_rule)
-        if continuing:
-            buffer_size, batch_size, context = self.buffer_size_, self.batch_size_, self._schedule_context
-        else:
-            buffer_size = self._resolve_buffer_size(
-                source, nonzeros_per_row, n_train, n_outputs, weights is not None, device, dtype, budget
-            )
-            sample = self._read(sources, dtypes, map_ranges(train_segments, self._sample_plan(n_train, rng)), device)
-            if check_finite:
-                _check_finite(sample[0])
-            beta, top = linear_spectrum(
-                sample[0], sample[2] if weights is not None else None, self.fit_intercept, generator
-            )
-            beta, top = loss.curvature * beta + alpha, loss.curvature * top + alpha
-            critical = beta / top if top > 0 else math.inf
-            batch_size, self.throughput_probe_ = self._resolve_batch_size(
-                sample[0], n_outputs, loss, n_train, buffer_size, critical, device, dtype
-            )
-            self.batch_capacity_ = max(self.throughput_probe_, default=batch_size) if self.throughput_probe_ else None
-            self.critical_batch_size_ = critical
-            self.spectrum_ = (beta, top)
-            context = ScheduleContext(
-                batch_size=batch_size,
-                steps_per_epoch=self.n_rounds * math.ceil(n_train / batch_size),
-                n_epochs=self.n_epochs,
-                beta=beta,
-                top_eigenvalue=top,
-            )
+    def _plan(self, setup):
+        """Buffers, then the spectrum and throughput measured on sampled rows, then the batch."""
+        problem, device = setup.problem, setup.device
+        buffers = plan_buffers(problem, setup.budget, device.type, self.buffer_size, self.batch_size)
+        ranges = map_ranges(setup.train_segments, sample_ranges(problem.n_train, setup.rng))
+        sample = _read(setup.sources, setup.dtypes, ranges, device, setup.check_finite)
+        raw = linear_spectrum(sample[0], sample[2] if problem.weighted else None, self.fit_intercept, setup.generator)
+        spectrum = step_spectrum(*raw, setup.loss.curvature, setup.alpha)
+        probe = None
+        if buffers.probe_max_batch is not None:
+            key = ("sgd", device.type, device.index, setup.dtype, problem.n_features, problem.n_outputs)
+            key += (sample[0].is_sparse, type(setup.loss))
+            capacity = measure_sgd_capacity(sample[0], problem.n_outputs, setup.loss, buffers.probe_max_batch, key)
+            probe = ThroughputProbe(*capacity)
+        plan = plan_bmgd(
+            buffers, spectrum, probe, batch_size=self.batch_size, n_rounds=self.n_rounds, n_epochs=self.n_epochs
+        )
+        for message in plan.warnings:
+            # Frames: _plan, _fit, fit, scikit-learn's _fit_context wrapper, the caller.
+            warnings.warn(message, UserWarning, stacklevel=5)
+        return plan
 
-        if not continuing:
-            warn_if_warmup_fills_run(rule, context)
+    def _solve(self, setup, plan, rule):
+        """Run the plan: in this process, or on the parallel strategy's workers."""
+        run = SGDRun(
+            loss=setup.loss,
+            rule=rule,
+            context=plan.context,
+            n_rounds=self.n_rounds,
+            n_epochs=1 if setup.incremental else self.n_epochs,
+            alpha=setup.alpha,
+            fit_intercept=self.fit_intercept,
+            shuffle=self.shuffle,
+            start_step=setup.start_step,
+            tol=None if setup.incremental else self.tol,
+            n_iter_no_change=self.n_iter_no_change,
+        )
+        coefficients = _starting_coefficients(setup, (self._coef_matrix(), self.intercept_) if setup.warm else None)
+        if self.verbose:
+            print(f"[{type(self).__name__}] {_describe(setup, plan, run)}")
+        if setup.strategy is not None:
+            return _run_parallel(setup, plan, run, coefficients)
+        score = None if setup.validation_ranges is None else self._validation_score
+        return _run_single(setup, plan, run, coefficients, score, print if self.verbose else None)
 
-        def learning_rate(step, size):
-            return rule(step, context if size == batch_size else dataclasses.replace(context, batch_size=size))
-
-        n_passes = 1 if incremental else self.n_epochs
-        if warm:
-            coef = torch.as_tensor(self._coef_matrix().T.copy(), dtype=dtype).to(device)
-            intercept = torch.as_tensor(np.asarray(self.intercept_, dtype=np.float64), dtype=dtype).to(device)
-        else:
-            coef = torch.zeros(n_features, n_outputs, dtype=dtype, device=device)
-            intercept = torch.zeros(n_outputs, dtype=dtype, device=device)
-        start_step = self.t_ if continuing else 0
-        if self.parallel is not None:
-            job = TrainingJob(
-                sources=[source_spec(source_.data, share_for_workers) for source_ in sources],
-                dtypes=[str(dtype_).removeprefix("torch.") for dtype_ in dtypes],
-                loss=(self.loss, n_outputs, getattr(self, "epsilon", 0.1)),
-                coef=coef.cpu().numpy(),
-                intercept=intercept.cpu().numpy(),
-                rule=rule,
-                context=context,
-                batch_size=batch_size,
-                buffer_size=buffer_size,
-                n_rounds=self.n_rounds,
-                n_epochs=n_passes,
-                shuffle=self.shuffle,
-                prefetch=self.prefetch,
-                alpha=alpha,
-                fit_intercept=self.fit_intercept,
-                seed=self._seed,
-                first_pass=self._passes_done,
-                start_step=start_step,
-                segments=train_segments,
-                strategy=strategy,
-                dtype=self.dtype,
-            )
-            if self.verbose:
-                print(
-                    f"[{type(self).__name__}] {type(strategy).__name__} on {[str(d) for d in worker_devices]}, "
-                    f"n={n_train}, batch {batch_size}, first learning rate {learning_rate(start_step, batch_size):.4g}"
-                )
-            result, coef, intercept = self._run_parallel(job, worker_devices, strategy)
-        else:
-            result = self._run_single(
-                loss,
-                coef,
-                intercept,
-                sources,
-                dtypes,
-                device,
-                train_segments,
-                validation_ranges,
-                n_train,
-                buffer_size,
-                batch_size,
-                n_passes,
-                check_finite,
-                learning_rate,
-                alpha,
-                generator,
-                start_step,
-                incremental,
-                context,
-            )
-
-        self.device_ = str(device)
+    def _store_fit(self, setup, plan, rule, outcome):
+        """Every fitted attribute of a fit or partial_fit call, in one place."""
+        result = outcome.result
+        self.device_ = str(setup.device)
         self.dtype_ = np.dtype(self.dtype)
-        self.memory_budget_ = budget
+        self.memory_budget_ = setup.budget
         self.scaling_rule_ = rule
-        self.batch_size_ = batch_size
-        self.buffer_size_ = buffer_size
-        self._schedule_context = context
-        self._passes_done += result.n_epochs
+        self._bmgd_plan = plan
+        self.batch_size_ = plan.batch_size
+        self.buffer_size_ = plan.buffer_size
+        self.critical_batch_size_ = plan.critical_batch_size
+        self.spectrum_ = plan.spectrum
+        self.throughput_probe_ = {} if plan.probe is None else plan.probe.throughputs
+        self.batch_capacity_ = None if plan.probe is None else plan.probe.largest_batch
+        self._seed = setup.seed
+        self._passes_done = setup.passes_done + result.n_epochs
         self.n_iter_ = result.n_epochs
-        self.t_ = start_step + result.n_steps
+        self.t_ = setup.start_step + result.n_steps
         self.learning_rate_ = result.learning_rate
         self.io_wait_fraction_ = result.io_wait_seconds / max(result.seconds, 1e-12)
-        self.history_ = [*self.history_, *result.history] if continuing else result.history
-        self.parallel_ = None if self.parallel is None else strategy
-        self._store_coef(coef.T.cpu().numpy(), intercept.cpu().numpy())
-        return self
-
-    def _run_single(
-        self,
-        loss,
-        coef,
-        intercept,
-        sources,
-        dtypes,
-        device,
-        train_segments,
-        validation_ranges,
-        n_train,
-        buffer_size,
-        batch_size,
-        n_passes,
-        check_finite,
-        learning_rate,
-        alpha,
-        generator,
-        start_step,
-        incremental,
-        context,
-    ):
-        """BMGD in this process: resident data or one prefetcher streaming every pass."""
-        if buffer_size >= n_train:
-            resident = self._read(sources, dtypes, train_segments, device)
-            if check_finite:
-                _check_finite(resident[0])
-            resident_pass = _ResidentPass((*resident[:2], resident[2] if len(resident) > 2 else None))
-            stream = None
-        else:
-            stream = self._stream(sources, dtypes, device, train_segments, buffer_size, n_passes, check_finite)
-
-        def open_pass(epoch):
-            return resident_pass if stream is None else stream.open(epoch)
-
-        validation = None
-        if validation_ranges is not None:
-            X_val, T_val = self._read(sources[:2], dtypes[:2], validation_ranges, device)
-            if check_finite:
-                _check_finite(X_val)
-
-            def validation(coef, intercept):
-                return self._validation_score(linear_scores(X_val, coef, intercept), T_val)
-
-        if self.verbose:
-            print(
-                f"[{type(self).__name__}] device={device}, dtype={self.dtype}, n={n_train}, "
-                f"buffer {buffer_size} rows ({math.ceil(n_train / buffer_size)} per pass, "
-                f"{'resident' if stream is None else 'prefetched' if self.prefetch else 'loaded on demand'}), "
-                f"batch {batch_size} (critical batch {context.beta / context.top_eigenvalue:.1f}), "
-                f"R={self.n_rounds}, first learning rate {learning_rate(start_step, batch_size):.4g}"
-            )
-        try:
-            return fit_buffered_sgd(
-                loss,
-                coef,
-                intercept,
-                open_pass,
-                batch_size=batch_size,
-                n_rounds=self.n_rounds,
-                learning_rate=learning_rate,
-                alpha=alpha,
-                fit_intercept=self.fit_intercept,
-                n_epochs=n_passes,
-                generator=generator,
-                shuffle=self.shuffle,
-                start_step=start_step,
-                validation=validation,
-                tol=None if incremental else self.tol,
-                n_iter_no_change=self.n_iter_no_change,
-                log=print if self.verbose else None,
-            )
-        finally:
-            if stream is not None:
-                stream.close()
-
-    def _run_parallel(self, job, devices, strategy):
-        """Train with ``strategy`` on worker processes (or this rank of a torchrun group)."""
-        results = run_distributed(train_worker, job, [str(device) for device in devices], timeout=strategy.timeout)
-        outcome = results[0]
-        self.n_workers_ = torch.distributed.get_world_size() if torch.distributed.is_initialized() else len(devices)
-        self.communication_bytes_ = int(outcome["bytes"])
-        if isinstance(strategy, AdaptiveSGD):
-            self.merge_weights_ = np.array([record["merge_weights"] for record in outcome["history"]])
-            self.worker_batch_sizes_ = np.array([record["worker_batch_sizes"] for record in outcome["history"]])
-        history = outcome["history"]
-        seconds = sum(record.get("seconds", 0.0) for record in history)
-        result = SGDResult(
-            n_epochs=job.n_epochs,
-            n_steps=int(outcome["n_steps"]),
-            learning_rate=float(outcome["learning_rate"]),
-            io_wait_seconds=0.0,
-            seconds=seconds,
-            history=history,
-        )
-        return result, torch.as_tensor(outcome["coef"]), torch.as_tensor(outcome["intercept"])
-
-    def _stream(self, sources, dtypes, device, train_segments, buffer_size, n_passes, check_finite):
-        """One prefetcher over the buffers of ``n_passes`` passes (chunk order reshuffled per pass)."""
-        plans = plan_passes(train_segments, buffer_size, self._seed, self._passes_done, n_passes, self.shuffle)
-        prefetcher = BufferPrefetcher(
-            sources, [buffer for plan in plans for buffer in plan], device, dtypes, self.prefetch
-        )
-        return _StreamedPasses(prefetcher, len(plans[0]), check_finite)
-
-    def _split_validation(self, n_rows, rng):
-        """Training segments and validation ranges: random blocks of rows.
-
-        Blocks keep the validation reads sequential on disk; for small data they
-        are single rows.
-        """
-        n_validation = max(math.ceil(self.validation_fraction * n_rows), 1)
-        if n_rows - n_validation < 1:
-            raise ValueError(
-                f"early_stopping needs at least 2 samples; got {n_rows} with "
-                f"validation_fraction={self.validation_fraction}."
-            )
-        block = max(1, min(1024, n_validation // 8))
-        n_blocks = math.ceil(n_rows / block)
-        chosen = np.sort(rng.choice(n_blocks, size=math.ceil(n_validation / block), replace=False))
-        validation = [(int(b * block), int(min((b + 1) * block, n_rows))) for b in chosen]
-        return _complement(validation, n_rows), validation
-
-    def _sample_plan(self, n_train, rng):
-        """Random chunks of up to ``_SAMPLE_ROWS`` rows (as virtual training ranges)."""
-        size = min(n_train, _SAMPLE_ROWS)
-        return plan_pass(n_train, size, default_chunk_size(size, n_train), rng, shuffle=True)[0]
-
-    @staticmethod
-    def _read(sources, dtypes, ranges, device):
-        with BufferPrefetcher(sources, [ranges], device, dtypes, prefetch=False) as buffers:
-            return next(iter(buffers))
-
-    def _resolve_buffer_size(self, source, nonzeros_per_row, n_train, n_outputs, weighted, device, dtype, budget):
-        itemsize = torch.finfo(dtype).bits // 8
-        if source.is_sparse:
-            row_bytes = nonzeros_per_row * (16 + itemsize) + 16
-        else:
-            row_bytes = source.shape[1] * itemsize
-        row_bytes += 8 * n_outputs + 8 * weighted
-        # Two buffers are resident (training and loading), plus a batch gather.
-        rows = rows_within_budget(budget, 0, 3 * row_bytes)
-        if device.type == "cpu":
-            rows = min(rows, max(int(_CPU_BUFFER_BYTES // row_bytes), 1))
-        if self.buffer_size == "auto":
-            return min(rows, n_train)
-        if self.buffer_size > n_train:
-            _warn_clamped("buffer_size", self.buffer_size, n_train, "rows of training data")
-            return n_train
-        return self.buffer_size
-
-    def _resolve_batch_size(self, sample, n_outputs, loss, n_train, buffer_size, critical, device, dtype):
-        if self.batch_size != "auto":
-            if self.batch_size > buffer_size:
-                _warn_clamped("batch_size", self.batch_size, buffer_size, "rows in a buffer")
-            return min(self.batch_size, buffer_size), {}
-        key = ("sgd", device.type, device.index, dtype, sample.shape[1], n_outputs, sample.is_sparse, type(loss))
-        capacity, throughputs = measure_sgd_capacity(sample, n_outputs, loss, min(buffer_size, 2**16), key)
-        # Beyond the critical batch a step gains nothing per sample over a smaller one, only
-        # throughput: larger batches are taken while a pass still has _MIN_STEPS_PER_PASS steps.
-        useful = max(min(critical, buffer_size), n_train / _MIN_STEPS_PER_PASS, 1)
-        return int(max(min(capacity, math.ceil(useful), buffer_size), 1)), throughputs
+        self.history_ = [*self.history_, *result.history] if setup.continuing else result.history
+        self.parallel_ = setup.strategy
+        if outcome.parallel is not None:
+            self.n_workers_ = outcome.parallel.n_workers
+            self.communication_bytes_ = outcome.parallel.communication_bytes
+            if outcome.parallel.merge_weights is not None:
+                self.merge_weights_ = outcome.parallel.merge_weights
+                self.worker_batch_sizes_ = outcome.parallel.worker_batch_sizes
+        if setup.targets.classes is not None:
+            self.classes_ = setup.targets.classes
+        self._single_target = setup.targets.single
+        coef = outcome.coef.T.cpu().numpy()
+        self.coef_ = coef[0] if setup.targets.single else coef
+        self.intercept_ = outcome.intercept.cpu().numpy()
 
     # --- prediction -----------------------------------------------------------------
 
@@ -617,24 +637,10 @@ class _BaseBufferedSGD(BaseEstimator):
             source = None
             rows = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
         try:
-            device = prediction_device(self.device)
-            dtype = resolve_dtype(self.dtype_)
-            coef_matrix = self._coef_matrix()
-            coef = torch.as_tensor(coef_matrix.T.copy(), dtype=dtype).to(device)
-            intercept = torch.as_tensor(np.atleast_1d(self.intercept_), dtype=dtype).to(device)
-            scores = map_row_blocks(
-                rows,
-                lambda block: linear_scores(block, coef, intercept),
-                coef_matrix.shape[0],
-                PREDICT_ROWS[device.type],
-                device,
-                dtype,
-            )
+            return _linear_decision(rows, self._coef_matrix(), self.intercept_, self.device, self.dtype_)
         finally:
             if source is not None:
                 source.close()
-        # Computed in dtype_, returned in float64 as scikit-learn's linear models do.
-        return scores.astype(np.float64)
 
     def _coef_matrix(self):
         return np.atleast_2d(self.coef_)
@@ -643,10 +649,6 @@ class _BaseBufferedSGD(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-
-def _warn_clamped(name, value, limit, what):
-    warnings.warn(f"{name}={value} is larger than the {limit} {what}; using {limit}.", UserWarning, stacklevel=5)
 
 
 _COMMON_PARAMETERS = """
@@ -692,7 +694,8 @@ default="optimal"
         memory) while the current one trains.  False loads buffers on demand.
     tol : float or None, default=1e-3
         Stop when the training loss (or the validation score with early stopping) has
-        not improved by ``tol`` for ``n_iter_no_change`` passes.  None disables.
+        not improved by more than ``tol`` for ``n_iter_no_change`` passes, the rule
+        of every estimator of the package.  None disables.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the rows (random blocks of rows, so that
         reads stay sequential) and keep the coefficients of the best validation score.
@@ -732,9 +735,16 @@ _COMMON_ATTRIBUTES = """
     io_wait_fraction_ : float
         Fraction of the last call's time spent waiting for data.
     history_ : list of dict
-        Per pass: ``epoch``, ``train_loss`` (mean loss before each step, plus the
-        penalty), ``learning_rate``, ``n_steps``, ``seconds``, ``io_wait_seconds``,
-        ``samples_per_second`` and ``validation_score`` with early stopping.
+        One record per pass (per merge for AdaptiveSGD) with the keys the records of
+        every estimator of the package share: ``epoch``, ``n_steps`` (updates so
+        far), ``train_loss`` (mean loss over the pass, each batch measured before
+        its step, plus the penalty ``alpha / 2 ||W||^2`` of the coefficients at the
+        end of the pass, with and without ``parallel=``), ``learning_rate`` (of the
+        pass's last update), ``validation_score`` (None without early stopping) and
+        ``seconds``.  Then the loop's own: ``io_wait_seconds`` and
+        ``samples_per_second`` in one process, ``samples_per_second`` and
+        ``bytes_all_reduced`` for DataParallel and Parle, the merge's weights and
+        per-worker figures for AdaptiveSGD.
     scaling_rule_ : ScalingRule
         The resolved rule.
     spectrum_ : tuple of float
@@ -939,13 +949,8 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
         single = y.ndim == 1
         if incremental and hasattr(self, "coef_") and single != self._single_target:
             raise ValueError("partial_fit got y with a different number of targets than before.")
-        self._single_target = single
         targets = y.reshape(y.shape[0], -1)
-        return targets, targets.shape[1]
-
-    def _store_coef(self, coef, intercept):
-        self.coef_ = coef[0] if self._single_target else coef
-        self.intercept_ = intercept
+        return _Targets(targets, targets.shape[1], single=single)
 
     @staticmethod
     def _validation_score(scores, targets):
@@ -1110,24 +1115,20 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
             if hasattr(self, "classes_"):
                 if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
                     raise ValueError(f"classes={classes!r} is not the same as on the first call ({self.classes_!r}).")
+                known = self.classes_
             elif classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit.")
             else:
-                self.classes_ = np.unique(classes)
+                known = np.unique(classes)
         else:
-            self.classes_ = np.unique(y)
-        unknown = np.setdiff1d(np.unique(y), self.classes_)
+            known = np.unique(y)
+        unknown = np.setdiff1d(np.unique(y), known)
         if unknown.size:
             raise ValueError(f"y contains labels not in classes: {unknown!r}.")
-        if self.classes_.shape[0] < 2:
-            raise ValueError(f"The number of classes has to be greater than one; got {self.classes_.shape[0]} class.")
-        labels = np.searchsorted(self.classes_, y).astype(np.int64)
-        n_outputs = 1 if self.classes_.shape[0] == 2 else self.classes_.shape[0]
-        return labels, n_outputs
-
-    def _store_coef(self, coef, intercept):
-        self.coef_ = coef
-        self.intercept_ = intercept
+        if known.shape[0] < 2:
+            raise ValueError(f"The number of classes has to be greater than one; got {known.shape[0]} class.")
+        labels = np.searchsorted(known, y).astype(np.int64)
+        return _Targets(labels, 1 if known.shape[0] == 2 else known.shape[0], classes=known)
 
     @staticmethod
     def _validation_score(scores, labels):

@@ -9,16 +9,15 @@ model, which is the same on every rank at the end.  No input validation here.
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..buffer import BufferPrefetcher, RangeMap, as_row_source, map_ranges, plan_pass, plan_passes
-from ..device import synchronize
-from ..solvers.losses import make_loss
-from ..solvers.sgd import apply_gradient, batch_gradient, buffer_batches, check_finite_loss
+from ..solvers.epochs import EpochClock, epoch_record
+from ..solvers.sgd import apply_gradient, batch_gradient, buffer_batches, check_finite_loss, penalised_loss
 from .strategies import AdaptiveSGD, DataParallel, Parle
 
 __all__ = ["TrainingJob", "open_source", "source_spec", "train_worker"]
@@ -26,30 +25,40 @@ __all__ = ["TrainingJob", "open_source", "source_spec", "train_worker"]
 
 @dataclass
 class TrainingJob:
-    """Everything a worker needs, resolved by the estimator (picklable)."""
+    """Everything a worker needs, resolved by the estimator (picklable).
 
+    Attributes
+    ----------
+    run : SGDRun
+        Loss, scaling rule and schedule context, rounds, passes, penalty, stopping.
+    sources : list
+        :func:`source_spec` of X, the targets and (optionally) the weights.
+    dtypes : list of str
+        Torch dtype names the sources are read in.
+    coef : ndarray of shape (n_features, n_outputs)
+    intercept : ndarray of shape (n_outputs,)
+        Starting coefficients, in the training dtype.
+    buffer_size : int
+    prefetch : bool
+    seed : int
+    first_pass : int
+        Passes made by earlier calls (the chunk orders continue from there).
+    segments : list of (int, int)
+        Training rows.
+    strategy : ParallelStrategy
+    """
+
+    run: object
     sources: list
     dtypes: list
-    loss: tuple
     coef: np.ndarray
     intercept: np.ndarray
-    rule: object
-    context: object
-    batch_size: int
     buffer_size: int
-    n_rounds: int
-    n_epochs: int
-    shuffle: bool
     prefetch: bool
-    alpha: float
-    fit_intercept: bool
     seed: int
     first_pass: int
-    start_step: int
     segments: list
     strategy: object
-    dtype: str
-    extra: dict = field(default_factory=dict)
 
 
 def source_spec(data, share):
@@ -110,18 +119,16 @@ def open_source(spec):
 def train_worker(context, job):
     """Entry point of a worker: train with ``job.strategy`` and return the model and records."""
     device = context.device
-    dtype = getattr(torch, job.dtype)
     sources = [open_source(spec) for spec in job.sources]
     try:
-        loss = make_loss(*job.loss)
-        coef = torch.as_tensor(job.coef, dtype=dtype).to(device)
-        intercept = torch.as_tensor(job.intercept, dtype=dtype).to(device)
+        coef = torch.as_tensor(job.coef).to(device)
+        intercept = torch.as_tensor(job.intercept).to(device)
         dtypes = [getattr(torch, name) for name in job.dtypes]
         generator = torch.Generator().manual_seed(
             int(np.random.RandomState([job.seed, context.rank, 2]).randint(2**31))
         )
-        run = {DataParallel: _data_parallel, Parle: _parle, AdaptiveSGD: _adaptive}[type(job.strategy)]
-        result = run(context, job, sources, dtypes, loss, coef, intercept, generator)
+        loop = {DataParallel: _data_parallel, Parle: _parle, AdaptiveSGD: _adaptive}[type(job.strategy)]
+        result = loop(context, job, sources, dtypes, coef, intercept, generator)
         result["coef"] = coef.cpu().numpy()
         result["intercept"] = intercept.cpu().numpy()
         return result
@@ -167,7 +174,7 @@ def _shard_passes(context, job, sources, dtypes):
     """Buffers of this rank's shard for every pass, and the number of buffers per pass."""
     segments, share = _shard(job, context.rank, context.world_size)
     buffer_size = min(job.buffer_size, share)
-    plans = plan_passes(segments, buffer_size, job.seed, job.first_pass, job.n_epochs, job.shuffle)
+    plans = plan_passes(segments, buffer_size, job.seed, job.first_pass, job.run.n_epochs, job.run.shuffle)
     flat = [buffer for plan in plans for buffer in plan]
     prefetcher = BufferPrefetcher(sources, flat, context.device, dtypes, prefetch=job.prefetch)
     return prefetcher, len(plans[0]), share
@@ -180,46 +187,49 @@ def _shard_epochs(context, job, sources, dtypes, batch_size, generator):
     def pass_batches(buffers):
         for _ in range(buffers_per_pass):
             X, targets, *weights = next(buffers)
-            for _ in range(job.n_rounds):
+            for _ in range(job.run.n_rounds):
                 yield from buffer_batches(
-                    X, targets, weights[0] if weights else None, batch_size, job.shuffle, generator
+                    X, targets, weights[0] if weights else None, batch_size, job.run.shuffle, generator
                 )
 
     def passes():
         buffers = iter(prefetcher)
-        for epoch in range(job.n_epochs):
+        for epoch in range(job.run.n_epochs):
             yield epoch, pass_batches(buffers)
 
     return prefetcher, share, passes()
 
 
-def _pass_record(epoch, loss_sum, rows, seconds, rate, step, traffic):
-    return {
-        "epoch": epoch + 1,
-        "train_loss": float(loss_sum) / max(rows, 1),
-        "learning_rate": rate,
-        "n_steps": step,
-        "seconds": seconds,
-        "samples_per_second": rows / max(seconds, 1e-12),
-        "bytes_all_reduced": traffic.bytes,
-    }
+def _pass_record(epoch, step, rate, train_loss, rows, seconds, traffic):
+    """The history record of a pass of the DataParallel and Parle loops."""
+    return epoch_record(
+        epoch + 1,
+        step,
+        train_loss,
+        rate,
+        seconds,
+        samples_per_second=rows / max(seconds, 1e-12),
+        bytes_all_reduced=traffic.bytes,
+    )
 
 
-def _data_parallel(context, job, sources, dtypes, loss, coef, intercept, generator):
+def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
+    run = job.run
     traffic = _Traffic()
-    local_batch = max(math.ceil(job.batch_size / context.world_size), 1)
+    local_batch = max(math.ceil(run.batch_size / context.world_size), 1)
     prefetcher, _, passes = _shard_epochs(context, job, sources, dtypes, local_batch, generator)
-    step, rate, history = job.start_step, math.nan, []
+    step, rate, history = run.start_step, math.nan, []
     callback = job.strategy.callback
+    clock = EpochClock(coef.device)
     with prefetcher:
         for epoch, batches in passes:
-            tic = time.perf_counter()
+            clock.start()
             loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
             rows_total = 0
             for X_batch, target_batch, weight_batch in batches:
                 loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                    loss, coef, intercept, X_batch, target_batch, weight_batch
+                    run.loss, coef, intercept, X_batch, target_batch, weight_batch
                 )
                 count = torch.full((1,), float(X_batch.shape[0]), dtype=coef.dtype, device=coef.device)
                 flat = traffic.all_reduce(_pack(coef_gradient, intercept_gradient, loss_sum, count))
@@ -227,9 +237,9 @@ def _data_parallel(context, job, sources, dtypes, loss, coef, intercept, generat
                     flat, coef_gradient, intercept_gradient, loss_sum, count
                 )
                 global_batch = round(float(count))
-                rate = job.rule(step, replace(job.context, batch_size=global_batch))
+                rate = run.rule(step, replace(run.context, batch_size=global_batch))
                 apply_gradient(
-                    coef, intercept, coef_gradient, intercept_gradient, global_batch, rate, job.alpha, job.fit_intercept
+                    coef, intercept, coef_gradient, intercept_gradient, global_batch, rate, run.alpha, run.fit_intercept
                 )
                 loss_total += loss_sum
                 rows_total += global_batch
@@ -237,19 +247,20 @@ def _data_parallel(context, job, sources, dtypes, loss, coef, intercept, generat
                 if callback is not None:
                     callback(context.rank, step)
             check_finite_loss(loss_total, step, rate)
-            synchronize(coef.device)
-            history.append(_pass_record(epoch, loss_total, rows_total, time.perf_counter() - tic, rate, step, traffic))
-    return {"history": history, "n_steps": step - job.start_step, "learning_rate": rate, "bytes": traffic.bytes}
+            seconds = clock.seconds()
+            train_loss = penalised_loss(loss_total, rows_total, coef, run.alpha)
+            history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
+    return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
 
 
-def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
+def _parle(context, job, sources, dtypes, coef, intercept, generator):
     """Parle's inner loop, elastic synchronisation every ``sync_every`` steps; ``coef`` ends as ``xbar``."""
-    strategy = job.strategy
+    strategy, run = job.strategy, job.run
     traffic = _Traffic()
-    prefetcher, share, passes = _shard_epochs(context, job, sources, dtypes, job.batch_size, generator)
-    steps_per_epoch = job.n_rounds * math.ceil(share / job.batch_size)
+    prefetcher, share, passes = _shard_epochs(context, job, sources, dtypes, run.batch_size, generator)
+    steps_per_epoch = run.n_rounds * math.ceil(share / run.batch_size)
     # A worker passes over its shard only: its schedule counts its own steps per epoch.
-    schedule = replace(job.context, steps_per_epoch=steps_per_epoch)
+    schedule = replace(run.context, steps_per_epoch=steps_per_epoch)
     growth = 1.0 + strategy.coupling_growth / max(steps_per_epoch, 1)
     coupling = strategy.coupling
     # Replica x (coef, intercept), inner variable y, running average z, momentum v.
@@ -257,7 +268,7 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
     inner = [coef.clone(), intercept.clone()]
     averaged = [coef.clone(), intercept.clone()]
     velocity = [torch.zeros_like(coef), torch.zeros_like(intercept)]
-    step, rate, history, local_steps = job.start_step, math.nan, [], 0
+    step, rate, history, local_steps = run.start_step, math.nan, [], 0
     callback = strategy.callback
 
     def synchronise():
@@ -273,21 +284,22 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
             state[1].copy_(intercept)
         coupling = min(coupling * growth, strategy.max_coupling)
 
+    clock = EpochClock(coef.device)
     with prefetcher:
         for epoch, batches in passes:
-            tic = time.perf_counter()
+            clock.start()
             loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
             rows_total = 0
             for X_batch, target_batch, weight_batch in batches:
                 m = X_batch.shape[0]
                 loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                    loss, inner[0], inner[1], X_batch, target_batch, weight_batch
+                    run.loss, inner[0], inner[1], X_batch, target_batch, weight_batch
                 )
                 # Averaging the replicas' steps is one step on the samples of all workers:
                 # the rule sees that combined batch, as DataParallel's does.
-                rate = job.rule(step, replace(schedule, batch_size=m * context.world_size))
-                gradients = [coef_gradient / m + job.alpha * inner[0], intercept_gradient / m]
-                if not job.fit_intercept:
+                rate = run.rule(step, replace(schedule, batch_size=m * context.world_size))
+                gradients = [coef_gradient / m + run.alpha * inner[0], intercept_gradient / m]
+                if not run.fit_intercept:
                     gradients[1] = torch.zeros_like(gradients[1])
                 for y, x, v, g, z in zip(inner, (coef, intercept), velocity, gradients, averaged, strict=True):
                     v.mul_(strategy.momentum).add_(g, alpha=1.0 - strategy.momentum)
@@ -303,137 +315,170 @@ def _parle(context, job, sources, dtypes, loss, coef, intercept, generator):
                 if callback is not None:
                     callback(context.rank, step)
             check_finite_loss(loss_total, step, rate)
-            synchronize(coef.device)
-            history.append(_pass_record(epoch, loss_total, rows_total, time.perf_counter() - tic, rate, step, traffic))
+            seconds = clock.seconds()
+            # The penalty of the inner iterate, where this worker measured its losses.
+            train_loss = penalised_loss(loss_total, rows_total, inner[0], run.alpha)
+            history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
     if local_steps % strategy.sync_every:
         synchronise()  # every rank has taken the same number of steps, so all reach this together
     coef.copy_(reference[0])
     intercept.copy_(reference[1])
-    return {"history": history, "n_steps": step - job.start_step, "learning_rate": rate, "bytes": traffic.bytes}
+    return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
 
 
-def _adaptive(context, job, sources, dtypes, loss, coef, intercept, generator):
+def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
     """Dynamic batches from a shared cursor, weighted merges, batch sizes following worker speed."""
-    strategy = job.strategy
-    rank, world = context.rank, context.world_size
-    traffic = _Traffic()
-    n_train = sum(stop - start for start, stop in job.segments)
-    total = n_train * job.n_epochs
-    low, high = strategy.batch_bounds(job.batch_size)
-    batch = min(max(job.batch_size, low), high)
-    between = strategy.samples_between_merges(job.batch_size, world)
+    strategy, run = job.strategy, job.run
+    world = context.world_size
+    low, high = strategy.batch_bounds(run.batch_size)
+    claims = _Claims(job, low, world)
+    merges = _Merges(context, job, coef, intercept, (low, high))
     # Earlier updates (partial_fit) count in this worker's updates, about world * batch samples each.
-    epochs_before = job.start_step * world * job.batch_size / n_train
-    n_merges = math.ceil(total / between)
-    # Small chunks keep the rows of one claim from different places of the data.
-    chunk = max(1, low // 8)
-    training_rows = RangeMap(job.segments)
-    pass_orders = {}
+    epochs_before = run.start_step * world * run.batch_size / claims.n_train
+    cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
+    step, rate = 0, math.nan
+    while merges.done < claims.n_merges:
+        end = int(context.store.add(cursor, merges.batch))
+        start = end - merges.batch
+        while merges.done < claims.n_merges and start >= claims.boundary(merges.done + 1):
+            merges.merge(claims, step, rate)  # this claim belongs to a later period: merge with the others first
+        if merges.done >= claims.n_merges:
+            break
+        stop = min(end, claims.total)
+        X_batch, target_batch, *weights = _read(sources, dtypes, claims.rows_of(start, stop), context.device)
+        m = X_batch.shape[0]
+        # The schedule sees the claim's position in epochs (continuing earlier calls),
+        # counted in this worker's own updates.
+        steps_per_epoch = claims.n_train / (world * merges.batch)
+        schedule = replace(run.context, batch_size=m, steps_per_epoch=steps_per_epoch)
+        rate = run.rule(int((epochs_before + start / claims.n_train) * steps_per_epoch), schedule)
+        loss_sum, coef_gradient, intercept_gradient = batch_gradient(
+            run.loss, coef, intercept, X_batch, target_batch, weights[0] if weights else None
+        )
+        apply_gradient(coef, intercept, coef_gradient, intercept_gradient, m, rate, run.alpha, run.fit_intercept)
+        merges.count(m, loss_sum)
+        check_finite_loss(merges.loss_total, step, rate)
+        step += 1
+        if strategy.callback is not None:
+            strategy.callback(context.rank, step)
+        if stop >= claims.boundary(merges.done + 1):
+            merges.merge(claims, step, rate)  # this claim crossed the boundary: the others merge on their next claim
+    return {
+        "history": merges.history,
+        "n_steps": step,
+        "learning_rate": rate,
+        "bytes": merges.traffic.bytes,
+        "final_batch_size": merges.batch,
+    }
 
-    def rows_of(start, stop):
+
+def _read(sources, dtypes, ranges, device):
+    """The rows ``ranges`` of every source, as tensors on ``device``."""
+    tensors = []
+    for source, dtype in zip(sources, dtypes, strict=True):
+        values = source.read(ranges)
+        tensors.append(torch.as_tensor(np.ascontiguousarray(values)).to(device, dtype))
+    return tensors
+
+
+class _Claims:
+    """Where AdaptiveSGD's claims fall: rows of the shared pass orders, and the merge boundaries.
+
+    A claim is a range of positions in the concatenated passes (``n_epochs`` times
+    the training rows); every worker derives the same pass orders from the seed.
+    """
+
+    def __init__(self, job, low, world):
+        self.job = job
+        self.n_train = sum(stop - start for start, stop in job.segments)
+        self.total = self.n_train * job.run.n_epochs
+        self.between = job.strategy.samples_between_merges(job.run.batch_size, world)
+        self.n_merges = math.ceil(self.total / self.between)
+        # Small chunks keep the rows of one claim from different places of the data.
+        self.chunk = max(1, low // 8)
+        self.training_rows = RangeMap(job.segments)
+        self.pass_orders = {}
+
+    def boundary(self, index):
+        """Position of merge ``index`` (from 1) in the concatenated passes."""
+        return min(index * self.between, self.total)
+
+    def rows_of(self, start, stop):
+        """Row ranges of the positions ``start:stop``."""
         ranges = []
         while start < stop:
-            index, offset = divmod(start, n_train)
-            if index not in pass_orders:
-                pass_orders.clear()
-                rng = np.random.RandomState([job.seed, job.first_pass + index, 1])
-                pass_orders[index] = RangeMap(plan_pass(n_train, n_train, chunk, rng, shuffle=job.shuffle)[0])
-            take = min(stop - start, n_train - offset)
-            ranges += training_rows(pass_orders[index]([(offset, offset + take)]))
+            index, offset = divmod(start, self.n_train)
+            if index not in self.pass_orders:
+                self.pass_orders.clear()
+                rng = np.random.RandomState([self.job.seed, self.job.first_pass + index, 1])
+                order = plan_pass(self.n_train, self.n_train, self.chunk, rng, shuffle=self.job.run.shuffle)[0]
+                self.pass_orders[index] = RangeMap(order)
+            take = min(stop - start, self.n_train - offset)
+            ranges += self.training_rows(self.pass_orders[index]([(offset, offset + take)]))
             start += take
         return ranges
 
-    def read(ranges):
-        tensors = []
-        for source, dtype in zip(sources, dtypes, strict=True):
-            values = source.read(ranges)
-            tensors.append(torch.as_tensor(np.ascontiguousarray(values)).to(context.device, dtype))
-        return tensors
 
-    cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
-    samples_since, updates_since, merges_done = 0, 0, 0
-    tic = time.perf_counter()
-    step, rate, history = 0, math.nan, []
-    loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
-    callback = strategy.callback
+class _Merges:
+    """AdaptiveSGD's weighted merges, their history records, and the batch that follows the worker's speed."""
 
-    def boundary(index):
-        return min(index * between, total)
+    def __init__(self, context, job, coef, intercept, bounds):
+        self.context, self.job, self.coef, self.intercept = context, job, coef, intercept
+        self.low, self.high = bounds
+        self.batch = min(max(job.run.batch_size, self.low), self.high)
+        self.traffic = _Traffic()
+        self.history, self.done = [], 0
+        self._reset()
 
-    def merge():
-        nonlocal samples_since, updates_since, merges_done, batch, tic, loss_total
-        elapsed = time.perf_counter() - tic
+    def _reset(self):
+        self.samples_since, self.updates_since = 0, 0
+        self.loss_total = torch.zeros((), dtype=self.coef.dtype, device=self.coef.device)
+        self.tic = time.perf_counter()
+
+    def count(self, rows, loss_sum):
+        """Account for one update on ``rows`` samples with summed loss ``loss_sum``."""
+        self.loss_total += loss_sum
+        self.samples_since += rows
+        self.updates_since += 1
+
+    def merge(self, claims, step, rate):
+        """``W = sum_i w_i W_i`` with ``w_i`` the share of samples since the last merge; then adapt the batch."""
+        rank, world = self.context.rank, self.context.world_size
+        elapsed = time.perf_counter() - self.tic
         shares = torch.zeros(4 * world + 1, dtype=torch.float64)
-        shares[rank] = samples_since
-        shares[world + rank] = batch
-        shares[2 * world + rank] = samples_since / max(elapsed, 1e-12)
-        shares[3 * world + rank] = updates_since
-        shares[4 * world] = float(loss_total)
-        shares = traffic.all_reduce(shares.to(coef.device)).cpu()
+        shares[rank] = self.samples_since
+        shares[world + rank] = self.batch
+        shares[2 * world + rank] = self.samples_since / max(elapsed, 1e-12)
+        shares[3 * world + rank] = self.updates_since
+        shares[4 * world] = float(self.loss_total)
+        shares = self.traffic.all_reduce(shares.to(self.coef.device)).cpu()
         counts = shares[:world]
         weights = counts / counts.sum() if counts.sum() > 0 else torch.full((world,), 1.0 / world, dtype=torch.float64)
-        weight = float(weights[rank])
-        merged = traffic.all_reduce(_pack(coef, intercept) * weight)
-        new_coef, new_intercept = _unpack(merged, coef, intercept)
-        coef.copy_(new_coef)
-        intercept.copy_(new_intercept)
-        history.append(
-            {
-                "merge": merges_done + 1,
-                "epoch": boundary(merges_done + 1) / n_train,
-                "seconds": elapsed,
-                "merge_weights": weights.tolist(),
-                "worker_batch_sizes": shares[world : 2 * world].tolist(),
-                "worker_samples_per_second": shares[2 * world : 3 * world].tolist(),
-                "worker_updates": shares[3 * world : 4 * world].tolist(),
-                "train_loss": float(shares[4 * world]) / max(float(counts.sum()), 1.0),
-                "bytes_all_reduced": traffic.bytes,
-            }
+        merged = self.traffic.all_reduce(_pack(self.coef, self.intercept) * float(weights[rank]))
+        new_coef, new_intercept = _unpack(merged, self.coef, self.intercept)
+        self.coef.copy_(new_coef)
+        self.intercept.copy_(new_intercept)
+        self.history.append(
+            epoch_record(
+                claims.boundary(self.done + 1) / claims.n_train,
+                self.job.run.start_step + step,
+                penalised_loss(shares[4 * world], float(counts.sum()), self.coef, self.job.run.alpha),
+                rate,
+                elapsed,
+                merge=self.done + 1,
+                merge_weights=weights.tolist(),
+                worker_batch_sizes=shares[world : 2 * world].tolist(),
+                worker_samples_per_second=shares[2 * world : 3 * world].tolist(),
+                worker_updates=shares[3 * world : 4 * world].tolist(),
+                bytes_all_reduced=self.traffic.bytes,
+            )
         )
         # Towards equal update counts: a worker that updated more often than the
         # average is fast, and takes larger batches (and so fewer updates).
         updates = shares[3 * world : 4 * world]
         if updates[rank] > updates.mean():
-            batch = min(batch + strategy.batch_step, high)
+            self.batch = min(self.batch + self.job.strategy.batch_step, self.high)
         elif updates[rank] < updates.mean():
-            batch = max(batch - strategy.batch_step, low)
-        samples_since, updates_since, merges_done = 0, 0, merges_done + 1
-        loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
-        tic = time.perf_counter()
-
-    while merges_done < n_merges:
-        end = int(context.store.add(cursor, batch))
-        start = end - batch
-        while merges_done < n_merges and start >= boundary(merges_done + 1):
-            merge()  # this claim belongs to a later period: merge with the others first
-        if merges_done >= n_merges:
-            break
-        stop = min(end, total)
-        X_batch, target_batch, *weights = read(rows_of(start, stop))
-        m = X_batch.shape[0]
-        # The schedule sees the global position of this claim, in this worker's own updates.
-        # The schedule sees the claim's position in epochs (continuing earlier calls),
-        # counted in this worker's own updates.
-        steps_per_epoch = n_train / (world * batch)
-        schedule = replace(job.context, batch_size=m, steps_per_epoch=steps_per_epoch)
-        rate = job.rule(int((epochs_before + start / n_train) * steps_per_epoch), schedule)
-        loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-            loss, coef, intercept, X_batch, target_batch, weights[0] if weights else None
-        )
-        apply_gradient(coef, intercept, coef_gradient, intercept_gradient, m, rate, job.alpha, job.fit_intercept)
-        loss_total += loss_sum
-        check_finite_loss(loss_total, step, rate)
-        samples_since += m
-        updates_since += 1
-        step += 1
-        if callback is not None:
-            callback(rank, step)
-        if stop >= boundary(merges_done + 1):
-            merge()  # this claim crossed the boundary: the others will merge on their next claim
-    return {
-        "history": history,
-        "n_steps": step,
-        "learning_rate": rate,
-        "bytes": traffic.bytes,
-        "final_batch_size": batch,
-    }
+            self.batch = max(self.batch - self.job.strategy.batch_step, self.low)
+        self.done += 1
+        self._reset()

@@ -10,15 +10,17 @@ sees tensors: no input validation, no scikit-learn.
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..device import synchronize, throughput_saturation_batch
+from ..device import throughput_saturation_batch
+from .epochs import EarlyStopping, EpochClock, epoch_record, format_record
 from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
     "SGDResult",
+    "SGDRun",
     "apply_gradient",
     "batch_gradient",
     "buffer_batches",
@@ -27,7 +29,65 @@ __all__ = [
     "linear_scores",
     "linear_spectrum",
     "measure_sgd_capacity",
+    "penalised_loss",
 ]
+
+
+@dataclass(frozen=True)
+class SGDRun:
+    """How a BMGD loop steps and when it stops: everything but the data and the coefficients.
+
+    Built once by the estimator from its plan; :func:`fit_buffered_sgd` and the
+    parallel workers run it.
+
+    Attributes
+    ----------
+    loss : callable
+        ``loss(scores, targets) -> (loss per sample, dL/dscores)``; see
+        :mod:`skgpu_kernel.solvers.losses`.
+    rule : ScalingRule
+        ``rule(step, context) -> learning rate``.
+    context : ScheduleContext
+        The plan's schedule context; its ``batch_size`` is the run's batch.
+    n_rounds : int
+        Rounds ``R`` of mini-batch steps on each buffer.
+    n_epochs : int
+        Passes over the data.
+    alpha : float
+        L2 penalty strength (0 for none).
+    fit_intercept : bool
+    shuffle : bool, default=True
+    start_step : int, default=0
+        Updates taken before this run (the schedule continues from there).
+    tol : float or None, default=None
+        Stop when the criterion (validation score, else the training loss) has not
+        improved by more than ``tol`` for ``n_iter_no_change`` passes (see
+        :class:`~skgpu_kernel.solvers.epochs.EarlyStopping`); None never stops early.
+    n_iter_no_change : int, default=5
+    """
+
+    loss: object
+    rule: object
+    context: object
+    n_rounds: int
+    n_epochs: int
+    alpha: float
+    fit_intercept: bool
+    shuffle: bool = True
+    start_step: int = 0
+    tol: float | None = None
+    n_iter_no_change: int = 5
+
+    @property
+    def batch_size(self):
+        """The planned mini-batch (the last batch of a buffer may be smaller)."""
+        return self.context.batch_size
+
+    def learning_rate(self, step, batch_size):
+        """The rule's learning rate for update ``step`` on a batch of ``batch_size`` rows."""
+        if batch_size == self.context.batch_size:
+            return self.rule(step, self.context)
+        return self.rule(step, replace(self.context, batch_size=batch_size))
 
 
 @dataclass
@@ -94,62 +154,25 @@ def _transposed_product(X, gradient):
     return X.T @ gradient
 
 
-def fit_buffered_sgd(
-    loss,
-    coef,
-    intercept,
-    open_pass,
-    *,
-    batch_size,
-    n_rounds,
-    learning_rate,
-    alpha,
-    fit_intercept,
-    n_epochs,
-    generator,
-    shuffle=True,
-    start_step=0,
-    validation=None,
-    tol=None,
-    n_iter_no_change=5,
-    log=None,
-):
+def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None, log=None):
     """Run BMGD passes, updating ``coef`` and ``intercept`` in place.
 
     Parameters
     ----------
-    loss : callable
-        ``loss(scores, targets) -> (loss per sample, dL/dscores)``; see
-        :mod:`skgpu_kernel.solvers.losses`.
     coef : Tensor of shape (d, l)
     intercept : Tensor of shape (l,)
     open_pass : callable
         ``open_pass(epoch)`` returns a context manager and iterable of buffers
         ``(X, targets, weights)`` (``weights`` may be None) with an
         ``io_wait_seconds`` attribute: the time spent waiting for data.
-    batch_size : int
-    n_rounds : int
-        Rounds ``R`` of mini-batch steps on each buffer.
-    learning_rate : callable
-        ``learning_rate(step, batch_size) -> float`` for update number ``step``.
-    alpha : float
-        L2 penalty strength (0 for none).
-    fit_intercept : bool
-    n_epochs : int
-        Passes over the data.
+    run : SGDRun
     generator : torch.Generator
         Seeds the shuffles within buffers (on the CPU).
-    shuffle : bool, default=True
-    start_step : int, default=0
-        Updates taken before this call (the schedule continues from there).
     validation : callable or None
         ``validation(coef, intercept) -> float``, larger is better; the stopping
         criterion then uses it and the best coefficients are kept.
-    tol : float or None
-        Stop when the criterion (validation score, else the training loss) has not
-        improved by ``tol`` for ``n_iter_no_change`` passes.
     log : callable or None
-        Receives one progress line per pass.
+        Receives one progress line per pass (:func:`~skgpu_kernel.solvers.epochs.format_record`).
 
     Returns
     -------
@@ -161,76 +184,72 @@ def fit_buffered_sgd(
         When the loss becomes non-finite (the step size diverges).  ``coef`` is
         then invalid; callers keep their previous coefficients.
     """
-    device = coef.device
-    step = start_step
-    history = []
-    best, best_state, passes_without_gain = math.inf, None, 0
-    last_rate = math.nan
-    total_io_wait = 0.0
+    stopping = None if run.tol is None else EarlyStopping(run.tol, run.n_iter_no_change)
+    clock = EpochClock(coef.device)
+    step, history, total_io_wait = run.start_step, [], 0.0
     started = time.perf_counter()
-    for epoch in range(n_epochs):
-        synchronize(device)
-        tic = time.perf_counter()
-        loss_sum = torch.zeros((), dtype=coef.dtype, device=device)
-        n_seen = 0
+    for epoch in range(run.n_epochs):
+        clock.start()
         with open_pass(epoch) as buffers:
-            for X, targets, weights in buffers:
-                for _ in range(n_rounds):
-                    for X_batch, target_batch, weight_batch in buffer_batches(
-                        X, targets, weights, batch_size, shuffle, generator
-                    ):
-                        last_rate = learning_rate(step, X_batch.shape[0])
-                        loss_sum += _step(
-                            loss, coef, intercept, X_batch, target_batch, weight_batch, last_rate, alpha, fit_intercept
-                        )
-                        step += 1
-                    n_seen += X.shape[0]
-                    check_finite_loss(loss_sum, step, last_rate)
+            loss_sum, n_seen, step = _train_pass(coef, intercept, buffers, run, generator, step)
             io_wait = float(buffers.io_wait_seconds)
         total_io_wait += io_wait
-        synchronize(device)
-        seconds = time.perf_counter() - tic
-        train_loss = float(loss_sum) / max(n_seen, 1)
-        if alpha:
-            train_loss += 0.5 * alpha * float((coef * coef).sum())
-        record = {
-            "epoch": epoch + 1,
-            "train_loss": train_loss,
-            "learning_rate": learning_rate(step - 1, batch_size),
-            "n_steps": step,
-            "seconds": seconds,
-            "io_wait_seconds": io_wait,
-            "samples_per_second": n_seen / max(seconds, 1e-12),
-        }
-        if validation is not None:
-            record["validation_score"] = float(validation(coef, intercept))
+        seconds = clock.seconds()
+        record = epoch_record(
+            epoch + 1,
+            step,
+            penalised_loss(loss_sum, n_seen, coef, run.alpha),
+            run.learning_rate(step - 1, run.batch_size),
+            seconds,
+            None if validation is None else float(validation(coef, intercept)),
+            io_wait_seconds=io_wait,
+            samples_per_second=n_seen / max(seconds, 1e-12),
+        )
         history.append(record)
         if log is not None:
-            log(_format_record(record, n_epochs))
-
-        if tol is None:
-            continue
-        criterion = -record["validation_score"] if validation is not None else train_loss
-        passes_without_gain = passes_without_gain + 1 if criterion > best - tol else 0
-        if criterion < best:
-            best = criterion
-            if validation is not None:
-                best_state = (coef.clone(), intercept.clone())
-        if passes_without_gain >= n_iter_no_change:
-            if log is not None:
-                log(f"stopping: no improvement above tol={tol} for {n_iter_no_change} passes")
+            log(format_record(record, run.n_epochs))
+        if stopping is not None and _should_stop(stopping, record, (coef, intercept), log):
             break
-    if best_state is not None:
-        coef.copy_(best_state[0])
-        intercept.copy_(best_state[1])
+    if stopping is not None:
+        stopping.restore_best((coef, intercept))
     return SGDResult(
         n_epochs=len(history),
-        n_steps=step - start_step,
-        learning_rate=learning_rate(step - 1, batch_size) if step > start_step else math.nan,
+        n_steps=step - run.start_step,
+        learning_rate=run.learning_rate(step - 1, run.batch_size) if step > run.start_step else math.nan,
         io_wait_seconds=total_io_wait,
         seconds=time.perf_counter() - started,
         history=history,
     )
+
+
+def _train_pass(coef, intercept, buffers, run, generator, step):
+    """One pass: ``n_rounds`` rounds of mini-batch steps on each buffer; the summed loss, rows seen and step."""
+    loss_sum = torch.zeros((), dtype=coef.dtype, device=coef.device)
+    n_seen, rate = 0, math.nan
+    for X, targets, weights in buffers:
+        for _ in range(run.n_rounds):
+            for batch in buffer_batches(X, targets, weights, run.batch_size, run.shuffle, generator):
+                rate = run.learning_rate(step, batch[0].shape[0])
+                loss_sum += _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
+                step += 1
+            n_seen += X.shape[0]
+            check_finite_loss(loss_sum, step, rate)
+    return loss_sum, n_seen, step
+
+
+def _should_stop(stopping, record, coefficients, log):
+    """The stopping rule on the validation score (keeping the best coefficients), else on the training loss."""
+    if record["validation_score"] is not None:
+        return stopping.should_stop(record["validation_score"], coefficients, log)
+    return stopping.should_stop(-record["train_loss"], None, log)
+
+
+def penalised_loss(loss_sum, n_samples, coef, alpha):
+    """``train_loss`` of a history record: the mean of ``n_samples`` summed losses plus ``alpha / 2 ||W||^2``."""
+    train_loss = float(loss_sum) / max(n_samples, 1)
+    if alpha:
+        train_loss += 0.5 * alpha * float((coef * coef).sum())
+    return train_loss
 
 
 def batch_gradient(loss, coef, intercept, X, targets, weights=None):
@@ -259,22 +278,11 @@ def apply_gradient(coef, intercept, coef_gradient, intercept_gradient, batch_siz
     coef.sub_(coef_gradient, alpha=scale)
 
 
-def _step(loss, coef, intercept, X, targets, weights, rate, alpha, fit_intercept):
-    """One gradient step on the batch's mean loss; returns the batch's summed loss before it."""
-    loss_sum, coef_gradient, intercept_gradient = batch_gradient(loss, coef, intercept, X, targets, weights)
-    apply_gradient(coef, intercept, coef_gradient, intercept_gradient, X.shape[0], rate, alpha, fit_intercept)
+def _step(loss, coef, intercept, batch, rate, alpha, fit_intercept):
+    """One gradient step on the mean loss of ``batch = (X, targets, weights)``; returns its summed loss before it."""
+    loss_sum, coef_gradient, intercept_gradient = batch_gradient(loss, coef, intercept, *batch)
+    apply_gradient(coef, intercept, coef_gradient, intercept_gradient, batch[0].shape[0], rate, alpha, fit_intercept)
     return loss_sum
-
-
-def _format_record(record, n_epochs):
-    text = (
-        f"pass {record['epoch']}/{n_epochs}: train loss {record['train_loss']:.5g}, "
-        f"lr {record['learning_rate']:.4g}, {record['samples_per_second']:.3g} samples/s, "
-        f"I/O wait {record['io_wait_seconds']:.2f} of {record['seconds']:.2f} s"
-    )
-    if "validation_score" in record:
-        text += f", validation score {record['validation_score']:.5g}"
-    return text
 
 
 def linear_spectrum(X, weights, fit_intercept, generator, n_iter=30):
@@ -342,6 +350,6 @@ def measure_sgd_capacity(X, n_outputs, loss, max_batch, cache_key):
     )
 
     def run_batch(batch_size):
-        _step(loss, coef, intercept, _row_range(rows, 0, batch_size), targets[:batch_size], None, 0.0, 0.0, True)
+        _step(loss, coef, intercept, (_row_range(rows, 0, batch_size), targets[:batch_size], None), 0.0, 0.0, True)
 
     return throughput_saturation_batch(run_batch, max_batch, device, cache_key=cache_key)
