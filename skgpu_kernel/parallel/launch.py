@@ -375,8 +375,21 @@ def _report(conn, message):
         pass  # the parent stopped listening (it is shutting the run down)
 
 
-def _worker_main(rank, world_size, device, backend, port, timeout, parent_pid, worker, payload, conn):
-    """Body of a spawned worker process (module level: spawn imports it by name).
+@dataclass(frozen=True)
+class _SpawnedGroup:
+    """What every spawned worker is told about its group and its work (picklable)."""
+
+    world_size: int
+    backend: str
+    port: int
+    timeout: float | None
+    parent_pid: int
+    worker: object
+    payload: object
+
+
+def _worker_main(rank, device, group, conn):
+    """Body of spawned worker ``rank`` on ``device`` in ``group`` (module level: spawn imports it by name).
 
     Reports exactly one message on ``conn``: ``pickle.dumps(("ok", result))`` or
     ``pickle.dumps(("error", time.time(), traceback_text))``.  The message is sent
@@ -384,28 +397,31 @@ def _worker_main(rank, world_size, device, backend, port, timeout, parent_pid, w
     other ranks notice the broken connections, and the time stamp lets it tell the
     first failure (the cause) from the failures it triggered.
     """
-    threading.Thread(target=_watch_parent, args=(parent_pid,), name="skgpu_kernel-orphan-watch", daemon=True).start()
+    watch = threading.Thread(target=_watch_parent, args=(group.parent_pid,), name="skgpu_kernel-orphan-watch")
+    watch.daemon = True
+    watch.start()
     try:
         if device.type == "cpu":
             # Every worker would otherwise start one intra-op thread per core of the
             # machine: n workers x all cores threads fight for the cores and each
             # collective waits for the slowest, descheduled one.
-            torch.set_num_threads(_cpu_threads(world_size))
+            torch.set_num_threads(_cpu_threads(group.world_size))
         else:
             # Before the group exists, so that NCCL binds this rank to its GPU (and
             # nothing allocates on cuda:0 by default).
             torch.cuda.set_device(device)
-        group_timeout = _group_timeout(timeout)
+        group_timeout = _group_timeout(group.timeout)
         client = dist.TCPStore(
-            _LOCALHOST, port, world_size, is_master=False, timeout=group_timeout or timedelta(minutes=10)
+            _LOCALHOST, group.port, group.world_size, is_master=False, timeout=group_timeout or timedelta(minutes=10)
         )
         # device_id binds the NCCL communicator to this rank's GPU at once.
-        options = {"device_id": device} if backend == "nccl" and _ACCEPTS_DEVICE_ID else {}
+        options = {"device_id": device} if group.backend == "nccl" and _ACCEPTS_DEVICE_ID else {}
         dist.init_process_group(
-            backend, store=client, rank=rank, world_size=world_size, timeout=group_timeout, **options
+            group.backend, store=client, rank=rank, world_size=group.world_size, timeout=group_timeout, **options
         )
-        context = WorkerContext(rank, world_size, device, backend, dist.PrefixStore(_SPAWNED_PREFIX, client), True)
-        result = worker(context, payload)
+        store = dist.PrefixStore(_SPAWNED_PREFIX, client)
+        context = WorkerContext(rank, group.world_size, device, group.backend, store, True)
+        result = group.worker(context, group.payload)
         # Pickled here (with the standard pickler: tensors by value) so that an
         # unpicklable result is reported as this worker's failure, and so that the
         # parent never depends on this process staying alive to map shared memory.
@@ -602,6 +618,7 @@ def _run_spawned(worker, payload, devices, backend, timeout):
             wait_for_workers=False,
             timeout=_group_timeout(timeout) or timedelta(minutes=10),
         )
+        group = _SpawnedGroup(world_size, backend, store.port, timeout, os.getpid(), worker, payload)
         for rank, device in enumerate(devices):
             # One one-way pipe per worker for its single report: the parent can wait on
             # the pipes and the process sentinels at once, and a message is never left
@@ -610,7 +627,7 @@ def _run_spawned(worker, payload, devices, backend, timeout):
             readers.append(reader)
             process = context.Process(
                 target=_worker_main,
-                args=(rank, world_size, device, backend, store.port, timeout, os.getpid(), worker, payload, writer),
+                args=(rank, device, group, writer),
                 name=f"skgpu_kernel-worker-{rank}",
             )
             try:
