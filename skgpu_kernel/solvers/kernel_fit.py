@@ -10,6 +10,7 @@ step and differ only in their layout, plan and loop (:class:`_EigenPro2Path`,
 :class:`_EigenPro3Path`).  No scikit-learn and no input validation here.
 """
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable
@@ -407,7 +408,7 @@ class _EigenPro3Path(_Path):
 
 
 def _with_validation(loop, score):
-    return LoopSettings(**{**loop.__dict__, "validation": score})
+    return dataclasses.replace(loop, validation=score)
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):
