@@ -84,6 +84,18 @@ class Kernel(BaseEstimator):
         """Return ``k(x_i, x_i)`` for every row of ``X`` as a 1-D tensor."""
         return torch.cat([torch.diagonal(self(chunk, chunk)) for chunk in torch.split(X, 256)])
 
+    def require_finite(self, block, dtype):
+        """Raise ``ValueError`` if ``block`` (computed by this kernel) holds inf or NaN.
+
+        No step size can fix a kernel that overflows, and some solvers fail on such
+        input with a message that does not name the cause (CUDA's ``eigh`` does).
+        """
+        if not torch.isfinite(block).all():
+            raise ValueError(
+                f"The kernel {self!r} returned non-finite values (inf or NaN) on the training data "
+                f"in {dtype}; check its parameters and the scale of the data."
+            )
+
 
 def _rounding_allowance(n_features, dtype):
     """Relative size of the rounding error of ``||x||^2 + ||z||^2 - 2 x.z``."""

@@ -64,6 +64,7 @@ def nystrom_eigensystem(kernel, X_subsample):
     sample = X_subsample.to(torch.float64)
     s = sample.shape[0]
     gram = kernel(sample, sample)
+    kernel.require_finite(gram, X_subsample.dtype)
     gram = (gram + gram.T) / (2.0 * s)
     values, vectors = torch.linalg.eigh(gram)
     values = torch.flip(values, dims=[0]).clamp_min_(0.0)

@@ -70,7 +70,8 @@ def test_functions_take_few_parameters():
     many = [
         f"{path}:{node.lineno} {node.name} ({len(_parameters(node))} parameters)"
         for path, node, _ in _definitions()
-        if not isinstance(node, ast.ClassDef) and len(_parameters(node)) > MAX_PARAMETERS
+        if not isinstance(node, ast.ClassDef)
+        and len(_parameters(node)) > MAX_PARAMETERS
         # Estimator constructors mirror their public parameters, as in scikit-learn.
         and node.name != "__init__"
     ]

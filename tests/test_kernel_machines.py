@@ -131,7 +131,7 @@ def test_classifier_handles_string_labels_and_binary_decision_function():
 def test_fitted_attributes_record_every_decision(digits):
     X, y = digits
     model = AdaptiveKernelClassifier(n_epochs=2, random_state=0).fit(X[:500], y[:500])
-    assert model.device_ == "cpu" and model.dtype_ == np.float32
+    assert model.device_ == ("cuda" if torch.cuda.is_available() else "cpu") and model.dtype_ == np.float32
     assert model.centers_.shape == (500, 64) and model.dual_coef_.shape == (500, 10)
     assert isinstance(model.centers_, np.ndarray) and isinstance(model.dual_coef_, np.ndarray)
     assert model.subsample_size_ == 500
@@ -450,7 +450,10 @@ def test_cuda_fit_matches_cpu_and_pickles_to_numpy(digits):
     assert not any(isinstance(value, torch.Tensor) for value in state.values())
     restored = pickle.loads(pickle.dumps(gpu))
     restored.set_params(device="cpu")
-    np.testing.assert_allclose(restored.decision_function(X[800:]), gpu.decision_function(X[800:]), rtol=1e-10)
+    # atol: entries near zero come from cancellation, where only the absolute error is meaningful.
+    np.testing.assert_allclose(
+        restored.decision_function(X[800:]), gpu.decision_function(X[800:]), rtol=1e-10, atol=1e-12
+    )
 
 
 @pytest.mark.gpu

@@ -152,7 +152,7 @@ def test_bad_strategies_fail_before_any_process_starts():
     with pytest.raises(ValueError, match="n_workers"):
         BufferedSGDRegressor(parallel=Parle(n_workers=0)).fit(X, y)
     with pytest.raises(ValueError, match="cores"):
-        BufferedSGDRegressor(parallel=DataParallel(n_workers=(os.cpu_count() or 1) + 1)).fit(X, y)
+        BufferedSGDRegressor(device="cpu", parallel=DataParallel(n_workers=(os.cpu_count() or 1) + 1)).fit(X, y)
     with pytest.raises(ValueError, match="device"):
         BufferedSGDRegressor(parallel=DataParallel(devices=["tpu:0", "cpu"])).fit(X, y)
     with pytest.raises(ValueError, match="early_stopping"):

@@ -206,9 +206,4 @@ def _step(kernel, data, coef, batch, active, leading, preconditioner, column_blo
 def _check_kernel_is_finite(kernel, X, centers, column_block):
     """Raise when the kernel itself returns inf or NaN, which no step size can fix."""
     sample = X[: min(X.shape[0], 256)]
-    block = kernel.block(sample, centers[:column_block])
-    if not torch.isfinite(block).all():
-        raise ValueError(
-            f"The kernel {kernel!r} returned non-finite values (inf or NaN) on the training data "
-            f"in {X.dtype}; check its parameters and the scale of the data."
-        )
+    kernel.require_finite(kernel.block(sample, centers[:column_block]), X.dtype)
