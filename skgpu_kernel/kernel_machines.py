@@ -41,16 +41,18 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "kernel": [StrOptions(set(KERNEL_NAMES)), callable],
         "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kernel_params": [dict, None],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "fit_intercept": ["boolean"],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "n_components": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "subsample_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "damping": [Interval(Real, 0, 1, closed="right")],
         "scaling_rule": [StrOptions(set(SCALING_RULES)), ScalingRule],
-        "early_stopping": ["boolean"],
+        "early_stopping": ["boolean", StrOptions({"auto"})],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
         "device": [str, torch.device, list, tuple],
         "dtype": [StrOptions({"float32", "float64"})],
         "memory_budget": [None, Interval(Integral, 1, None, closed="left"), str],
@@ -70,13 +72,15 @@ class _BaseAdaptiveKernel(BaseEstimator):
         bandwidth="auto",
         *,
         kernel_params=None,
-        n_epochs=3,
+        alpha=0.0,
+        fit_intercept=True,
+        n_epochs=100,
         batch_size="auto",
         n_components="auto",
         subsample_size="auto",
         damping=0.95,
         scaling_rule="eigenpro",
-        early_stopping=False,
+        early_stopping="auto",
         validation_fraction=0.1,
         n_iter_no_change=3,
         tol=1e-4,
@@ -95,6 +99,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
         self.n_epochs = n_epochs
         self.batch_size = batch_size
         self.n_components = n_components
@@ -124,12 +130,16 @@ class _BaseAdaptiveKernel(BaseEstimator):
         X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
         runtime = self._resolve_runtime()
         uses_centers = self.n_centers is not None or self.centers is not None
-        if uses_centers and self.early_stopping and _streams(X, Y.shape[1], runtime):
+        streams = uses_centers and _streams(X, Y.shape[1], runtime)
+        if streams and self.early_stopping is True:
             raise ValueError(
                 "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
                 "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
             )
+        self.early_stopping_ = self._validates(X.shape[0], streams)
         X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, runtime.rng)
+        intercept = np.average(Y_train, axis=0, weights=w_train) if self.fit_intercept else np.zeros(Y.shape[1])
+        Y_train = Y_train - intercept
         kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
         offset = X_train.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
         if not uses_centers and (len(runtime.devices) > 1 or self.distributed):
@@ -154,10 +164,19 @@ class _BaseAdaptiveKernel(BaseEstimator):
             centers_from_data=self.centers is None,
             streamed=uses_centers and _streams(X_train, Y_train.shape[1], runtime),
         )
-        settings = self._fit_settings(kernel, bandwidth, offset)
+        settings = self._fit_settings(kernel, bandwidth, offset, intercept)
         fit = fit_kernel_model(data, runtime, settings)
         self._store_fit(runtime, settings, fit, order)
+        self.intercept_ = float(intercept[0]) if getattr(self, "_single_output", False) else intercept
         return self
+
+    def _validates(self, n_samples, streams):
+        """Whether this fit holds out a validation split: ``early_stopping`` resolved."""
+        if self.early_stopping != "auto":
+            return self.early_stopping
+        # Without a penalty the iteration converges to the interpolant, so held-out
+        # data decides when to stop; with one, the penalised loss converges by itself.
+        return self.alpha == 0 and n_samples >= _AUTO_VALIDATION_MIN_SAMPLES and not streams
 
     def _resolve_runtime(self):
         """Devices, dtype, memory budget, random state and process group of this fit."""
@@ -181,7 +200,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
             log=print if self.verbose else None,
         )
 
-    def _fit_settings(self, kernel, bandwidth, offset):
+    def _fit_settings(self, kernel, bandwidth, offset, intercept):
         planning = KernelSettings(self.batch_size, self.subsample_size, self.cache_kernel, self.projection)
         return KernelFitSettings(
             kernel=kernel,
@@ -194,9 +213,20 @@ class _BaseAdaptiveKernel(BaseEstimator):
             n_epochs=self.n_epochs,
             tol=self.tol,
             n_iter_no_change=self.n_iter_no_change,
-            validation_score=self._validation_score,
+            validation_score=self._intercept_scorer(intercept),
             name=type(self).__name__,
+            alpha=self.alpha,
+            stop_on_train_loss=True,
         )
+
+    def _intercept_scorer(self, intercept):
+        """The validation score of predictions made without the intercept (the loops fit centred targets)."""
+
+        def score(predictions, targets):
+            shift = torch.as_tensor(intercept, dtype=predictions.dtype, device=predictions.device)
+            return self._validation_score(predictions + shift, targets)
+
+        return score
 
     def _resolve_devices(self):
         """The training devices: one, or several when ``device`` is a list (the first is the main one)."""
@@ -273,7 +303,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return torch.as_tensor(self.dual_coef_)
 
     def _split_validation(self, X, Y, weights, stratify, rng):
-        if not self.early_stopping:
+        if not self.early_stopping_:
             return X, Y, weights, None
         n_validation = max(math.ceil(self.validation_fraction * X.shape[0]), 1)
         if X.shape[0] - n_validation < 1:
@@ -315,7 +345,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         budget = resolve_memory_budget(self.memory_budget, device)
         scores = kernel_predict(self.kernel_, X, centers, coef, budget, offset=offset)
         # Computed in dtype_, returned in float64 as scikit-learn's regressors do.
-        return scores.astype(np.float64)
+        return scores.astype(np.float64) + np.atleast_1d(self.intercept_)
 
     def _prediction_tensors(self):
         cache = getattr(self, "_device_cache", None)
@@ -337,6 +367,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+# early_stopping="auto" holds out a validation split from this many samples on
+# (smaller fits stop on the training loss).
+_AUTO_VALIDATION_MIN_SAMPLES = 1000
 
 
 def _drop_zero_weights(X, Y, sample_weight, stratify):
@@ -381,11 +416,24 @@ default="gaussian"
         scikit-learn's ``gamma="scale"``; see :func:`~skgpu_kernel.kernels.auto_bandwidth`.
     kernel_params : dict, default=None
         Further arguments of a named kernel, e.g. ``{"nu": 2.5}`` for Matern.
-    n_epochs : int, default=3
-        Passes over the training data.  The iteration converges towards the kernel
-        interpolant; a few epochs (or early stopping) regularise.  Most of the test
-        accuracy comes in the first epochs (on Fashion-MNIST: 89% after one, 90.1%
-        after three, 90.4% after four).
+    alpha : float >= 0, default=0.0
+        Ridge penalty: the fit minimises ``sum_i w_i (f(x_i) - y_i)^2 + alpha
+        ||f||^2`` (the penalty on the sum of squared errors, as in
+        :class:`sklearn.kernel_ridge.KernelRidge`, so that with every training point a
+        center the converged model is ``KernelRidge(alpha=alpha)``'s; with ``n_centers``
+        it is the penalised least squares on the centers).  ``0`` keeps EigenPro's
+        interpolating solution, regularised by early stopping instead.  The penalty
+        shifts the preconditioner's spectrum (``alpha / n`` on the eigenvalues of
+        ``K / n``), so step sizes stay analytic.
+    fit_intercept : bool, default=True
+        Centre the targets (regression targets, or the classifier's ``+-1`` / one-hot
+        codes) by their weighted mean before training and add it back at prediction:
+        ``intercept_``.  Adding a constant to ``y`` then shifts the predictions by that
+        constant and changes nothing else.
+    n_epochs : int, default=100
+        Upper bound on the passes over the training data; the fit stops earlier when
+        it has converged (see ``early_stopping`` and ``tol``); ``n_epochs_`` and
+        ``history_`` say when and why.
     batch_size : int or "auto", default="auto"
         ``"auto"`` takes the device's measured batch capacity ``m_G``, kept at most
         half the preconditioned critical batch ``m*(P)`` (a stability margin).  An
@@ -415,13 +463,24 @@ default="eigenpro"
         schedule's horizon is ``n_epochs``; with ``warm_start`` the update count
         continues from the previous fit, so a decaying schedule resumes where it
         stopped.
-    early_stopping : bool, default=False
-        Hold out ``validation_fraction`` of the data (stratified for classifiers) and
-        stop when the validation score has not improved by ``tol`` for
-        ``n_iter_no_change`` epochs, keeping the best coefficients.
+    early_stopping : bool or "auto", default="auto"
+        ``True`` holds out ``validation_fraction`` of the data (stratified for
+        classifiers) and stops when the validation score (R^2 or accuracy) has not
+        improved by more than ``tol`` for ``n_iter_no_change`` epochs, keeping the best
+        coefficients.  ``False`` trains on all the data and stops when the training
+        loss, as a fraction of the zero model's loss, has not fallen by more than
+        ``tol`` for ``n_iter_no_change`` epochs (scikit-learn's ``SGDRegressor`` rule on
+        a scale-free loss).  ``"auto"`` is ``True`` when ``alpha == 0`` and there are
+        at least 1000 samples (then the iteration heads for the interpolant and
+        held-out data decides when to stop), and ``False`` otherwise (a penalised
+        loss converges by itself; small data are cheap to fit) or when a
+        memory-mapped ``X`` is streamed.  The resolved choice is ``early_stopping_``.
     validation_fraction : float in (0, 1), default=0.1
     n_iter_no_change : int, default=3
-    tol : float, default=1e-4
+    tol : float or None, default=1e-4
+        Smallest gain that counts as progress (see ``early_stopping``).  ``None`` runs
+        all ``n_epochs`` (with a validation split, the best coefficients are still
+        kept).
     device : {"auto", "cpu", "cuda", "cuda:N"}, torch.device or list, default="auto"
         ``"auto"`` is CUDA when available.  A list of devices (EigenPro 3 only,
         e.g. ``["cuda:0", "cuda:1"]``) splits the centers in one shard per device;
@@ -510,7 +569,13 @@ _COMMON_ATTRIBUTES = """
         Step size ``eta`` of the last update, at ``batch_size_``: the scaling rule's,
         halved once per divergence rollback.
     n_epochs_ : int
-        Epochs run by the last call to ``fit``.
+        Epochs run by the last call to ``fit`` (fewer than ``n_epochs`` when it
+        stopped on convergence).
+    intercept_ : float or ndarray of shape (n_outputs,)
+        The targets' weighted mean added to the kernel model's output (zero without
+        ``fit_intercept``); an array for the classifier and for 2-D targets.
+    early_stopping_ : bool
+        Whether the fit held out a validation split (``early_stopping`` resolved).
     n_epochs_total_ : int
         Epochs run since the last fit without ``warm_start``.
     n_steps_total_ : int
@@ -519,8 +584,9 @@ _COMMON_ATTRIBUTES = """
     history_ : list of dict
         One record per epoch with the keys every estimator of the package shares
         (:data:`skgpu_kernel.solvers.epochs.CORE_KEYS`): ``epoch``, ``n_steps``
-        (updates made so far), ``train_loss`` (the mean squared residual over the
-        epoch's batches, each measured before its step), ``learning_rate`` (step
+        (updates made so far), ``train_loss`` (the mean squared residual of the
+        centred targets over the epoch's batches, each measured before its step,
+        plus the batches' shares of the penalty ``alpha a^T K a`` per sample), ``learning_rate`` (step
         size of the epoch's last update, at the epoch's batch size),
         ``validation_score`` (R^2 or accuracy on the held-out split; None without
         early stopping) and ``seconds``.

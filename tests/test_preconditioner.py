@@ -8,6 +8,7 @@ from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning.kernel import operating_batch
 from skgpu_kernel.preconditioner import (
     EigenProPreconditioner,
+    SpectralSettings,
     choose_n_components,
     eigenpro_step_size,
     flattening_scales,
@@ -106,7 +107,7 @@ def test_preconditioned_beta_is_the_diagonal_of_the_preconditioned_kernel(data):
 
 def test_plan_widens_the_critical_batch_to_the_target(data):
     kernel = Gaussian(bandwidth=2.0)
-    plan = plan_preconditioner(kernel, data, 100, 30, "auto", 0.95, column_block=64)
+    plan = plan_preconditioner(kernel, data, 100, 30, SpectralSettings("auto", 0.95), column_block=64)
     assert plan.critical_batch_preconditioned >= 2 * 30 > plan.critical_batch
     assert operating_batch(30, plan.critical_batch_preconditioned, 120) == 30
     assert plan.beta == pytest.approx(1.0)

@@ -18,7 +18,7 @@ import torch
 
 from ..blockwise import kernel_matmul
 from ..device import is_out_of_memory
-from .epochs import EpochGuard
+from .epochs import EpochGuard, StoppingRule
 
 __all__ = ["EigenProResult", "KernelTrainingData", "LoopSettings", "fit_eigenpro"]
 
@@ -56,8 +56,12 @@ class LoopSettings:
     validation : callable or None
         ``validation(coef) -> float``, larger is better; enables early stopping with
         ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
-    tol : float
+    tol : float or None
+        None runs all ``n_epochs``.
     n_iter_no_change : int
+    stop_on_train_loss : bool
+        Without validation, stop when the training loss, as a fraction of the zero
+        model's, has not fallen by ``tol`` for ``n_iter_no_change`` epochs.
     log : callable or None
         Receives progress messages.
     """
@@ -67,13 +71,15 @@ class LoopSettings:
     n_epochs: int
     first_step: int = 0
     validation: Callable | None = None
-    tol: float = 1e-4
+    tol: float | None = 1e-4
     n_iter_no_change: int = 3
     log: Callable | None = None
+    stop_on_train_loss: bool = False
 
     def guard(self, coef):
         """The epoch guard of a loop on ``coef`` with these settings."""
-        return EpochGuard(coef, self.first_step, self.n_epochs, self.tol, self.n_iter_no_change, self.log)
+        stopping = StoppingRule(self.tol, self.n_iter_no_change, self.stop_on_train_loss)
+        return EpochGuard(coef, self.first_step, self.n_epochs, stopping, self.log)
 
 
 @dataclass(frozen=True)
@@ -89,12 +95,17 @@ class KernelTrainingData:
     Y : Tensor of shape (n, l)
     weights : Tensor of shape (n,) or None
         Per-row factors in (0, 1] on the residual (normalised sample weights).
+    alpha : float
+        Ridge penalty on the scale of the normalised weights: the iteration solves
+        ``(K + alpha W^-1) a = Y``, the normal equations of
+        ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
     """
 
     X: torch.Tensor
     centers: torch.Tensor
     Y: torch.Tensor
     weights: torch.Tensor | None = None
+    alpha: float = 0.0
 
 
 def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
@@ -162,7 +173,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
                     rate = guard.rollback * rate_at(guard.step)
                     loop.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
                 continue
-            residual, weighted, correction = update
+            residual, weighted, correction, penalty = update
             # The last batch of an epoch may be smaller: its step follows its own size.
             scale = (
                 guard.rollback * loop.learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
@@ -170,7 +181,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
             coef.index_add_(0, batch, weighted, alpha=-scale)
             if correction is not None:
                 coef[:leading].add_(correction, alpha=scale)
-            loss_sum += (residual * residual).sum()
+            loss_sum += (residual * residual).sum() + penalty
             position += batch.shape[0]
             guard.step += 1
 
@@ -185,7 +196,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
 
 
 def _step(kernel, data, coef, batch, active, leading, preconditioner, column_block):
-    """Residual, weighted residual and subsample correction for one batch (no update yet).
+    """Residual, gradient coefficients, subsample correction and penalty share for one batch (no update yet).
 
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
@@ -197,10 +208,16 @@ def _step(kernel, data, coef, batch, active, leading, preconditioner, column_blo
         )
     else:
         predictions = kernel_matmul(kernel, X_batch, centers[:active], coef[:active], column_block)
+    penalty = 0.0
+    if data.alpha:
+        # The batch's share of the penalty alpha a^T K a, and its gradient alpha a_B.
+        penalty = data.alpha * (coef[batch] * predictions).sum()
     residual = predictions.sub_(data.Y[batch])
     weighted = residual if weights is None else residual * weights[batch, None]
+    if data.alpha:
+        weighted = weighted + data.alpha * coef[batch]
     correction = preconditioner.correction(subsample_block, weighted) if leading else None
-    return residual, weighted, correction
+    return residual, weighted, correction, penalty
 
 
 def _check_kernel_is_finite(kernel, X, centers, column_block):

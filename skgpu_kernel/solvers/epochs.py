@@ -38,7 +38,15 @@ import torch
 
 from ..device import synchronize
 
-__all__ = ["CORE_KEYS", "EarlyStopping", "EpochClock", "EpochGuard", "epoch_record", "format_record"]
+__all__ = [
+    "CORE_KEYS",
+    "EarlyStopping",
+    "EpochClock",
+    "EpochGuard",
+    "StoppingRule",
+    "epoch_record",
+    "format_record",
+]
 
 CORE_KEYS = ("epoch", "n_steps", "train_loss", "learning_rate", "validation_score", "seconds")
 
@@ -48,6 +56,41 @@ CORE_KEYS = ("epoch", "n_steps", "train_loss", "learning_rate", "validation_scor
 _DIVERGENCE_FACTOR = 1e4
 _GROWTH_FACTOR = 1.5
 _MAX_STEP_HALVINGS = 10
+
+
+class StoppingRule:
+    """When the EigenPro loops stop before ``n_epochs``: the criterion and its tolerance.
+
+    With a validation score, the score (R^2 or accuracy) must gain more than ``tol``
+    within ``n_iter_no_change`` epochs.  Without one and with ``on_train_loss``, the
+    training loss as a fraction of the zero model's loss (one minus a training R^2)
+    must fall by more than ``tol`` within ``n_iter_no_change`` epochs: a criterion
+    free of the targets' scale, like scikit-learn's ``SGDRegressor(tol=...)`` on
+    normalised data.  ``tol=None`` runs every epoch (validation scores are still
+    recorded and the best coefficients kept).
+
+    Parameters
+    ----------
+    tol : float or None
+    n_iter_no_change : int
+    on_train_loss : bool
+    """
+
+    def __init__(self, tol, n_iter_no_change, on_train_loss):
+        self.tol, self.n_iter_no_change, self.on_train_loss = tol, n_iter_no_change, on_train_loss
+        self.validated = EarlyStopping(-math.inf if tol is None else tol, n_iter_no_change)
+        self.trained = EarlyStopping(math.inf if tol is None else tol, n_iter_no_change)
+
+    def should_stop(self, train_loss, loss_of_zero_model, validation_score, coef, log):
+        """Record an epoch; whether the loop stops now (keeping the best validated ``coef``)."""
+        if validation_score is not None:
+            return self.validated.should_stop(validation_score, coef, log)
+        if not self.on_train_loss or self.tol is None:
+            return False
+        return self.trained.should_stop(-train_loss / max(loss_of_zero_model, 1e-300), None, log)
+
+    def restore_best(self, coef):
+        self.validated.restore_best(coef)
 
 
 class EpochGuard:
@@ -72,17 +115,17 @@ class EpochGuard:
         The coefficients the loop updates in place.
     first_step : int
     n_epochs : int
-    tol, n_iter_no_change
-        Early stopping on the validation score (see :class:`EarlyStopping`).
+    stopping : StoppingRule
+        When to stop before ``n_epochs``.
     log : callable or None
     """
 
-    def __init__(self, coef, first_step, n_epochs, tol, n_iter_no_change, log):
+    def __init__(self, coef, first_step, n_epochs, stopping, log):
         self.coef, self.n_epochs, self.log = coef, n_epochs, log
         self.step, self.epoch, self.rollback = first_step, 0, 1.0
         self.rolled_back = False
         self.history = []
-        self.early_stopping = EarlyStopping(tol, n_iter_no_change)
+        self.stopping = stopping
         self._halvings = 0
         self._clock = EpochClock(coef.device)
         self._anchor_coef, self._anchor_epoch = coef.clone(), 0
@@ -137,7 +180,7 @@ class EpochGuard:
         self.epoch += 1
         if self.log is not None:
             self.log(format_record(record, self.n_epochs))
-        return score is None or not self.early_stopping.should_stop(score, self.coef, self.log)
+        return not self.stopping.should_stop(train_loss, loss_of_zero_model, score, self.coef, self.log)
 
     def finish(self, rate_at, first_step):
         """Put the best validated coefficients back; the result fields the loops share.
@@ -145,7 +188,7 @@ class EpochGuard:
         Returns ``n_epochs``, ``n_steps``, ``learning_rate`` (the last update's, with
         the rollback factor) and ``history``.
         """
-        self.early_stopping.restore_best(self.coef)
+        self.stopping.restore_best(self.coef)
         return {
             "n_epochs": len(self.history),
             "n_steps": self.step - first_step,

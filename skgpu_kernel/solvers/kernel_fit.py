@@ -34,7 +34,7 @@ from ..planning.kernel import (
     plan_eigenpro3,
     plan_eigenpro3_layout,
 )
-from ..preconditioner import max_usable_components, plan_preconditioner
+from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
 from .eigenpro3 import (
@@ -115,10 +115,12 @@ class KernelFitSettings:
     damping: float
     scaling_rule: object
     n_epochs: int
-    tol: float
+    tol: float | None
     n_iter_no_change: int
     validation_score: Callable
     name: str
+    alpha: float = 0.0
+    stop_on_train_loss: bool = False
 
 
 @dataclass
@@ -174,6 +176,7 @@ def fit_kernel_model(data, runtime, settings):
         tol=settings.tol,
         n_iter_no_change=settings.n_iter_no_change,
         log=runtime.log,
+        stop_on_train_loss=settings.stop_on_train_loss,
     )
     preconditioner = spectrum.preconditioner if n_components else None
     result = path.solve(layout, plan, preconditioner, loop)
@@ -203,6 +206,10 @@ class _Path:
             return None
         X_val, Y_val = self.data.validation
         return self.to_device(X_val), self.to_device(Y_val, center=False)
+
+    def ridge(self):
+        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
+        return self.settings.alpha / float(self.data.weights.max())
 
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""
@@ -237,14 +244,14 @@ class _EigenPro2Path(_Path):
         )
 
     def spectrum(self, layout, capacity):
+        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
+        # by alpha / n and every diagonal entry by alpha.
+        ridge = self.ridge()
+        spectral = SpectralSettings(
+            self.settings.n_components, self.settings.damping, ridge / self.problem.n_rows, ridge
+        )
         return plan_preconditioner(
-            self.kernel,
-            self.X_dev,
-            layout.subsample_size,
-            capacity,
-            self.settings.n_components,
-            self.settings.damping,
-            layout.column_block(1024),
+            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
         )
 
     def plan(self, layout, capacity, critical_batch, planning):
@@ -253,7 +260,8 @@ class _EigenPro2Path(_Path):
     def solve(self, layout, plan, preconditioner, loop):
         data, runtime = self.data, self.runtime
         Y_dev = self.to_device(data.Y[data.order], center=False)
-        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, self.weights_tensor(data.weights[data.order]))
+        weights = self.weights_tensor(data.weights[data.order])
+        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge())
         validation = self.validation_tensors()
         if validation is not None:
             X_val, Y_val = validation
@@ -337,15 +345,11 @@ class _EigenPro3Path(_Path):
             probe_rows = self.X_dev[:BETA_PROBE_ROWS]
         else:
             probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
+        # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
+        shift = self.ridge() / self.problem.n_rows
+        spectral = SpectralSettings(self.settings.n_components, self.settings.damping, shift, shift)
         return plan_preconditioner(
-            self.kernel,
-            self.Z_dev,
-            layout.subsample_size,
-            capacity,
-            self.settings.n_components,
-            self.settings.damping,
-            layout.column_block(1024),
-            probe_rows=probe_rows,
+            self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
         )
 
     def plan(self, layout, capacity, critical_batch, planning):
