@@ -1,0 +1,563 @@
+"""Falkon-style preconditioned conjugate gradients on the coefficients of p centers.
+
+The model ``f(x) = sum_j a_j k(z_j, x)`` on centers ``Z`` (p rows) is fitted to the
+exact minimiser of the penalised, weighted least-squares objective
+
+    ``sum_i w_i ||K(x_i, Z) a - y_i||^2 + alpha trace(a^T K(Z, Z) a)``
+
+over ``a`` (p x l, the l outputs solved together).  ``alpha >= 0`` multiplies the
+penalty against the *sum* of squared errors, as in
+:class:`sklearn.kernel_ridge.KernelRidge`: with ``Z = X`` and unit weights the
+solution is KernelRidge's ``dual_coef_`` (when ``K(X, X)`` is invertible).  The
+minimiser solves the normal equations
+
+    ``H a = b``,  ``H = K_XZ^T W K_XZ + alpha K_ZZ``,  ``b = K_XZ^T W Y``.
+
+They are solved by conjugate gradients with Falkon's preconditioner (Rudi,
+Carratino and Rosasco 2017; Meanti et al. 2020): with the Cholesky factors
+
+    ``K_ZZ + j I = T^T T``  and  ``A^T A = (n_eff / p) T T^T + alpha I (+ delta I)``
+
+(``T``, ``A`` upper triangular, ``n_eff`` the sum of the weights), ``B = T^{-1}
+A^{-1}`` makes ``B^T H B`` close to the identity when ``K_XZ^T W K_XZ`` is close to
+its Nystrom estimate ``(n_eff / p) K_ZZ^2``, so CG on ``B^T H B beta = B^T b``
+(``a = B beta``) needs few iterations even where ``H`` is very ill-conditioned
+(smooth kernels, tiny ``alpha``), where EigenPro's SGD iterations are slow.
+
+Unlike Falkon, the penalty uses ``K_ZZ`` itself, recovered from the factor as
+``T^T T - j I``: the jitter ``j`` only shapes the preconditioner and the solution
+is the one of the stated objective, not of a problem regularised by the jitter.
+The factor of ``K_ZZ`` is :class:`~skgpu_kernel.solvers.eigenpro3.ExactProjection`'s
+(float64, a jitter relative to the mean diagonal, grown tenfold until the
+factorisation succeeds).  With ``alpha = 0`` (plain least squares) ``(n_eff / p) T
+T^T`` can be numerically singular, so ``A``'s matrix always gets a jitter of
+``jitter`` times its mean diagonal as well (grown likewise); it changes the
+preconditioner only.
+
+The p x p factors, the coefficients and the CG vectors are float64; the kernel
+blocks ``K(X_rows, Z)`` stay in the training dtype (float32 by default).  Each
+iteration is one pass over the row blocks computing ``K_b [a, v]`` and ``K_b^T W_b
+[K_b a - Y_b, K_b v]`` for the current coefficients ``a`` and the search direction
+``v``: the same pass yields the training loss and the true gradient at ``a``, with
+no extra kernel work and no n-sized state.  Starting every iteration from the true
+residual (an exact line search, Polak-Ribiere directions: plain CG in exact
+arithmetic) keeps the objective from growing when rounding, amplified by ``B``,
+would make the recurrence drift (see :func:`_conjugate_gradients`).  Memory: two p
+x p float64 matrices (``16 p^2`` bytes; ``K_ZZ``'s factor and ``A``'s, plus the
+blocks :class:`ExactProjection` fills), a few p x l float64 vectors, and what the
+row blocks hold.
+
+Float32 blocks bound the attainable accuracy: a relative residual of 1e-5 to 1e-2
+where float64 reaches 1e-6 and below, and on nearly singular problems (tiny
+``alpha``, large bandwidths) the exact solution's coefficients are so large that
+float32 cannot evaluate them.  The default jitter is larger for float32
+(:func:`default_jitter`), which keeps CG out of the directions float32 cannot
+resolve; a run that stalls stops after ``n_iter_no_change`` iterations, and one
+whose measured objective grows returns its best coefficients with a warning.
+
+The rows reach the solver through a *row-block source*: any object whose
+``blocks()`` method yields, on each call, one pass over every training row exactly
+once as tuples ``(K_block, Y_block, w_block)``: ``K_block = K(X_rows, Z)`` of shape
+(rows, p) on the centers' device, ``Y_block`` of shape (rows, l) (or (rows,) for one
+output) and ``w_block`` of shape (rows,) or None for unit weights.  The order and
+the block sizes may change between passes.  :class:`KernelRowBlocks` computes the
+blocks from in-memory rows; :class:`CachedRowBlocks` slices a precomputed
+``K(X, Z)``.
+
+The loop only sees tensors; the caller validates, plans block sizes and memory and
+decides whether ``K(X, Z)`` is cached.
+
+References
+----------
+.. [1] A. Rudi, L. Carratino, L. Rosasco, "FALKON: An optimal large scale kernel
+   method", NeurIPS 2017.
+.. [2] G. Meanti, L. Carratino, L. Rosasco, A. Rudi, "Kernel methods through the
+   roof: handling billions of points efficiently", NeurIPS 2020.
+"""
+
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from .eigenpro3 import ExactProjection
+from .epochs import EpochClock, epoch_record, format_record
+
+__all__ = [
+    "CGSettings",
+    "CachedRowBlocks",
+    "CentersPreconditioner",
+    "CentersSolveResult",
+    "KernelRowBlocks",
+    "RowBlocks",
+    "center_kernel_block",
+    "default_jitter",
+    "fit_centers_cg",
+]
+
+# A factorisation that fails with the jitter is retried with ten times more, this
+# many times at most (as ExactProjection does for K(Z, Z)).
+_MAX_JITTER_GROWTHS = 8
+
+# The objective measured at an iterate this many times the lowest so far means
+# rounding dominates (the exact line search cannot make it grow); as in epochs.py.
+_GROWTH_FACTOR = 1.5
+
+
+def default_jitter(dtype):
+    """Relative jitter of the preconditioner's factorisations for kernel blocks in ``dtype``.
+
+    ``max(1e-10, 2500 eps)``: 1e-10 for float64 (``PROJECTION_JITTER``), 3e-4 for
+    float32.  With float32 blocks, ``K_b @ (B d)`` is rounding noise along the
+    directions ``B`` stretches the most, so the jitter caps that stretch: on
+    Gaussian kernels with ``alpha`` down to 1e-8, float32 runs with a jitter of
+    1e-10 or 1e-6 diverged at the first step, while 1e-4 to 1e-3 reached the
+    float64 fit's predictions within 1e-2 (3e-4 the best of 1e-4, 3e-4, 1e-3, 1e-2).
+
+    Examples
+    --------
+    >>> import torch
+    >>> default_jitter(torch.float64), round(default_jitter(torch.float32), 6)
+    (1e-10, 0.000298)
+    """
+    return max(1e-10, 2500.0 * torch.finfo(dtype).eps)
+
+
+@dataclass(frozen=True)
+class CGSettings:
+    """How :func:`fit_centers_cg` iterates.
+
+    Parameters
+    ----------
+    max_iterations : int, default=100
+        CG iterations at most (each one pass over the row blocks).
+    tol : float, default=1e-6
+        Stop when every output's residual of the preconditioned system,
+        ``||B^T (b - H a)||``, is at most ``tol`` times ``||B^T b||`` (or times its
+        value at the warm start, when that is larger: a zero target column).
+    jitter : float or None, default=None
+        Relative jitter (times the mean diagonal) of the Cholesky factorisations of
+        ``K(Z, Z)`` and of ``A``'s matrix.  It shapes the preconditioner only, not
+        the solution.  None: :func:`default_jitter` of the kernel blocks' dtype.
+    log : callable or None, default=None
+        Called with one progress line per iteration.
+    n_iter_no_change : int or None, default=10
+        Stop (unconverged) when the largest relative residual has not reached a new
+        low for this many iterations: the residual has hit the rounding floor of
+        the kernel blocks' dtype above ``tol``.  None: run up to ``max_iterations``.
+        Float32 blocks stall between 1e-5 and 1e-2 (LetterRecognition, p = 2000 and
+        10000) while their training loss is within 0.2% of float64's, and the
+        residual keeps making small new lows: with float32 pass ``tol`` ~1e-3.
+    """
+
+    max_iterations: int = 100
+    tol: float = 1e-6
+    jitter: float | None = None
+    log: Callable[[str], None] | None = None
+    n_iter_no_change: int | None = 10
+
+
+@dataclass
+class CentersSolveResult:
+    """What a run of :func:`fit_centers_cg` found.
+
+    Attributes
+    ----------
+    coef : Tensor of shape (p, l)
+        The coefficients, in the dtype of the kernel blocks.
+    n_iterations : int
+        CG iterations run (0 when the warm start already met the tolerance).
+    history : list of dict
+        One :func:`~skgpu_kernel.solvers.epochs.epoch_record` per iteration, with
+        the key ``relative_residual`` (the largest over the outputs, after the
+        iteration) after the core keys.
+    converged : bool
+        Whether every output met ``tol`` (an output that met it is not updated
+        again while the others iterate).
+    jitter : float
+        The relative jitter ``K(Z, Z)``'s factorisation used.
+    """
+
+    coef: torch.Tensor
+    n_iterations: int
+    history: list = field(default_factory=list)
+    converged: bool = False
+    jitter: float = 0.0
+
+
+class RowBlocks(Protocol):
+    """The row-block source :func:`fit_centers_cg` reads (see the module's docstring)."""
+
+    def blocks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """One pass over every row once: ``(K(X_rows, Z), Y_rows, w_rows or None)``."""
+        ...
+
+
+def center_kernel_block(kernel, centers):
+    """``rows -> K(rows, Z)``: the centers prepared once, in the rows' dtype.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    centers : Tensor of shape (p, d)
+        Raw centers on the rows' device.
+
+    Returns
+    -------
+    callable
+    """
+    prepared = {}
+
+    def kernel_block(rows):
+        if rows.dtype not in prepared:
+            prepared[rows.dtype] = kernel.prepare_centers(centers.to(rows.dtype))
+        return kernel.block(rows, prepared[rows.dtype])
+
+    return kernel_block
+
+
+def _as_matrix(Y):
+    return Y[:, None] if Y.ndim == 1 else Y
+
+
+class KernelRowBlocks:
+    """Row blocks of in-memory device tensors, their kernel blocks computed on each pass.
+
+    Parameters
+    ----------
+    X : Tensor of shape (n, d)
+    Y : Tensor of shape (n, l) or (n,)
+    weights : Tensor of shape (n,) or None
+    kernel_block : callable
+        ``kernel_block(X_rows) -> K(X_rows, Z)`` of shape (rows, p), e.g.
+        :func:`center_kernel_block` or, over
+        :class:`~skgpu_kernel.solvers.eigenpro3.CenterShards` on one device,
+        ``lambda rows: torch.cat(shards.blocks(rows), dim=1)``.
+    row_block : int
+        Rows per block.
+    """
+
+    def __init__(self, X, Y, weights, kernel_block, row_block):
+        self.X, self.Y, self.weights = X, _as_matrix(Y), weights
+        self.kernel_block, self.row_block = kernel_block, max(int(row_block), 1)
+
+    def blocks(self):
+        """Yield ``(K(X_rows, Z), Y_rows, w_rows or None)`` for consecutive rows."""
+        for start in range(0, self.X.shape[0], self.row_block):
+            rows = slice(start, start + self.row_block)
+            yield self.kernel_block(self.X[rows]), self.Y[rows], None if self.weights is None else self.weights[rows]
+
+
+class CachedRowBlocks:
+    """Row blocks sliced (as views) from a precomputed ``K(X, Z)``.
+
+    Parameters
+    ----------
+    K : Tensor of shape (n, p)
+    Y : Tensor of shape (n, l) or (n,)
+    weights : Tensor of shape (n,) or None
+    row_block : int
+        Rows per block (bounds the temporaries of a pass, not the cache).
+    """
+
+    def __init__(self, K, Y, weights, row_block):
+        self.K, self.Y, self.weights = K, _as_matrix(Y), weights
+        self.row_block = max(int(row_block), 1)
+
+    def blocks(self):
+        """Yield ``(K[rows], Y[rows], w[rows] or None)`` for consecutive rows."""
+        for start in range(0, self.K.shape[0], self.row_block):
+            rows = slice(start, start + self.row_block)
+            yield self.K[rows], self.Y[rows], None if self.weights is None else self.weights[rows]
+
+
+class CentersPreconditioner:
+    """Falkon's ``B = T^{-1} A^{-1}`` and ``K(Z, Z)`` from its factor, all float64.
+
+    ``K_ZZ + j I = T^T T`` is ``projection``'s factor (``T = L^T``) and ``A^T A =
+    (n_eff / p) T T^T + alpha I + delta I`` with ``delta`` a jitter of ``A``'s matrix
+    (see the module's docstring).
+
+    Parameters
+    ----------
+    projection : ExactProjection
+        Holds the lower factor ``L`` of ``K_ZZ + j I`` (``j`` relative to the mean
+        diagonal of ``K_ZZ``).
+    alpha : float
+    n_effective : float
+        Sum of the weights.
+    jitter : float
+        Initial relative jitter of ``A``'s matrix.
+    """
+
+    def __init__(self, projection, alpha, n_effective, jitter):
+        L = projection.factor
+        p = L.shape[0]
+        # The rows of L hold K_ii + j_abs with j_abs = jitter * mean(K_ii).
+        mean_diagonal = float(torch.linalg.vector_norm(L, dim=1).square().mean()) if p else 1.0
+        self.shift = projection.jitter * mean_diagonal / (1.0 + projection.jitter)
+        self.L, self.C = L, _factor_a(L, alpha, n_effective, jitter)  # C C^T = A^T A: A = C^T
+
+    def solve(self, d):
+        """``(B d, A^{-1} d)``: coefficients of a preconditioned vector, and ``T`` times them."""
+        u = torch.linalg.solve_triangular(self.C.mT, d, upper=True)
+        return torch.linalg.solve_triangular(self.L.mT, u, upper=True), u
+
+    def solve_transpose(self, g):
+        """``B^T g = A^{-T} T^{-T} g``."""
+        half = torch.linalg.solve_triangular(self.L, g, upper=False)
+        return torch.linalg.solve_triangular(self.C, half, upper=False)
+
+    def gram(self, coef, times_factor=None):
+        """``K_ZZ coef = T^T (T coef) - j coef``; ``times_factor`` is ``T coef`` when known."""
+        if times_factor is None:
+            times_factor = self.L.mT @ coef
+        return self.L @ times_factor - self.shift * coef
+
+
+def _factor_a(L, alpha, n_effective, jitter):
+    """Lower ``C``, ``C C^T = (n_eff / p) L^T L + (alpha + delta) I``, ``delta`` a jitter times the mean diagonal."""
+    p = L.shape[0]
+    info = torch.empty((), dtype=torch.int32, device=L.device)
+    for _ in range(_MAX_JITTER_GROWTHS):
+        matrix = L.mT @ L
+        matrix.mul_(n_effective / max(p, 1))
+        scale = float(matrix.diagonal().mean()) if p else 1.0
+        matrix.diagonal().add_(alpha + jitter * scale)
+        torch.linalg.cholesky_ex(matrix, out=(matrix, info))
+        if int(info) == 0:
+            return matrix
+        jitter *= 10.0
+    raise ValueError("The preconditioner's matrix is not positive definite even with a jitter; check the kernel.")
+
+
+def _first_pass(row_blocks, coef):
+    """``(K^T W Y, K^T W K coef or None, n_eff, dtype)`` in one pass."""
+    target = fitted = None
+    n_effective, dtype = 0.0, None
+    for K_block, Y_block, w_block in row_blocks.blocks():
+        Y_block = _as_matrix(Y_block).to(torch.float64)
+        if dtype is None:
+            dtype = K_block.dtype
+            target = torch.zeros(K_block.shape[1], Y_block.shape[1], dtype=torch.float64, device=K_block.device)
+            fitted = None if coef is None else torch.zeros_like(target)
+        w_column = None if w_block is None else w_block.to(torch.float64)[:, None]
+        weighted_Y = Y_block if w_column is None else Y_block * w_column
+        target += (K_block.mT @ weighted_Y.to(dtype)).to(torch.float64)
+        if coef is not None:
+            predictions = (K_block @ coef.to(dtype)).to(torch.float64)
+            fitted += (K_block.mT @ (predictions if w_column is None else predictions * w_column).to(dtype)).double()
+        n_effective += float(K_block.shape[0] if w_block is None else w_column.sum())
+    if dtype is None:
+        raise ValueError("The row blocks yielded no rows.")
+    return target, fitted, n_effective, dtype
+
+
+def _iteration_pass(row_blocks, coef, direction, dtype):
+    """One pass: ``(K^T W (K coef - Y), K^T W K direction, sum_i w_i ||K(x_i, Z) coef - y_i||^2)``."""
+    n_outputs = coef.shape[1]
+    both = torch.cat([coef, direction], dim=1).to(dtype)
+    images = torch.zeros(coef.shape[0], 2 * n_outputs, dtype=torch.float64, device=coef.device)
+    loss = torch.zeros((), dtype=torch.float64, device=coef.device)
+    for K_block, Y_block, w_block in row_blocks.blocks():
+        products = K_block @ both
+        residual = products[:, :n_outputs].to(torch.float64) - _as_matrix(Y_block).to(torch.float64)
+        values = torch.cat([residual.to(dtype), products[:, n_outputs:]], dim=1)
+        if w_block is None:
+            loss += residual.square().sum()
+        else:
+            loss += (residual.square() * w_block.to(torch.float64)[:, None]).sum()
+            values = values * w_block.to(dtype)[:, None]
+        images += (K_block.mT @ values).to(torch.float64)
+    return images[:, :n_outputs], images[:, n_outputs:], float(loss)
+
+
+def _column_norms(matrix):
+    return torch.linalg.vector_norm(matrix, dim=0)
+
+
+def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None):
+    """Fit the coefficients of the centers by preconditioned conjugate gradients.
+
+    Minimises ``sum_i w_i ||K(x_i, Z) a - y_i||^2 + alpha trace(a^T K(Z, Z) a)``
+    (see the module's docstring for the convention and the method).
+
+    Parameters
+    ----------
+    kernel : Kernel
+    row_blocks : RowBlocks
+        The training rows as blocks ``(K(X_rows, Z), Y_rows, w_rows or None)``:
+        :class:`KernelRowBlocks`, :class:`CachedRowBlocks` or any object with such
+        a ``blocks()`` method.
+    centers : Tensor of shape (p, d)
+        Raw centers (``kernel(centers, centers)`` is ``K(Z, Z)``) on the device of
+        the kernel blocks, the same rows the blocks were computed against.
+    alpha : float
+        Penalty (``>= 0``) against the sum of the weighted squared errors.
+    settings : CGSettings
+    coef_init : Tensor of shape (p, l) or None, default=None
+        Warm start.
+
+    Returns
+    -------
+    CentersSolveResult
+        ``history[k - 1]["train_loss"]`` is the objective divided by ``n_eff l`` at
+        the coefficients iteration ``k`` started from (measured in its pass, as
+        the EigenPro loops measure each batch before its step).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skgpu_kernel.kernels import Gaussian
+    >>> X = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
+    >>> kernel, Z = Gaussian(bandwidth=0.3), X[::4]
+    >>> rows = KernelRowBlocks(X, torch.sin(6 * X), None, center_kernel_block(kernel, Z), row_block=16)
+    >>> result = fit_centers_cg(kernel, rows, Z, 1e-3, CGSettings(tol=1e-8))
+    >>> result.converged, result.coef.shape
+    (True, torch.Size([10, 1]))
+    """
+    coef = None if coef_init is None else _as_matrix(coef_init).to(centers.device, torch.float64)
+    target, fitted, n_effective, dtype = _first_pass(row_blocks, coef)
+    jitter = default_jitter(dtype) if settings.jitter is None else settings.jitter
+    projection = ExactProjection(kernel, centers, jitter, torch.float64)
+    preconditioner = CentersPreconditioner(projection, alpha, n_effective, jitter)
+    if coef is None:
+        coef, gradient = torch.zeros_like(target), target
+    else:
+        gradient = target - fitted - alpha * preconditioner.gram(coef)
+    residual = preconditioner.solve_transpose(gradient)
+    reference = torch.maximum(_column_norms(preconditioner.solve_transpose(target)), _column_norms(residual))
+    problem = _Problem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype)
+    history, converged = _conjugate_gradients(problem, coef, residual, reference, settings)
+    return CentersSolveResult(coef.to(dtype), len(history), history, converged, projection.jitter)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    row_blocks: object
+    preconditioner: CentersPreconditioner
+    alpha: float
+    loss_scale: float  # n_eff * l
+    dtype: torch.dtype
+
+
+def _relative(residual, reference):
+    norms = _column_norms(residual)
+    return torch.where(reference > 0, norms / reference.clamp_min(1e-300), torch.zeros_like(norms))
+
+
+def _conjugate_gradients(problem, coef, residual, reference, settings):
+    """CG on ``B^T H B beta = B^T b`` tracking ``a = B beta`` in ``coef`` (in place); ``(history, converged)``.
+
+    Each pass also yields the gradient at the current coefficients, so every
+    iteration starts from the true residual ``B^T (b - H a)`` rather than the one
+    the recurrence carries: the step is the exact line search along the direction
+    (the objective cannot grow) and the direction follows Polak-Ribiere, which is
+    plain CG in exact arithmetic.  Without this, rounding in ``B`` (whose condition
+    number grows as the jitter and ``alpha`` shrink) let the recurrence drift from
+    the true residual and the objective grew again after ~10 iterations on
+    numerically singular problems.  The stopping test reads the residual one step
+    after the true one.
+    """
+    preconditioner, alpha, history = problem.preconditioner, problem.alpha, []
+    relative = _relative(residual, reference)
+    met = relative <= settings.tol  # columns that met the tolerance: frozen from then on
+    broken = torch.zeros_like(met)  # columns whose curvature was not positive (rounding): stopped unconverged
+    direction, monitor = residual.clone(), _Monitor(coef, settings.n_iter_no_change)
+    n_outputs, coef_factor = coef.shape[1], preconditioner.L.mT @ coef
+    clock = EpochClock(coef.device)
+    for iteration in range(1, settings.max_iterations + 1):
+        active = ~(met | broken)
+        if not bool(active.any()):
+            break
+        clock.start()
+        step_coef, step_factor = preconditioner.solve(direction)
+        gradient, image, data_loss = _iteration_pass(problem.row_blocks, coef, step_coef, problem.dtype)
+        # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
+        # each reads a p x p matrix, which dominates the p-space work when p is large.
+        at_centers = preconditioner.gram(torch.cat([coef, step_coef], 1), torch.cat([coef_factor, step_factor], 1))
+        train_loss = (data_loss + alpha * float((coef * at_centers[:, :n_outputs]).sum())) / problem.loss_scale
+        if monitor.diverged(train_loss, coef):
+            return history, False
+        both = preconditioner.solve_transpose(torch.cat([gradient, image], 1).add_(at_centers, alpha=alpha))
+        residual, image = both[:, :n_outputs].neg(), both[:, n_outputs:]
+        curvature = (direction * image).sum(dim=0)
+        broken |= active & ~(curvature > 0)
+        active &= ~broken
+        step = torch.where(active, (residual * direction).sum(dim=0) / curvature.clamp_min(1e-300), 0.0)
+        coef.add_(step_coef * step)
+        coef_factor.add_(step_factor * step)  # T a, updated as a is
+        new_residual = residual - image * step
+        relative = _relative(new_residual, reference)
+        ratio = (new_residual * (new_residual - residual)).sum(dim=0) / _column_norms(residual).square()
+        direction = new_residual + direction * ratio.nan_to_num(0.0).clamp_min(0.0)
+        met |= active & (relative <= settings.tol)
+        history.append(_record(iteration, train_loss, step, clock.seconds(), relative, settings))
+        active &= ~met
+        if bool(active.any()) and monitor.stagnated(float(relative[active].max()), settings.log):
+            break
+    return history, bool(met.all())
+
+
+class _Monitor:
+    """Rollback to the best measured coefficients when the objective grows; residual stagnation.
+
+    The objective is measured in the kernel blocks' dtype at the coefficients an
+    iteration starts from (rounded to that dtype, as they will be returned).  The
+    exact line search cannot make it grow, so growth by ``_GROWTH_FACTOR`` means
+    rounding has taken over: with float32 blocks and a tiny ``alpha`` the exact
+    solution can have coefficients so large that float32 cannot evaluate it.
+    """
+
+    def __init__(self, coef, n_iter_no_change):
+        self.n_iter_no_change = n_iter_no_change
+        self.best_loss, self.best_coef = math.inf, coef.clone()
+        self.lowest_residual, self.without_new_low = math.inf, 0
+
+    def diverged(self, train_loss, coef):
+        """Record the objective at ``coef``; on growth put the best coefficients back (a warning) and say so."""
+        if math.isfinite(train_loss) and train_loss <= _GROWTH_FACTOR * self.best_loss:
+            if train_loss < self.best_loss:
+                self.best_loss = train_loss
+                self.best_coef.copy_(coef)
+            return False
+        coef.copy_(self.best_coef)
+        warnings.warn(
+            f"Conjugate gradients on the centers stopped: the objective grew to {train_loss:.4g} from "
+            f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best coefficients. "
+            "Use float64 or a larger alpha.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return True
+
+    def stagnated(self, residual, log):
+        """Record the largest relative residual; True after ``n_iter_no_change`` iterations without a new low."""
+        if residual < self.lowest_residual:
+            self.lowest_residual, self.without_new_low = residual, 0
+            return False
+        self.without_new_low += 1
+        if self.n_iter_no_change is None or self.without_new_low < self.n_iter_no_change:
+            return False
+        if log is not None:
+            log(
+                f"stopping: the relative residual has not fallen below {self.lowest_residual:.3g} for "
+                f"{self.n_iter_no_change} iterations"
+            )
+        return True
+
+
+def _record(iteration, train_loss, step, seconds, relative, settings):
+    """The iteration's record (learning rate: the mean CG step of the columns that moved), logged."""
+    moved = step[step != 0]
+    learning_rate = float(moved.mean()) if moved.numel() else 0.0
+    record = epoch_record(
+        iteration, iteration, train_loss, learning_rate, seconds, relative_residual=float(relative.max())
+    )
+    if settings.log is not None:
+        line = format_record(record, settings.max_iterations)
+        settings.log(f"{line}, relative residual {record['relative_residual']:.3g}")
+    return record
