@@ -27,7 +27,7 @@ from .buffer import is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
 from .parallel.distributed import default_process_group
-from .planning.kernel import KernelSettings
+from .planning.kernel import KernelProblem, KernelSettings, plan_centers_solver
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.kernel_fit import DeviceCopier, KernelFitSettings, KernelHostData, KernelRuntime, fit_kernel_model
 
@@ -63,6 +63,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "centers": [None, "array-like"],
         "cache_kernel": ["boolean", StrOptions({"auto"})],
         "projection": [StrOptions({"auto", "exact", "iterative"})],
+        "solver": [StrOptions({"auto", "cg", "eigenpro"})],
         "distributed": ["boolean"],
     }
 
@@ -94,6 +95,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         centers=None,
         cache_kernel="auto",
         projection="auto",
+        solver="auto",
         distributed=False,
     ):
         self.kernel = kernel
@@ -121,6 +123,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.centers = centers
         self.cache_kernel = cache_kernel
         self.projection = projection
+        self.solver = solver
         self.distributed = distributed
 
     # --- fitting -------------------------------------------------------------------
@@ -136,6 +139,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
                 "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
             )
+        self.solver_ = _resolve_solver(self, X.shape, Y.shape[1], runtime, streams)
         self.early_stopping_ = self._validates(X.shape[0], streams)
         X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, runtime.rng)
         intercept = np.average(Y_train, axis=0, weights=w_train) if self.fit_intercept else np.zeros(Y.shape[1])
@@ -174,9 +178,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """Whether this fit holds out a validation split: ``early_stopping`` resolved."""
         if self.early_stopping != "auto":
             return self.early_stopping
-        # Without a penalty the iteration converges to the interpolant, so held-out
-        # data decides when to stop; with one, the penalised loss converges by itself.
-        return self.alpha == 0 and n_samples >= _AUTO_VALIDATION_MIN_SAMPLES and not streams
+        # Without a penalty EigenPro heads for the interpolant, so held-out data
+        # decides when to stop; a penalised loss, or CG's exact solve, converges by itself.
+        if self.solver_ == "cg" or streams:
+            return False
+        return self.alpha == 0 and n_samples >= _AUTO_VALIDATION_MIN_SAMPLES
 
     def _resolve_runtime(self):
         """Devices, dtype, memory budget, random state and process group of this fit."""
@@ -213,20 +219,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
             n_epochs=self.n_epochs,
             tol=self.tol,
             n_iter_no_change=self.n_iter_no_change,
-            validation_score=self._intercept_scorer(intercept),
+            validation_score=_with_intercept(self._validation_score, intercept),
             name=type(self).__name__,
             alpha=self.alpha,
             stop_on_train_loss=True,
+            solver=self.solver_,
         )
-
-    def _intercept_scorer(self, intercept):
-        """The validation score of predictions made without the intercept (the loops fit centred targets)."""
-
-        def score(predictions, targets):
-            shift = torch.as_tensor(intercept, dtype=predictions.dtype, device=predictions.device)
-            return self._validation_score(predictions + shift, targets)
-
-        return score
 
     def _resolve_devices(self):
         """The training devices: one, or several when ``device`` is a list (the first is the main one)."""
@@ -236,20 +234,14 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return [resolve_device(spec) for spec in specs]
 
     def _store_fit(self, runtime, settings, fit, order):
-        """Every fitted attribute of the EigenPro estimators, from the fit's plan and result."""
-        plan, spectrum, result = fit.plan, fit.spectrum, fit.result
-        n_components = spectrum.preconditioner.n_components
+        """Every fitted attribute of the kernel estimators, from the fit's plan and result."""
+        result = fit.result
         devices = runtime.devices
         self.device_ = [str(each) for each in devices] if len(devices) > 1 else str(devices[0])
         self.dtype_ = np.dtype(self.dtype)
         self.memory_budget_ = runtime.budget
         self.kernel_, self.bandwidth_, self.X_offset_ = settings.kernel, settings.bandwidth, settings.offset
-        self.subsample_size_ = plan.subsample_size
-        self.top_eigenvalues_ = spectrum.eigenvalues[: n_components + 1].copy()
-        self.n_components_ = n_components
-        self.batch_capacity_ = plan.capacity
         self.throughput_probe_ = fit.throughputs
-        self.critical_batch_size_ = (spectrum.critical_batch, spectrum.critical_batch_preconditioned)
         self.scaling_rule_ = settings.scaling_rule
         self.batch_size_ = result.batch_size
         self.learning_rate_ = result.learning_rate
@@ -260,11 +252,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.centers_ = fit.centers.astype(self.dtype_, copy=False)
         self.dual_coef_ = result.coef.cpu().numpy()
         self.n_centers_ = fit.centers.shape[0]
-        self.projection_ = plan.projection
-        self.kernel_cached_ = plan.cached
-        self.streamed_ = plan.streamed
-        self.n_temporary_centers_ = plan.n_temporary
         self.n_projections_ = getattr(result, "n_projections", 0)
+        for name, value in _eigenpro_decisions(fit.plan, fit.spectrum).items():
+            setattr(self, name, value)
         self._training_order = order
         self._device_cache = fit.device_cache
 
@@ -367,6 +357,57 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
         return tags
+
+
+def _with_intercept(validation_score, intercept):
+    """The validation score of predictions made without the intercept (the loops fit centred targets)."""
+
+    def score(predictions, targets):
+        shift = torch.as_tensor(intercept, dtype=predictions.dtype, device=predictions.device)
+        return validation_score(predictions + shift, targets)
+
+    return score
+
+
+def _resolve_solver(estimator, X_shape, n_outputs, runtime, streams):
+    """``solver`` resolved by :func:`~skgpu_kernel.planning.kernel.plan_centers_solver`."""
+    if estimator.n_centers is None and estimator.centers is None:
+        if estimator.solver == "cg":
+            raise ValueError("solver='cg' fits a model on centers: set n_centers or centers.")
+        return "eigenpro"
+    n_rows, n_features = X_shape
+    n_centers = min(estimator.n_centers, n_rows) if estimator.centers is None else len(estimator.centers)
+    n_shards = runtime.group.size() if runtime.group is not None else len(runtime.devices)
+    itemsize = torch.finfo(runtime.dtype).bits // 8
+    problem = KernelProblem(n_rows, n_features, n_outputs, itemsize, 1, n_centers, n_shards, streamed=streams)
+    solver = plan_centers_solver(problem, runtime.budget, estimator.solver)[0]
+    if solver == "eigenpro" and estimator.alpha > 0:
+        where = "sharded centers or streamed data" if n_shards > 1 or streams else "its p x p factors do not fit"
+        raise ValueError(
+            f"alpha={estimator.alpha} with centers is solved by solver='cg', which cannot run here ({where} "
+            "memory_budget); EigenPro 3's SGD has no penalty. Use alpha=0, fewer centers or a larger budget."
+        )
+    return solver
+
+
+def _eigenpro_decisions(plan, spectrum):
+    """The spectrum and layout attributes; None where the CG solver has no such decision."""
+    if plan is None:
+        names = ("subsample_size_", "top_eigenvalues_", "n_components_", "batch_capacity_")
+        decisions = dict.fromkeys((*names, "critical_batch_size_", "projection_"))
+        return {**decisions, "kernel_cached_": False, "streamed_": False, "n_temporary_centers_": 0}
+    n_components = spectrum.preconditioner.n_components
+    return {
+        "subsample_size_": plan.subsample_size,
+        "top_eigenvalues_": spectrum.eigenvalues[: n_components + 1].copy(),
+        "n_components_": n_components,
+        "batch_capacity_": plan.capacity,
+        "critical_batch_size_": (spectrum.critical_batch, spectrum.critical_batch_preconditioned),
+        "projection_": plan.projection,
+        "kernel_cached_": plan.cached,
+        "streamed_": plan.streamed,
+        "n_temporary_centers_": plan.n_temporary,
+    }
 
 
 # early_stopping="auto" holds out a validation split from this many samples on
@@ -528,6 +569,18 @@ default="eigenpro"
         the budget (then cached).  ``"auto"`` is exact when it fits
         ``memory_budget``, before the kernel cache: the iterative projection
         costs up to 100 passes over ``K(centers, centers)`` each time.
+    solver : {"auto", "cg", "eigenpro"}, default="auto"
+        How the model on ``n_centers`` or ``centers`` is fitted.  ``"cg"``: conjugate
+        gradients on the penalised normal equations, preconditioned with the
+        ``K(centers, centers)`` Cholesky factor (Falkon's preconditioner), to the
+        exact penalised least-squares solution on the centers, one pass over the data
+        per iteration (``n_epochs`` bounds the iterations; two ``p x p`` float64
+        factors, ``16 p^2`` bytes).  ``"eigenpro"``: EigenPro 3's projected SGD, which
+        needs no ``p x p`` matrix.  ``"auto"`` takes CG when its factors, the data and
+        a block of kernel rows fit ``memory_budget`` on one device with the data in
+        memory, and EigenPro 3 otherwise (sharded centers, streamed data, large
+        ``p``).  Every training point a center always trains by EigenPro 2.  The
+        choice is ``solver_``.  ``alpha > 0`` with centers needs CG.
     distributed : bool, default=False
         EigenPro 3 only: shard the centers over the ranks of the initialised
         default ``torch.distributed`` process group (torchrun).  Every rank must
@@ -575,7 +628,15 @@ _COMMON_ATTRIBUTES = """
         The targets' weighted mean added to the kernel model's output (zero without
         ``fit_intercept``); an array for the classifier and for 2-D targets.
     early_stopping_ : bool
-        Whether the fit held out a validation split (``early_stopping`` resolved).
+        Whether the fit held out a validation split (``early_stopping`` resolved;
+        ``"auto"`` never holds one out for the CG solver, which converges to its
+        exact solution).
+    solver_ : {"eigenpro", "cg"}
+        The solver used (``solver`` resolved).  With ``"cg"`` the EigenPro decisions
+        (``subsample_size_``, ``top_eigenvalues_``, ``n_components_``,
+        ``batch_capacity_``, ``critical_batch_size_``, ``batch_size_``,
+        ``learning_rate_``, ``projection_``) are None, and each ``history_`` record
+        is a CG iteration (one pass over the data).
     n_epochs_total_ : int
         Epochs run since the last fit without ``warm_start``.
     n_steps_total_ : int

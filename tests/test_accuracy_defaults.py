@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.kernel_ridge import KernelRidge
+from sklearn.metrics.pairwise import rbf_kernel
 from sklearn.model_selection import GridSearchCV
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
@@ -24,7 +25,11 @@ def _smooth_problem(seed=0, n=300, d=5, offset=0.0):
     return X, y, rng.randn(100, d)
 
 
-PATHS = {"eigenpro2": {}, "eigenpro3": {"n_centers": 120}}
+PATHS = {
+    "eigenpro2": {},
+    "eigenpro3": {"n_centers": 120, "solver": "eigenpro"},
+    "cg": {"n_centers": 120, "solver": "cg"},
+}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -33,7 +38,8 @@ def test_adding_a_constant_to_y_shifts_predictions_by_it(path):
     params = dict(bandwidth=BANDWIDTH, dtype="float64", n_epochs=8, random_state=0, **PATHS[path])
     base = AdaptiveKernelRegressor(**params).fit(X, y)
     shifted = AdaptiveKernelRegressor(**params).fit(X, y + 1000.0)
-    assert base.early_stopping_ and shifted.intercept_ == pytest.approx(base.intercept_ + 1000.0, rel=1e-12)
+    assert base.early_stopping_ == (path != "cg")  # CG converges to its exact solution: no held-out split
+    assert shifted.intercept_ == pytest.approx(base.intercept_ + 1000.0, rel=1e-12)
     np.testing.assert_allclose(
         shifted.dual_coef_, base.dual_coef_, rtol=1e-6, atol=1e-9 * np.abs(base.dual_coef_).max()
     )
@@ -120,3 +126,64 @@ def test_defaults_match_tuned_kernel_ridge_on_offset_heteroscedastic_data():
     search.fit(X, y - y.mean())
     ridge_mse = np.mean((search.predict(X_test) + y.mean() - y_test) ** 2)
     assert ours_mse <= 1.05 * ridge_mse, (ours_mse, ridge_mse, search.best_params_)
+
+
+def _gaussian(A, B):
+    return rbf_kernel(A, B, gamma=GAMMA)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_centers_with_alpha_converge_to_the_exact_penalised_least_squares(alpha):
+    X, y, X_test = _smooth_problem(seed=4, n=800, offset=3.0)
+    weights = np.random.RandomState(5).uniform(0.5, 2.0, size=X.shape[0])
+    centers = X[::8]
+    K, K_centers = _gaussian(X, centers), _gaussian(centers, centers)
+    mean = np.average(y, weights=weights)
+    normal = K.T @ (weights[:, None] * K) + alpha * K_centers
+    coef = np.linalg.lstsq(normal, K.T @ (weights * (y - mean)), rcond=None)[0]
+    reference = _gaussian(X_test, centers) @ coef + mean
+    model = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, centers=centers, alpha=alpha, dtype="float64", random_state=0)
+    model.fit(X, y, sample_weight=weights)
+    assert model.solver_ == "cg" and not model.early_stopping_
+    error = np.linalg.norm(model.predict(X_test) - reference) / np.linalg.norm(reference - mean)
+    assert error <= 1e-5, error
+    assert model.n_epochs_ == len(model.history_) < model.n_epochs
+
+
+def test_solver_choice_and_its_errors():
+    X, y, _ = _smooth_problem(n=400)
+    eigenpro = AdaptiveKernelRegressor(n_centers=40, solver="eigenpro", n_epochs=2, random_state=0).fit(X, y)
+    assert eigenpro.solver_ == "eigenpro" and eigenpro.projection_ is not None
+    everywhere = AdaptiveKernelRegressor(n_epochs=2, random_state=0).fit(X, y)
+    assert everywhere.solver_ == "eigenpro"
+    with pytest.raises(ValueError, match="solver='cg' fits a model on centers"):
+        AdaptiveKernelRegressor(solver="cg").fit(X, y)
+    with pytest.raises(ValueError, match="EigenPro 3's SGD has no penalty"):
+        AdaptiveKernelRegressor(n_centers=40, solver="eigenpro", alpha=1.0).fit(X, y)
+    with pytest.raises(ValueError, match=r"solver='cg' needs .* more than memory_budget"):
+        AdaptiveKernelRegressor(n_centers=300, solver="cg", memory_budget=1_000_000).fit(X, y)
+    small = AdaptiveKernelRegressor(n_centers=300, memory_budget=1_500_000, n_epochs=2, random_state=0).fit(X, y)
+    assert small.solver_ == "eigenpro"  # 16 p^2 = 1.44 MB of factors do not fit next to the data
+
+
+REAL_DATASETS = ["Computers", "VietNamI", "BudgetFood", "HI", "LetterRecognition", "DNA", "FashionMNIST"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", REAL_DATASETS)
+def test_no_divergence_rollback_with_defaults_on_the_benchmarked_datasets(name):
+    """The real-data benchmark's split and preprocessing, its first 1500 training rows, our defaults."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = pytest.importorskip("bench_real_data")
+    try:
+        X_train, y_train, X_test, y_test, _ = bench.prepare(name, max_train=1500)
+    except (ImportError, FileNotFoundError) as error:  # the data package is not installed
+        pytest.skip(str(error))
+    estimator = AdaptiveKernelClassifier if name in bench.CLASSIFICATION else AdaptiveKernelRegressor
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Training diverged", category=RuntimeWarning)
+        model = estimator(random_state=0).fit(X_train, y_train)
+    assert model.score(X_test, y_test) > 0.0

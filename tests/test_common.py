@@ -23,15 +23,21 @@ from skgpu_kernel.parallel import DataParallel, Parle
 # number of samples and the fits do not depend on the timing-based capacity probe.
 # Each variant takes a different path through the planner and the solvers (as
 # imbalanced-learn checks its estimators under several parameter sets): EigenPro 3
-# with the exact and the iterative projection, cached or recomputed kernel columns.
+# with the exact and the iterative projection, cached or recomputed kernel columns,
+# and the conjugate-gradient solver for centers (what solver="auto" picks when its
+# p x p factors fit, as they do here) with a ridge penalty.
 # A streamed fit needs a memory-mapped X, which the checks never pass, and a budget
 # under the size of their tiny data sets, which no EigenPro 3 fit fits in: it is
 # checked against the in-memory fit in tests/test_eigenpro3.py instead.
 ESTIMATORS = [
     AdaptiveKernelRegressor(random_state=0),
     AdaptiveKernelClassifier(random_state=0),
-    AdaptiveKernelRegressor(n_centers=50, projection="exact", random_state=0),
-    AdaptiveKernelRegressor(n_centers=50, projection="iterative", cache_kernel=False, random_state=0),
+    AdaptiveKernelRegressor(n_centers=50, solver="eigenpro", projection="exact", random_state=0),
+    AdaptiveKernelRegressor(
+        n_centers=50, solver="eigenpro", projection="iterative", cache_kernel=False, random_state=0
+    ),
+    AdaptiveKernelClassifier(n_centers=50, solver="eigenpro", random_state=0),
+    AdaptiveKernelRegressor(n_centers=50, alpha=1e-3, random_state=0),
     AdaptiveKernelClassifier(n_centers=50, random_state=0),
     BufferedSGDRegressor(random_state=0),
     BufferedSGDClassifier(random_state=0),
@@ -59,7 +65,10 @@ _SGD_WEIGHT_REASON = (
     "far beyond the check's rtol=1e-7 (scikit-learn exempts its SGD estimators for the "
     "same reason). tests/test_kernel_machines.py and tests/test_linear_model.py check the "
     "exact parts instead: unit weights equal no weights, and weights scale each sample's "
-    "loss as documented."
+    "loss as documented. The kernel machines' CG solver for centers is exact, but "
+    "bandwidth='auto' follows the variance of X, which repeated rows change and weights do "
+    "not, and the centers are drawn from the rows; with the same kernel and centers, "
+    "tests/test_accuracy_defaults.py checks that weights reach the exact weighted solution."
 )
 EXPECTED_FAILED_CHECKS = {
     "AdaptiveKernelRegressor": {"check_sample_weight_equivalence_on_dense_data": _SGD_WEIGHT_REASON},

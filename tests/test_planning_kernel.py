@@ -19,6 +19,7 @@ from skgpu_kernel.planning.kernel import (
     KernelSettings,
     TrainingMemoryPlan,
     operating_batch,
+    plan_centers_solver,
     plan_eigenpro2,
     plan_eigenpro2_layout,
     plan_eigenpro3,
@@ -199,3 +200,27 @@ def test_memory_account_sums_its_items():
     assert account.total == 90 and account.fits() and account["cache"] == 50 and account["missing"] == 0
     assert not account.with_item("more", 11).fits()
     assert account.describe() == "memory data 30 B + cache 50 B + batch 10 B = 90 B of 100 B"
+
+
+@pytest.mark.parametrize(
+    ("case", "problem", "budget", "solver", "expected"),
+    [
+        ("factors fit", KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000), 10**8, "auto", "cg"),
+        ("factors do not fit", KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000), 10**7, "auto", "eigenpro"),
+        ("sharded centers", KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000, n_shards=2), 10**9, "auto", "eigenpro"),
+        ("streamed data", KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000, streamed=True), 10**9, "auto", "eigenpro"),
+        ("asked for", KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000), 10**7, "eigenpro", "eigenpro"),
+    ],
+)
+def test_centers_solver_table(case, problem, budget, solver, expected):
+    chosen, memory = plan_centers_solver(problem, budget, solver)
+    assert chosen == expected, case
+    assert memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
+
+
+def test_centers_solver_cg_that_cannot_run_is_an_error():
+    problem = KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000)
+    with pytest.raises(ValueError, match=r"solver='cg' needs memory .* more than memory_budget"):
+        plan_centers_solver(problem, 10**7, "cg")
+    with pytest.raises(ValueError, match="one device with the data in memory"):
+        plan_centers_solver(KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000, n_shards=2), 10**9, "cg")

@@ -35,6 +35,7 @@ __all__ = [
     "TrainingMemoryPlan",
     "auto_subsample_size",
     "operating_batch",
+    "plan_centers_solver",
     "plan_eigenpro2",
     "plan_eigenpro2_layout",
     "plan_eigenpro3",
@@ -617,3 +618,62 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
         row_block=max(min(batch_size, 4096), 1),
         buffer_rows=layout.buffer_rows,
     )
+
+
+# The conjugate-gradient solver for centers keeps two p x p float64 factors (the
+# Cholesky factor of K(Z, Z) and that of the preconditioner's inner matrix) and
+# evaluates K(X, Z) in blocks of this many rows per pass.
+CG_FACTOR_BYTES = 2 * 8
+CG_ROW_BLOCK = 2048
+
+
+def plan_centers_solver(problem, budget, solver):
+    """Which solver fits the model on ``p`` centers: ``"cg"`` or ``"eigenpro"``, and its memory account.
+
+    Conjugate gradients on the penalised normal equations, preconditioned with the
+    ``K(centers, centers)`` factor (Falkon's), reach the exact solution in tens of
+    passes over the data, whatever the conditioning; EigenPro 3's SGD needs no
+    ``p x p`` matrix.  ``"auto"`` takes CG when its factors, the training data and a
+    block of kernel rows fit the budget on one device with the data in memory (as
+    scikit-learn's ``Ridge(solver="auto")`` picks a direct solver when it can), and
+    EigenPro 3 otherwise: for centers sharded over devices or ranks, for streamed
+    data, or when ``p`` is too large for ``p x p`` factors.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        With ``n_centers`` set.
+    budget : int
+    solver : {"auto", "cg", "eigenpro"}
+
+    Returns
+    -------
+    solver : str
+    memory : MemoryAccount
+        What CG would use.
+
+    Raises
+    ------
+    ValueError
+        ``solver="cg"`` where it cannot run: sharded centers, streamed data, or
+        factors that do not fit the budget.
+    """
+    p, rows = problem.n_centers, min(problem.n_rows, CG_ROW_BLOCK)
+    memory = MemoryAccount(
+        budget,
+        (
+            ("training data", problem.n_rows * (problem.n_features + problem.n_outputs + 1) * problem.itemsize),
+            ("K(Z, Z) factors (float64)", CG_FACTOR_BYTES * p * p),
+            ("kernel row block", rows * p * problem.entry_bytes),
+        ),
+    )
+    possible = problem.n_shards == 1 and not problem.streamed
+    if solver == "cg" and not possible:
+        raise ValueError("solver='cg' runs on one device with the data in memory; use solver='eigenpro' here.")
+    if solver == "cg" and not memory.fits():
+        raise ValueError(
+            f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
+        )
+    if solver == "auto":
+        solver = "cg" if possible and memory.fits() else "eigenpro"
+    return solver, memory

@@ -24,6 +24,7 @@ from ..buffer import as_row_source
 from ..parallel.distributed import agree
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
+    CG_ROW_BLOCK,
     PROJECTION_JITTER,
     PROJECTION_MAX_ITERATIONS,
     PROJECTION_TOL,
@@ -36,6 +37,7 @@ from ..planning.kernel import (
 )
 from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
+from .centers_cg import CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
 from .eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
 from .eigenpro3 import (
     CenterShards,
@@ -45,6 +47,10 @@ from .eigenpro3 import (
     StreamedBatches,
     fit_eigenpro3,
 )
+
+# Relative residual of the preconditioned normal equations at which CG stops: far
+# below the statistical error of any model it fits, near float32's resolution.
+CG_TOL = 1e-6
 
 __all__ = ["DeviceCopier", "KernelFit", "KernelFitSettings", "KernelHostData", "KernelRuntime", "fit_kernel_model"]
 
@@ -121,6 +127,7 @@ class KernelFitSettings:
     name: str
     alpha: float = 0.0
     stop_on_train_loss: bool = False
+    solver: str = "eigenpro"
 
 
 @dataclass
@@ -133,6 +140,7 @@ class KernelFit:
     result: object
     centers: np.ndarray
     device_cache: tuple
+    solver: str = "eigenpro"
 
 
 def fit_kernel_model(data, runtime, settings):
@@ -148,6 +156,8 @@ def fit_kernel_model(data, runtime, settings):
     -------
     KernelFit
     """
+    if data.centers is not None and settings.solver == "cg":
+        return _fit_centers_by_cg(data, runtime, settings)
     path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
     layout = path.layout()
     capacity, throughputs = path.capacity(layout)
@@ -409,6 +419,44 @@ class _EigenPro3Path(_Path):
         order = data.order
         Y_dev = self.to_device(data.Y[order], center=False)
         return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
+
+
+@dataclass
+class CentersCGResult:
+    """What the conjugate-gradient solve of the centers produced, in the loops' result fields."""
+
+    coef: torch.Tensor
+    n_epochs: int
+    n_steps: int
+    history: list
+    converged: bool
+    batch_size: None = None
+    learning_rate: None = None
+
+
+def _fit_centers_by_cg(data, runtime, settings):
+    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches)."""
+    device, kernel = runtime.devices[0], settings.kernel
+    to_device = DeviceCopier(device, runtime.dtype, settings.offset)
+    centers = to_device(data.centers)
+    X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
+    weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
+    rows = KernelRowBlocks(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
+    # tol=None asks for every iteration up to the bound, as it asks for every epoch.
+    cg = CGSettings(max_iterations=settings.n_epochs, tol=0.0 if settings.tol is None else CG_TOL, log=runtime.log)
+    if runtime.log is not None:
+        runtime.log(f"[{settings.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg")
+    coef_init = None if data.coef_init is None else data.coef_init.to(device)
+    solved = fit_centers_cg(kernel, rows, centers, settings.alpha, cg, coef_init)
+    coef = solved.coef.to(runtime.dtype)
+    if data.validation is not None and solved.history:
+        X_val, Y_val = to_device(data.validation[0]), to_device(data.validation[1], center=False)
+        predictions = center_kernel_block(kernel, centers)(X_val) @ coef
+        solved.history[-1]["validation_score"] = float(settings.validation_score(predictions, Y_val))
+    n = len(solved.history)
+    result = CentersCGResult(coef, n, n, solved.history, solved.converged)
+    prepared = kernel.prepare_centers(centers)
+    return KernelFit(None, None, {}, result, data.centers, (device, prepared, coef, to_device.offset), "cg")
 
 
 def _with_validation(loop, score):
