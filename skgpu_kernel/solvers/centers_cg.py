@@ -246,9 +246,7 @@ class KernelRowBlocks:
 
     def blocks(self):
         """Yield ``(K(X_rows, Z), Y_rows, w_rows or None)`` for consecutive rows."""
-        for start in range(0, self.X.shape[0], self.row_block):
-            rows = slice(start, start + self.row_block)
-            yield self.kernel_block(self.X[rows]), self.Y[rows], None if self.weights is None else self.weights[rows]
+        return _sliced_blocks(lambda rows: self.kernel_block(self.X[rows]), self.Y, self.weights, self.row_block)
 
 
 class CachedRowBlocks:
@@ -269,9 +267,14 @@ class CachedRowBlocks:
 
     def blocks(self):
         """Yield ``(K[rows], Y[rows], w[rows] or None)`` for consecutive rows."""
-        for start in range(0, self.K.shape[0], self.row_block):
-            rows = slice(start, start + self.row_block)
-            yield self.K[rows], self.Y[rows], None if self.weights is None else self.weights[rows]
+        return _sliced_blocks(self.K.__getitem__, self.Y, self.weights, self.row_block)
+
+
+def _sliced_blocks(kernel_rows, Y, weights, row_block):
+    """One pass of consecutive row slices: ``(kernel_rows(rows), Y[rows], weights[rows] or None)``."""
+    for start in range(0, Y.shape[0], row_block):
+        rows = slice(start, start + row_block)
+        yield kernel_rows(rows), Y[rows], None if weights is None else weights[rows]
 
 
 class CentersPreconditioner:
