@@ -91,8 +91,20 @@ def _id(estimator):
     return type(estimator).__name__ + "".join(f"-{name}={value!r}" for name, value in shown.items())
 
 
+_EIGENPRO3_PENALTY_REASON = (
+    "check_regressors_train sets alpha=0.01 on any estimator with an alpha parameter. "
+    "With solver='eigenpro' and centers, EigenPro 3's projected SGD has no penalty term, "
+    "so alpha > 0 is refused with a ValueError naming solver='cg' instead of being "
+    "silently ignored; the same variant without alpha passes every other check, and the "
+    "penalised model on centers is checked through the CG variant."
+)
+
+
 def _expected_failed_checks(estimator):
-    return EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {})
+    expected = dict(EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {}))
+    if isinstance(estimator, AdaptiveKernelRegressor) and estimator.solver == "eigenpro":
+        expected["check_regressors_train"] = _EIGENPRO3_PENALTY_REASON
+    return expected
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed_checks)

@@ -22,6 +22,7 @@ def _problem(seed=0, n=2000, d=5):
     return X, y, rng.randn(500, d), rng
 
 
+# These tests check EigenPro 3 itself: solver="eigenpro" (the default picks CG where it fits).
 # With a user's centers the analytic step from a 200-point Nystrom estimate can be too
 # long at first; the solver halves it with a warning, which is not what these tests check.
 @pytest.mark.filterwarnings("ignore:Training diverged:RuntimeWarning")
@@ -36,6 +37,7 @@ def test_converges_to_the_nystrom_least_squares_solution_on_given_centers():
     # 500 epochs it is within 0.2% (measured), so 1% leaves margin while a solver that
     # converged elsewhere (the published correction with these centers: 50%) fails.
     model = AdaptiveKernelRegressor(
+        solver="eigenpro",
         bandwidth=BANDWIDTH,
         centers=centers,
         batch_size=X.shape[0],
@@ -56,7 +58,13 @@ def test_converges_to_the_nystrom_least_squares_solution_on_given_centers():
 def test_drawn_centers_reach_the_least_squares_fit_with_sgd():
     X, y, _, _ = _problem(seed=1)
     model = AdaptiveKernelRegressor(
-        bandwidth=BANDWIDTH, n_centers=150, n_epochs=30, batch_size=128, dtype="float64", random_state=0
+        solver="eigenpro",
+        bandwidth=BANDWIDTH,
+        n_centers=150,
+        n_epochs=30,
+        batch_size=128,
+        dtype="float64",
+        random_state=0,
     )
     model.fit(X, y)
     centers = model.centers_
@@ -74,9 +82,9 @@ def test_drawn_centers_reach_the_least_squares_fit_with_sgd():
 def test_cached_and_streamed_kernels_give_the_same_model(dtype):
     X, y, X_test, _ = _problem(seed=2, n=1500)
     params = dict(bandwidth=BANDWIDTH, n_centers=120, n_epochs=3, batch_size=128, dtype=dtype, random_state=0)
-    cached = AdaptiveKernelRegressor(cache_kernel=True, **params).fit(X, y)
-    streamed = AdaptiveKernelRegressor(cache_kernel=False, **params).fit(X, y)
-    auto = AdaptiveKernelRegressor(**params).fit(X, y)
+    cached = AdaptiveKernelRegressor(solver="eigenpro", cache_kernel=True, **params).fit(X, y)
+    streamed = AdaptiveKernelRegressor(solver="eigenpro", cache_kernel=False, **params).fit(X, y)
+    auto = AdaptiveKernelRegressor(solver="eigenpro", **params).fit(X, y)
     assert cached.kernel_cached_ and not streamed.kernel_cached_ and auto.kernel_cached_
     np.testing.assert_array_equal(cached.centers_, streamed.centers_)
     rtol = 1e-10 if dtype == "float64" else 10 * RTOL[dtype]
@@ -88,7 +96,13 @@ def test_auto_streams_when_the_kernel_matrix_does_not_fit():
     X, y, _, _ = _problem(seed=3, n=1000)
     # K(X, Z) would take 1000 * 100 * 8 = 800 kB: more than this budget leaves.
     model = AdaptiveKernelRegressor(
-        bandwidth=BANDWIDTH, n_centers=100, n_epochs=1, batch_size=64, dtype="float64", memory_budget=700_000
+        solver="eigenpro",
+        bandwidth=BANDWIDTH,
+        n_centers=100,
+        n_epochs=1,
+        batch_size=64,
+        dtype="float64",
+        memory_budget=700_000,
     ).fit(X, y)
     assert not model.kernel_cached_
 
@@ -96,6 +110,7 @@ def test_auto_streams_when_the_kernel_matrix_does_not_fit():
 def test_cache_kernel_true_that_does_not_fit_names_the_bytes_and_budget():
     X, y, _, _ = _problem(seed=3, n=1000)
     model = AdaptiveKernelRegressor(
+        solver="eigenpro",
         bandwidth=BANDWIDTH,
         n_centers=100,
         cache_kernel=True,
@@ -111,10 +126,14 @@ def test_budgets_too_small_are_named():
     X, y, _, _ = _problem(seed=3, n=1000)
     # The 500-point eigensystem alone takes 2 MB.
     with pytest.raises(ValueError, match="memory_budget=1000000 bytes is too small"):
-        AdaptiveKernelRegressor(bandwidth=BANDWIDTH, n_centers=500, memory_budget=1_000_000).fit(X, y)
+        AdaptiveKernelRegressor(solver="eigenpro", bandwidth=BANDWIDTH, n_centers=500, memory_budget=1_000_000).fit(
+            X, y
+        )
     # The exact projection's float64 factor and the row blocks that fill it take
     # 8 p^2 + 8 p ceil(p / 8) = 2252000 bytes.
-    exact = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, n_centers=500, projection="exact", memory_budget="3MB")
+    exact = AdaptiveKernelRegressor(
+        solver="eigenpro", bandwidth=BANDWIDTH, n_centers=500, projection="exact", memory_budget="3MB"
+    )
     with pytest.raises(ValueError, match=r"projection='exact' factorises K.*2252000 bytes"):
         exact.fit(X, y)
 
@@ -126,11 +145,16 @@ def test_iterative_projection_tracks_the_exact_one(budget):
     params["random_state"] = 0
     # 2.5 MB leaves no room for the 2.56 MB Gram matrix and factor (nor for K(Z, Z)):
     # "auto" then projects iteratively with kernel rows recomputed per iteration.
-    iterative = AdaptiveKernelRegressor(projection="iterative", memory_budget=budget, **params).fit(X, y)
-    exact = AdaptiveKernelRegressor(projection="exact", **params).fit(X, y)
+    iterative = AdaptiveKernelRegressor(solver="eigenpro", projection="iterative", memory_budget=budget, **params).fit(
+        X, y
+    )
+    exact = AdaptiveKernelRegressor(solver="eigenpro", projection="exact", **params).fit(X, y)
     assert iterative.projection_ == "iterative" and exact.projection_ == "exact"
     if budget is not None:
-        assert AdaptiveKernelRegressor(memory_budget=budget, **params).fit(X, y).projection_ == "iterative"
+        assert (
+            AdaptiveKernelRegressor(solver="eigenpro", memory_budget=budget, **params).fit(X, y).projection_
+            == "iterative"
+        )
     # Same iteration, same batches: the epoch losses agree within 1% (measured 0.4%; a
     # projection that dropped its unresolved values instead of carrying them over
     # diverged here), and so do the test predictions, roughly.
@@ -144,7 +168,7 @@ def test_iterative_projection_tracks_the_exact_one(budget):
 def test_n_centers_larger_than_n_warns_and_clamps():
     X, y, _, _ = _problem(n=80)
     with pytest.warns(UserWarning, match="n_centers=100 is larger than the 80"):
-        model = AdaptiveKernelRegressor(n_centers=100, n_epochs=1, random_state=0).fit(X, y)
+        model = AdaptiveKernelRegressor(solver="eigenpro", n_centers=100, n_epochs=1, random_state=0).fit(X, y)
     assert model.n_centers_ == 80 and model.centers_.shape[0] == 80
 
 
@@ -160,19 +184,21 @@ def test_n_centers_larger_than_n_warns_and_clamps():
 def test_bad_centers_are_named(params, match):
     X, y, _, _ = _problem(n=100)
     with pytest.raises(ValueError, match=match):
-        AdaptiveKernelRegressor(**params).fit(X, y)
+        AdaptiveKernelRegressor(solver="eigenpro", **params).fit(X, y)
 
 
 def test_default_keeps_every_training_point_as_a_center():
     X, y, _, _ = _problem(n=300)
-    model = AdaptiveKernelRegressor(n_epochs=1, random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(solver="eigenpro", n_epochs=1, random_state=0).fit(X, y)
     assert model.n_centers_ == 300 and model.projection_ is None and not model.kernel_cached_
 
 
 def test_classifier_with_centers_and_warm_start():
     X, _, _, _ = _problem(n=600)
     labels = (X[:, 0] + X[:, 1] > 0).astype(int)
-    model = AdaptiveKernelClassifier(n_centers=100, n_epochs=2, random_state=0, warm_start=True).fit(X, labels)
+    model = AdaptiveKernelClassifier(solver="eigenpro", n_centers=100, n_epochs=2, random_state=0, warm_start=True).fit(
+        X, labels
+    )
     assert model.score(X, labels) > 0.9
     first = model.dual_coef_.copy()
     model.fit(X, labels)
@@ -229,7 +255,13 @@ def _fit_400k():
     tic = time.perf_counter()
     # A fixed batch keeps the run independent of the device probe's timings.
     model = AdaptiveKernelRegressor(
-        bandwidth=1.0, n_centers=4000, memory_budget="1GB", n_epochs=2, batch_size=512, random_state=0
+        solver="eigenpro",
+        bandwidth=1.0,
+        n_centers=4000,
+        memory_budget="1GB",
+        n_epochs=2,
+        batch_size=512,
+        random_state=0,
     ).fit(X_train, y_train)
     seconds = time.perf_counter() - tic
     growth = (_status_bytes("VmHWM") - before) / 2**30
@@ -330,9 +362,9 @@ def test_exact_projection_is_preferred_to_the_cache_when_both_do_not_fit():
     # p = 600 (float64): K(X, Z) takes 9.6 MB and the exact factor with its blocks
     # 3.24 MB, the fixed costs 3.1 MB: 14 MB holds either, not both.
     params = dict(bandwidth=BANDWIDTH, n_centers=600, n_epochs=1, dtype="float64", memory_budget="14MB")
-    model = AdaptiveKernelRegressor(**params).fit(X, y)
+    model = AdaptiveKernelRegressor(solver="eigenpro", **params).fit(X, y)
     assert (model.projection_, model.kernel_cached_) == ("exact", False)
-    forced = AdaptiveKernelRegressor(cache_kernel=True, **params).fit(X, y)
+    forced = AdaptiveKernelRegressor(solver="eigenpro", cache_kernel=True, **params).fit(X, y)
     assert (forced.projection_, forced.kernel_cached_) == ("iterative", True)
-    roomy = AdaptiveKernelRegressor(**{**params, "memory_budget": "20MB"}).fit(X, y)
+    roomy = AdaptiveKernelRegressor(solver="eigenpro", **{**params, "memory_budget": "20MB"}).fit(X, y)
     assert (roomy.projection_, roomy.kernel_cached_) == ("exact", True)

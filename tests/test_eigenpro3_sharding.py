@@ -21,6 +21,7 @@ PARAMS = dict(
     n_epochs=2,
     batch_size=100,
     early_stopping=False,
+    solver="eigenpro",
     dtype="float64",
     random_state=0,
 )
