@@ -211,9 +211,25 @@ def test_timeout_terminates_workers():
     _assert_no_workers_left()
 
 
-def _start_sleeping_run(directory):
+# Makes the parent linger in the second worker's start(), after that worker came to life:
+# the moment a heavily loaded machine can stretch, where Ctrl-C once left a worker
+# unknown to the cleanup (and the parent waiting for it at exit).
+_SLOW_SECOND_START = """
+import time
+from multiprocessing.context import SpawnProcess
+original_start, started = SpawnProcess.start, []
+def start(self):
+    original_start(self)
+    started.append(self)
+    if len(started) == 2:
+        time.sleep(120)
+SpawnProcess.start = start
+"""
+
+
+def _start_sleeping_run(directory, prelude=""):
     """A Python process running two sleeping workers, and the workers' pids once they run."""
-    script = textwrap.dedent(
+    script = prelude + textwrap.dedent(
         f"""
         from skgpu_kernel.parallel.launch import run_distributed
         from tests.test_launch import _sleep_worker
@@ -240,8 +256,9 @@ def _start_sleeping_run(directory):
     return process, pids
 
 
-def test_keyboard_interrupt_stops_workers(tmp_path):
-    process, pids = _start_sleeping_run(tmp_path)
+@pytest.mark.parametrize("prelude", ["", _SLOW_SECOND_START], ids=["running", "while-starting"])
+def test_keyboard_interrupt_stops_workers(tmp_path, prelude):
+    process, pids = _start_sleeping_run(tmp_path, prelude)
     try:
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=BOUND_SECONDS)

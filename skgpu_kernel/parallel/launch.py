@@ -549,6 +549,7 @@ def _stop(processes, grace):
     every process is reaped.
     """
     interrupt = None
+    processes = [process for process in processes if process.pid is not None]  # those that started
     try:
         for process in processes:
             if process.exitcode is None:
@@ -630,6 +631,11 @@ def _run_spawned(worker, payload, devices, backend, timeout):
                 args=(rank, device, group, writer),
                 name=f"skgpu_kernel-worker-{rank}",
             )
+            # Registered before it starts: a worker whose start() was interrupted by
+            # Ctrl-C after the child came to life would otherwise escape _shutdown,
+            # and multiprocessing's exit handler would wait for it to finish on its own
+            # (the rare hang of a Ctrl-C'd parallel fit under load).
+            processes.append(process)
             try:
                 process.start()
             except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -641,7 +647,6 @@ def _run_spawned(worker, payload, devices, backend, timeout):
                 # Only the child may hold the writing end: then a child that dies
                 # leaves the pipe at end-of-file, which wakes the parent.
                 writer.close()
-            processes.append(process)
         results = _collect(processes, readers, deadline, timeout)
         succeeded = True
         return results
