@@ -26,10 +26,13 @@ def _smooth_problem(seed=0, n=300, d=5, offset=0.0):
 
 
 PATHS = {
-    "eigenpro2": {},
+    "eigenpro2": {"alpha": 0.0},
     "eigenpro3": {"n_centers": 120, "solver": "eigenpro"},
     "cg": {"n_centers": 120, "solver": "cg"},
+    "auto": {"alpha": "auto"},  # alpha by leave-one-out, then CG with every training point a center
 }
+# Without a penalty the EigenPro paths hold out a validation split from 1000 rows on.
+VALIDATES = {"eigenpro2": True, "eigenpro3": True, "cg": False, "auto": False}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -38,7 +41,8 @@ def test_adding_a_constant_to_y_shifts_predictions_by_it(path):
     params = dict(bandwidth=BANDWIDTH, dtype="float64", n_epochs=8, random_state=0, **PATHS[path])
     base = AdaptiveKernelRegressor(**params).fit(X, y)
     shifted = AdaptiveKernelRegressor(**params).fit(X, y + 1000.0)
-    assert base.early_stopping_ == (path != "cg")  # CG converges to its exact solution: no held-out split
+    assert base.early_stopping_ == VALIDATES[path]  # CG converges to its exact solution: no held-out split
+    assert shifted.alpha_ == base.alpha_  # "auto" scores centred targets
     assert shifted.intercept_ == pytest.approx(base.intercept_ + 1000.0, rel=1e-12)
     np.testing.assert_allclose(
         shifted.dual_coef_, base.dual_coef_, rtol=1e-6, atol=1e-9 * np.abs(base.dual_coef_).max()
@@ -70,12 +74,21 @@ def test_eigenpro2_with_alpha_converges_to_kernel_ridge(alpha):
     X, y, X_test = _smooth_problem()
     reference = KernelRidge(alpha=alpha, kernel="rbf", gamma=GAMMA).fit(X, y).predict(X_test)
     model = AdaptiveKernelRegressor(
-        bandwidth=BANDWIDTH, alpha=alpha, fit_intercept=False, dtype="float64", n_epochs=300, tol=None, random_state=0
+        bandwidth=BANDWIDTH,
+        alpha=alpha,
+        solver="eigenpro",
+        fit_intercept=False,
+        dtype="float64",
+        n_epochs=300,
+        tol=None,
+        random_state=0,
     ).fit(X, y)
     error = np.linalg.norm(model.predict(X_test) - reference) / np.linalg.norm(reference)
     assert error <= 1e-3, error
     # The penalty moves the spectrum that sets the analytic step: eigenvalues of (K + alpha I) / n.
-    plain = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, fit_intercept=False, n_epochs=1, random_state=0).fit(X, y)
+    plain = AdaptiveKernelRegressor(
+        bandwidth=BANDWIDTH, alpha=0.0, fit_intercept=False, n_epochs=1, random_state=0
+    ).fit(X, y)
     np.testing.assert_allclose(model.top_eigenvalues_[0], plain.top_eigenvalues_[0] + alpha / X.shape[0], rtol=1e-6)
 
 
@@ -84,7 +97,14 @@ def test_eigenpro2_with_alpha_and_sample_weights_converges_to_kernel_ridge():
     weights = np.random.RandomState(3).uniform(0.2, 3.0, size=X.shape[0])
     reference = KernelRidge(alpha=0.3, kernel="rbf", gamma=GAMMA).fit(X, y, sample_weight=weights).predict(X_test)
     model = AdaptiveKernelRegressor(
-        bandwidth=BANDWIDTH, alpha=0.3, fit_intercept=False, dtype="float64", n_epochs=300, tol=None, random_state=0
+        bandwidth=BANDWIDTH,
+        alpha=0.3,
+        solver="eigenpro",
+        fit_intercept=False,
+        dtype="float64",
+        n_epochs=300,
+        tol=None,
+        random_state=0,
     ).fit(X, y, sample_weight=weights)
     assert np.linalg.norm(model.predict(X_test) - reference) / np.linalg.norm(reference) <= 1e-3
 
@@ -92,16 +112,19 @@ def test_eigenpro2_with_alpha_and_sample_weights_converges_to_kernel_ridge():
 def test_defaults_stop_on_convergence_before_the_epoch_bound():
     X, y, _ = _smooth_problem(n=2000)
     model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
-    assert model.early_stopping_  # alpha = 0 and n >= 1000: a validation split decides
+    assert model.early_stopping_ and model.solver_ == "eigenpro"  # alpha = 0 and n >= 1000: a validation split
     assert model.n_epochs_ < model.n_epochs
     scores = [record["validation_score"] for record in model.history_]
     assert None not in scores and max(scores) > 0.9
-    penalised = AdaptiveKernelRegressor(alpha=1.0, random_state=0).fit(X, y)
+    penalised = AdaptiveKernelRegressor(alpha=1.0, solver="eigenpro", random_state=0).fit(X, y)
     assert not penalised.early_stopping_  # a penalised loss converges by itself: stop on the training loss
     assert penalised.n_epochs_ < penalised.n_epochs
     assert all(record["validation_score"] is None for record in penalised.history_)
-    fixed = AdaptiveKernelRegressor(n_epochs=4, tol=None, early_stopping=False, random_state=0).fit(X, y)
-    assert fixed.n_epochs_ == 4
+    auto = AdaptiveKernelRegressor(alpha="auto", random_state=0).fit(X, y)
+    assert auto.alpha_ > 0 and auto.solver_ == "cg" and not auto.early_stopping_
+    assert auto.n_epochs_ < auto.n_epochs  # CG iterations, stopped on the objective (float32)
+    fixed = AdaptiveKernelRegressor(n_epochs=4, tol=None, early_stopping=False, random_state=0)
+    assert fixed.fit(X, y).n_epochs_ == 4
 
 
 def _heteroscedastic(n, seed):
@@ -154,10 +177,12 @@ def test_solver_choice_and_its_errors():
     X, y, _ = _smooth_problem(n=400)
     eigenpro = AdaptiveKernelRegressor(n_centers=40, solver="eigenpro", n_epochs=2, random_state=0).fit(X, y)
     assert eigenpro.solver_ == "eigenpro" and eigenpro.projection_ is not None
-    everywhere = AdaptiveKernelRegressor(n_epochs=2, random_state=0).fit(X, y)
-    assert everywhere.solver_ == "eigenpro"
-    with pytest.raises(ValueError, match="solver='cg' fits a model on centers"):
-        AdaptiveKernelRegressor(solver="cg").fit(X, y)
+    everywhere = AdaptiveKernelRegressor(alpha=0.0, n_epochs=2, random_state=0).fit(X, y)
+    assert everywhere.solver_ == "eigenpro"  # no penalty: EigenPro 2's early-stopped iterates
+    penalised = AdaptiveKernelRegressor(alpha=0.1, n_epochs=2, random_state=0).fit(X, y)
+    assert penalised.solver_ == "cg" and penalised.n_centers_ == X.shape[0]
+    with pytest.raises(ValueError, match=r"solver='cg' needs .* more than memory_budget"):
+        AdaptiveKernelRegressor(solver="cg", alpha=0.1, memory_budget=1_000_000).fit(X, y)
     with pytest.raises(ValueError, match="EigenPro 3's SGD has no penalty"):
         AdaptiveKernelRegressor(n_centers=40, solver="eigenpro", alpha=1.0).fit(X, y)
     with pytest.raises(ValueError, match=r"solver='cg' needs .* more than memory_budget"):
@@ -187,3 +212,47 @@ def test_no_divergence_rollback_with_defaults_on_the_benchmarked_datasets(name):
         warnings.filterwarnings("error", message="Training diverged", category=RuntimeWarning)
         model = estimator(random_state=0).fit(X_train, y_train)
     assert model.score(X_test, y_test) > 0.0
+
+
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-6), ("float32", 1e-3)])
+def test_cg_with_every_point_a_center_is_kernel_ridge(dtype, tol):
+    X, y, X_test = _smooth_problem(seed=6, n=500)
+    reference = KernelRidge(alpha=0.05, kernel="rbf", gamma=GAMMA).fit(X, y).predict(X_test)
+    model = AdaptiveKernelRegressor(
+        bandwidth=BANDWIDTH, alpha=0.05, solver="cg", fit_intercept=False, dtype=dtype, random_state=0
+    ).fit(X, y)
+    assert model.solver_ == "cg" and model.n_centers_ == X.shape[0]
+    error = np.linalg.norm(model.predict(X_test) - reference) / np.linalg.norm(reference)
+    assert error <= tol, error
+    assert model.n_epochs_ < 15  # the preconditioner is K's own factor: a few iterations
+
+
+def test_auto_alpha_is_ridge_leave_one_out_and_beats_no_penalty_on_noisy_data():
+    from sklearn.linear_model import RidgeCV
+
+    rng = np.random.RandomState(7)
+    X = rng.uniform(-2, 2, size=(600, 3))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] + 0.5 * rng.randn(600)  # noisy: the interpolant overfits
+    X_test = rng.uniform(-2, 2, size=(2000, 3))
+    y_test = np.sin(2 * X_test[:, 0]) + X_test[:, 1]
+    model = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, alpha="auto", dtype="float64", random_state=0).fit(X, y)
+    selection = model.alpha_selection_
+    assert model.alpha_ == pytest.approx(selection.penalty * X.shape[0])
+    # With fewer rows than the Nystrom subsample the features span the kernel: the criterion is
+    # KernelRidge's exact leave-one-out error, i.e. RidgeCV's on any factor of K.
+    K = _gaussian(X, X)
+    values, vectors = np.linalg.eigh(K)
+    keep = values > values.max() * 1e-10
+    factor = vectors[:, keep] * np.sqrt(values[keep])
+    ridge = RidgeCV(alphas=selection.penalties * X.shape[0]).fit(factor, y)
+    assert model.alpha_ == pytest.approx(ridge.alpha_, rel=1e-9)
+    mse = np.mean((model.predict(X_test) - y_test) ** 2)
+    interpolating = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, alpha=1e-8, dtype="float64", random_state=0)
+    assert mse < 0.5 * np.mean((interpolating.fit(X, y).predict(X_test) - y_test) ** 2)
+
+
+def test_auto_alpha_is_zero_for_eigenpro3_which_stops_early_instead():
+    X, y, _ = _smooth_problem(n=1200)
+    model = AdaptiveKernelRegressor(n_centers=100, solver="eigenpro", alpha="auto", n_epochs=3, random_state=0)
+    model.fit(X, y)
+    assert model.alpha_ == 0.0 and model.alpha_selection_ is None and model.early_stopping_

@@ -40,6 +40,7 @@ __all__ = [
     "plan_eigenpro2_layout",
     "plan_eigenpro3",
     "plan_eigenpro3_layout",
+    "plan_full_kernel_solver",
     "shard_bounds",
     "temporary_centers_for",
 ]
@@ -677,3 +678,37 @@ def plan_centers_solver(problem, budget, solver):
     if solver == "auto":
         solver = "cg" if possible and memory.fits() else "eigenpro"
     return solver, memory
+
+
+# With every training point a center, CG's p x p factors are n x n: three O(n^3)
+# factorisations that take seconds up to this many rows on the 2-core CPU we develop
+# on (5007 rows: see benchmarks/RESULTS.md), where EigenPro 2 on ill-conditioned,
+# low-dimensional data needs tens of epochs to reach the penalised solution.
+FULL_KERNEL_CG_MAX_ROWS = 10_000
+
+
+def plan_full_kernel_solver(problem, budget, solver, alpha):
+    """Which solver fits a model with a center at every training point: ``"cg"`` or ``"eigenpro"``.
+
+    ``"auto"`` takes CG (Falkon's preconditioner with ``K(X, X)``'s own factor: the
+    exact penalised solution in a few passes) for a positive ``alpha`` when there
+    are at most :data:`FULL_KERNEL_CG_MAX_ROWS` rows and the factors fit the budget;
+    EigenPro 2 otherwise.  Without a penalty EigenPro 2 is kept: its early-stopped
+    iterates regularise, where CG would return the interpolant.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        With ``n_centers`` None.
+    budget : int
+    solver : {"auto", "cg", "eigenpro"}
+    alpha : float
+
+    Returns
+    -------
+    str
+    """
+    if solver == "eigenpro" or (solver == "auto" and (alpha <= 0 or problem.n_rows > FULL_KERNEL_CG_MAX_ROWS)):
+        return "eigenpro"
+    as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
+    return plan_centers_solver(as_centers, budget, solver)[0]

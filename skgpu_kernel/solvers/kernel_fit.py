@@ -30,12 +30,14 @@ from ..planning.kernel import (
     PROJECTION_TOL,
     KernelProblem,
     KernelSettings,
+    auto_subsample_size,
     plan_eigenpro2,
     plan_eigenpro2_layout,
     plan_eigenpro3,
     plan_eigenpro3_layout,
 )
 from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
+from ..regularization import GCV_MAX_ROWS, select_alpha
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
 from .eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
@@ -443,7 +445,15 @@ def _fit_centers_by_cg(data, runtime, settings):
     weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
     rows = KernelRowBlocks(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
     # tol=None asks for every iteration up to the bound, as it asks for every epoch.
-    cg = CGSettings(max_iterations=settings.n_epochs, tol=0.0 if settings.tol is None else CG_TOL, log=runtime.log)
+    cg = CGSettings(
+        max_iterations=settings.n_epochs,
+        tol=0.0 if settings.tol is None else CG_TOL,
+        log=runtime.log,
+        # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
+        # above it, and the objective judges progress (as the EigenPro loops' tol does).
+        objective_tol=None if runtime.dtype == torch.float64 else settings.tol,
+        objective_patience=settings.n_iter_no_change,
+    )
     if runtime.log is not None:
         runtime.log(f"[{settings.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg")
     coef_init = None if data.coef_init is None else data.coef_init.to(device)
@@ -457,6 +467,33 @@ def _fit_centers_by_cg(data, runtime, settings):
     result = CentersCGResult(coef, n, n, solved.history, solved.converged)
     prepared = kernel.prepare_centers(centers)
     return KernelFit(None, None, {}, result, data.centers, (device, prepared, coef, to_device.offset), "cg")
+
+
+def choose_alpha(X, Y, weights, kernel, offset, runtime):
+    """``alpha="auto"``: :func:`~skgpu_kernel.regularization.select_alpha` on seeded random rows.
+
+    Parameters
+    ----------
+    X, Y, weights : ndarray
+        Host training rows, centred targets and weights.
+    kernel : Kernel
+    offset : ndarray or None
+    runtime : KernelRuntime
+
+    Returns
+    -------
+    AlphaSelection
+    """
+    to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
+    rows = runtime.rng.permutation(X.shape[0])[:GCV_MAX_ROWS]  # the first s of them: the Nystrom subsample
+    unit = np.all(weights == weights[0])
+    w = None if unit else torch.as_tensor(weights[rows], dtype=torch.float64, device=runtime.devices[0])
+    selection = select_alpha(
+        kernel, to_device(X[rows]), to_device(Y[rows], center=False), w, auto_subsample_size(len(rows))
+    )
+    # select_alpha scores the rows it is given: the penalty per unit weight holds for all of them.
+    total = float(weights.sum()) if not unit else float(X.shape[0])
+    return dataclasses.replace(selection, alpha=selection.penalty * total)
 
 
 def _with_validation(loop, score):
