@@ -22,6 +22,7 @@ Rows per data set, each fit in its own child process (its peak memory is its own
 
 * ``ours``: ``AdaptiveKernelRegressor(random_state=0)`` / ``AdaptiveKernelClassifier
   (random_state=0)``, package defaults (every training point a center: EigenPro 2);
+* ``ours alpha='auto'``: the same with the ridge penalty chosen by leave-one-out;
 * ``ours n_centers=10000`` (EigenPro 3) for the data sets with n >= 20000 rows
   (n counts the rows as loaded, before the split); at most half the training rows
   when ``--max-train`` leaves fewer;
@@ -51,7 +52,8 @@ Usage::
     OPENBLAS_CORETYPE=Haswell python benchmarks/bench_real_data.py [--write benchmarks/RESULTS.md]
 
 Quick check: ``--max-train 2000 --datasets Computers DNA``.  Other options:
-``--skip`` (rows to leave out: ours, ours_centers, ours_bandwidth5, nystroem, exact),
+``--skip`` (rows to leave out: ours, ours_auto, ours_centers, ours_centers_auto, ours_bandwidth5,
+nystroem, exact),
 ``--device`` (default auto), ``--exact-max-train``.
 """
 
@@ -181,9 +183,7 @@ def run_ours(name, max_train, device, params):
     notes = f"{model.n_epochs_} epochs, bandwidth {model.bandwidth_:.3g}, batch {model.batch_size_}"
     if getattr(model, "n_centers_", None) is not None and params.get("n_centers") is not None:
         notes = f"p={model.n_centers_}, " + notes
-    for key in ("alpha", "early_stopping"):  # parameters the estimators may gain; shown when present
-        if key in model.get_params():
-            notes += f", {key}={model.get_params()[key]!r}"
+    notes += f", solver {model.solver_}, alpha_ {model.alpha_:.3g}, early_stopping_ {model.early_stopping_}"
     if other:
         notes += f"; other warnings: {'; '.join(other[:2])}"
     return {
@@ -273,9 +273,12 @@ def dataset_rows(name, args):
     if args.max_train is not None:
         n_train = min(n_train, args.max_train)
     centers = N_CENTERS if args.max_train is None else min(N_CENTERS, n_train // 2)  # quick runs: half the rows
-    variants = [("ours", "ours (defaults)", {})]
+    variants = [("ours", "ours (defaults)", {}), ("ours_auto", "ours alpha='auto'", {"alpha": "auto"})]
     if n >= LARGE_N:
         variants.append(("ours_centers", f"ours n_centers={centers}", {"n_centers": centers}))
+        variants.append(
+            ("ours_centers_auto", f"ours n_centers={centers}, alpha='auto'", {"n_centers": centers, "alpha": "auto"})
+        )
     if name == "FashionMNIST":
         variants.append(("ours_bandwidth5", "ours bandwidth=5", {"bandwidth": FASHION_BANDWIDTH}))
         if n >= LARGE_N:
@@ -367,7 +370,10 @@ def main():
     parser.add_argument("--datasets", nargs="+", default=DATASETS, help=f"subset of {', '.join(DATASETS)}")
     parser.add_argument("--max-train", type=int, default=None, help="keep at most this many training rows (quick runs)")
     parser.add_argument(
-        "--skip", nargs="*", default=[], choices=["ours", "ours_centers", "ours_bandwidth5", "nystroem", "exact"]
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["ours", "ours_auto", "ours_centers", "ours_centers_auto", "ours_bandwidth5", "nystroem", "exact"],
     )
     parser.add_argument("--exact-max-train", type=int, default=16_000, help="largest training set for SVC/KernelRidge")
     parser.add_argument("--device", default="auto")
