@@ -15,6 +15,7 @@ import torch
 
 from skgpu_kernel.planning import MemoryAccount
 from skgpu_kernel.planning.kernel import (
+    FULL_KERNEL_CG_MAX_ROWS,
     KernelProblem,
     KernelSettings,
     TrainingMemoryPlan,
@@ -24,6 +25,7 @@ from skgpu_kernel.planning.kernel import (
     plan_eigenpro2_layout,
     plan_eigenpro3,
     plan_eigenpro3_layout,
+    plan_full_kernel_solver,
     temporary_centers_for,
 )
 
@@ -224,3 +226,25 @@ def test_centers_solver_cg_that_cannot_run_is_an_error():
         plan_centers_solver(problem, 10**7, "cg")
     with pytest.raises(ValueError, match="one device with the data in memory"):
         plan_centers_solver(KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000, n_shards=2), 10**9, "cg")
+
+
+@pytest.mark.parametrize(
+    "case, n_rows, budget, solver, alpha, expected",
+    [
+        ("penalised, small, fits: CG with K's own factor", 5000, 10**9, "auto", 0.1, "cg"),
+        ("no penalty: EigenPro 2's early-stopped iterates", 5000, 10**9, "auto", 0.0, "eigenpro"),
+        ("above the row limit", FULL_KERNEL_CG_MAX_ROWS + 1, 10**10, "auto", 0.1, "eigenpro"),
+        ("16 n^2 bytes do not fit", 5000, 10**8, "auto", 0.1, "eigenpro"),
+        ("asked for CG without a penalty: the interpolant", 5000, 10**9, "cg", 0.0, "cg"),
+        ("asked for CG above the row limit", FULL_KERNEL_CG_MAX_ROWS + 1, 10**10, "cg", 0.1, "cg"),
+        ("asked for EigenPro", 5000, 10**9, "eigenpro", 0.1, "eigenpro"),
+    ],
+)
+def test_full_kernel_solver_table(case, n_rows, budget, solver, alpha, expected):
+    problem = KernelProblem(n_rows, 10, 1, 4, 1)
+    assert plan_full_kernel_solver(problem, budget, solver, alpha) == expected, case
+
+
+def test_full_kernel_cg_that_does_not_fit_is_an_error():
+    with pytest.raises(ValueError, match=r"solver='cg' needs memory .* more than memory_budget"):
+        plan_full_kernel_solver(KernelProblem(5000, 10, 1, 4, 1), 10**8, "cg", 0.1)

@@ -1,0 +1,57 @@
+"""alpha="auto": the leave-one-out criterion against scikit-learn's RidgeCV on the same features."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import RidgeCV
+
+from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.regularization import PENALTY_GRID, _nystrom_features, select_alpha
+from skgpu_kernel.solvers import kernel_fit
+
+
+def _data(n=400, seed=0, noise=0.3):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, 3)
+    Y = np.column_stack([np.sin(2 * X[:, 0]) + X[:, 1], np.cos(X[:, 2])]) + noise * rng.randn(n, 2) + 4.0
+    return X, Y, rng.uniform(0.5, 2.0, size=n)
+
+
+@pytest.mark.parametrize("subsample_size", [400, 150])
+def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_size):
+    X, Y, weights = _data()
+    kernel, X_t = Gaussian(bandwidth=1.5), torch.as_tensor(X)
+    selection = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), subsample_size)
+    features = _nystrom_features(kernel, X_t, subsample_size).numpy()
+    alphas = PENALTY_GRID * weights.sum()
+    reference = RidgeCV(alphas=alphas, store_cv_results=True).fit(features, Y, sample_weight=weights)
+    assert selection.alpha == pytest.approx(reference.alpha_, rel=1e-12)
+    # RidgeCV stores each row's squared leave-one-out error times its weight: the same
+    # criterion up to the constant factor of the normalisation.
+    ours = selection.loo_errors
+    theirs = reference.cv_results_.sum(axis=(0, 1))
+    # (to 1e-4: at the smallest penalties the two differ in which tiny singular values they keep)
+    np.testing.assert_allclose(ours / ours.min(), theirs / theirs.min(), rtol=1e-4)
+    assert selection.n_features == features.shape[1] <= subsample_size
+
+
+def test_noise_gets_the_largest_penalty_and_a_clean_signal_a_small_one():
+    rng = np.random.RandomState(1)
+    X = torch.as_tensor(rng.randn(300, 2))
+    kernel = Gaussian(bandwidth=1.0)
+    noise = select_alpha(kernel, X, torch.as_tensor(rng.randn(300, 1)), None, 300)
+    assert noise.penalty >= PENALTY_GRID[-3]  # close to the constant model
+    clean = select_alpha(kernel, X, torch.sin(X[:, :1]), None, 300)
+    assert clean.penalty <= 1e-6
+
+
+def test_the_penalty_per_unit_weight_carries_to_all_the_rows(monkeypatch):
+    X, Y, _ = _data(n=600, seed=2)
+    monkeypatch.setattr(kernel_fit, "GCV_MAX_ROWS", 200)
+    model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="auto", dtype="float64", random_state=0).fit(X, Y[:, 0])
+    selection = model.alpha_selection_
+    assert selection.n_rows == 200
+    assert model.alpha_ == pytest.approx(selection.penalty * 600, rel=1e-12)
+    again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="auto", dtype="float64", random_state=0).fit(X, Y[:, 0])
+    assert again.alpha_ == model.alpha_  # the scored rows follow random_state
