@@ -39,6 +39,9 @@ ESTIMATORS = [
     AdaptiveKernelClassifier(n_centers=50, solver="eigenpro", random_state=0),
     AdaptiveKernelRegressor(n_centers=50, alpha=1e-3, random_state=0),
     AdaptiveKernelClassifier(n_centers=50, random_state=0),
+    # alpha="auto": the leave-one-out penalty, then CG with every training point a center.
+    AdaptiveKernelRegressor(alpha="auto", random_state=0),
+    AdaptiveKernelClassifier(alpha="auto", random_state=0),
     BufferedSGDRegressor(random_state=0),
     BufferedSGDClassifier(random_state=0),
 ]
@@ -68,7 +71,10 @@ _SGD_WEIGHT_REASON = (
     "loss as documented. The kernel machines' CG solver for centers is exact, but "
     "bandwidth='auto' follows the variance of X, which repeated rows change and weights do "
     "not, and the centers are drawn from the rows; with the same kernel and centers, "
-    "tests/test_accuracy_defaults.py checks that weights reach the exact weighted solution."
+    "tests/test_accuracy_defaults.py checks that weights reach the exact weighted solution. "
+    "alpha='auto' scores leave-one-out errors, and leaving one of k repeated rows out is "
+    "not leaving out a weighted row (the copies stay); tests/test_regularization.py checks "
+    "its weighted criterion against RidgeCV's."
 )
 EXPECTED_FAILED_CHECKS = {
     "AdaptiveKernelRegressor": {"check_sample_weight_equivalence_on_dense_data": _SGD_WEIGHT_REASON},
