@@ -48,7 +48,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "kernel": [StrOptions(set(KERNEL_NAMES)), callable],
         "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kernel_params": [dict, None],
-        "alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto", "loo"})],
         "fit_intercept": ["boolean"],
         "n_epochs": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
@@ -80,7 +80,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         bandwidth="auto",
         *,
         kernel_params=None,
-        alpha=0.0,
+        alpha="auto",
         fit_intercept=True,
         n_epochs=100,
         batch_size="auto",
@@ -188,12 +188,15 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return np.average(Y, axis=0, weights=weights) if self.fit_intercept else np.zeros(Y.shape[1])
 
     def _resolve_alpha(self, X, Y, weights, runtime):
-        """``alpha_``: the given penalty, or ``"auto"``'s choice (``alpha_selection_``)."""
+        """``alpha_``: the given penalty, or the leave-one-out choice (``alpha_selection_``)."""
         self.alpha_selection_ = None
-        if self.alpha != "auto":
+        uses_centers = self.n_centers is not None or self.centers is not None
+        if not isinstance(self.alpha, str):
             self.alpha_ = float(self.alpha)
-        elif self.solver_ == "eigenpro" and (self.n_centers is not None or self.centers is not None):
+        elif self.solver_ == "eigenpro" and uses_centers:
             self.alpha_ = 0.0  # EigenPro 3's SGD has no penalty: early stopping regularises
+        elif self.alpha == "auto" and not uses_centers:
+            self.alpha_ = 0.0  # EigenPro 2's interpolating regime, early stopping regularises
         else:
             kernel, _ = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X)
             selection = choose_alpha(
@@ -406,7 +409,7 @@ def _resolve_solver(estimator, X_shape, n_outputs, runtime, streams):
     itemsize = torch.finfo(runtime.dtype).bits // 8
     problem = KernelProblem(n_rows, n_features, n_outputs, itemsize, 1, n_centers, n_shards, streamed=streams)
     solver = plan_centers_solver(problem, runtime.budget, estimator.solver)[0]
-    if solver == "eigenpro" and estimator.alpha != "auto" and estimator.alpha > 0:
+    if solver == "eigenpro" and not isinstance(estimator.alpha, str) and estimator.alpha > 0:
         where = "sharded centers or streamed data" if n_shards > 1 or streams else "its p x p factors do not fit"
         raise ValueError(
             f"alpha={estimator.alpha} with centers is solved by solver='cg', which cannot run here ({where} "
@@ -494,7 +497,7 @@ default="gaussian"
         scikit-learn's ``gamma="scale"``; see :func:`~skgpu_kernel.kernels.auto_bandwidth`.
     kernel_params : dict, default=None
         Further arguments of a named kernel, e.g. ``{"nu": 2.5}`` for Matern.
-    alpha : float >= 0 or "auto", default=0.0
+    alpha : float >= 0, "auto" or "loo", default="auto"
         Ridge penalty: the fit minimises ``sum_i w_i (f(x_i) - y_i)^2 + alpha
         ||f||^2`` (the penalty on the sum of squared errors, as in
         :class:`sklearn.kernel_ridge.KernelRidge`, so that with every training point a
@@ -502,19 +505,22 @@ default="gaussian"
         it is the penalised least squares on the centers).  ``0`` keeps EigenPro's
         interpolating solution, regularised by early stopping instead.  The penalty
         shifts the preconditioner's spectrum (``alpha / n`` on the eigenvalues of
-        ``K / n``), so step sizes stay analytic.  ``"auto"`` chooses it as
+        ``K / n``), so step sizes stay analytic.  ``"loo"`` chooses it as
         :class:`sklearn.linear_model.RidgeCV` does, by the exact leave-one-out error of
         a ridge model, here on the Nystrom features of a random subsample (2000 points,
         up to 20000 rows scored; exact for fewer rows than that), over per-sample
-        penalties ``alpha / n`` from 1e-9 to 1 (see
-        :mod:`skgpu_kernel.regularization`); EigenPro 3's SGD, which has no penalty,
-        gets ``0``.  The value used is ``alpha_``.  On noisy tabular data ``"auto"``
-        beat early stopping: on the HI data set of ``benchmarks/bench_real_data.py``
-        the best epoch of the unpenalised fit, picked on the test set itself, was
-        4.8% above ``Nystroem + RidgeCV`` where ``"auto"`` matched it; on
-        Fashion-MNIST it over-regularised (88.95% after 4 epochs, against 90.35%
-        after 3 without a penalty): the low-rank Nystrom model it scores leaves
-        signal unexplained and takes it for noise.  Hence the default stays 0.
+        penalties ``alpha / n`` from 1e-9 to 1 (see :mod:`skgpu_kernel.regularization`).
+        ``"auto"`` regularises as the solver suits: ``"loo"`` for the conjugate
+        gradients on centers (an exact solver, which without a penalty fits the
+        noise: 2.4 times the error of ``"loo"`` on the HI data set), ``0`` and early
+        stopping for the EigenPro iterations.  EigenPro 3's SGD has no penalty and
+        always gets ``0``.  The value used is ``alpha_``.  ``"loo"`` with every
+        training point a center beat early stopping on noisy tabular data (HI: the
+        best epoch of the unpenalised fit, picked on the test set itself, was 4.8%
+        above ``Nystroem + RidgeCV``, ``"loo"`` matched it) but over-regularised
+        Fashion-MNIST (88.95% after 4 epochs, against 90.35% after 3 without a
+        penalty: the low-rank Nystrom model it scores leaves signal unexplained and
+        takes it for noise); see ``benchmarks/RESULTS.md``.
     fit_intercept : bool, default=True
         Centre the targets (regression targets, or the classifier's ``+-1`` / one-hot
         codes) by their weighted mean before training and add it back at prediction:

@@ -29,10 +29,10 @@ PATHS = {
     "eigenpro2": {"alpha": 0.0},
     "eigenpro3": {"n_centers": 120, "solver": "eigenpro"},
     "cg": {"n_centers": 120, "solver": "cg"},
-    "auto": {"alpha": "auto"},  # alpha by leave-one-out, then CG with every training point a center
+    "loo": {"alpha": "loo"},  # alpha by leave-one-out, then CG with every training point a center
 }
 # Without a penalty the EigenPro paths hold out a validation split from 1000 rows on.
-VALIDATES = {"eigenpro2": True, "eigenpro3": True, "cg": False, "auto": False}
+VALIDATES = {"eigenpro2": True, "eigenpro3": True, "cg": False, "loo": False}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -42,7 +42,7 @@ def test_adding_a_constant_to_y_shifts_predictions_by_it(path):
     base = AdaptiveKernelRegressor(**params).fit(X, y)
     shifted = AdaptiveKernelRegressor(**params).fit(X, y + 1000.0)
     assert base.early_stopping_ == VALIDATES[path]  # CG converges to its exact solution: no held-out split
-    assert shifted.alpha_ == base.alpha_  # "auto" scores centred targets
+    assert shifted.alpha_ == base.alpha_  # "loo" scores centred targets
     assert shifted.intercept_ == pytest.approx(base.intercept_ + 1000.0, rel=1e-12)
     np.testing.assert_allclose(
         shifted.dual_coef_, base.dual_coef_, rtol=1e-6, atol=1e-9 * np.abs(base.dual_coef_).max()
@@ -111,7 +111,11 @@ def test_eigenpro2_with_alpha_and_sample_weights_converges_to_kernel_ridge():
 
 def test_defaults_stop_on_convergence_before_the_epoch_bound():
     X, y, _ = _smooth_problem(n=2000)
+    # alpha="auto": 0 for EigenPro 2, leave-one-out for CG on centers.
+    on_centers = AdaptiveKernelRegressor(n_centers=300, random_state=0).fit(X, y)
+    assert on_centers.solver_ == "cg" and on_centers.alpha_ == on_centers.alpha_selection_.alpha > 0
     model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    assert model.alpha_ == 0 and model.alpha_selection_ is None
     assert model.early_stopping_ and model.solver_ == "eigenpro"  # alpha = 0 and n >= 1000: a validation split
     assert model.n_epochs_ < model.n_epochs
     scores = [record["validation_score"] for record in model.history_]
@@ -120,9 +124,9 @@ def test_defaults_stop_on_convergence_before_the_epoch_bound():
     assert not penalised.early_stopping_  # a penalised loss converges by itself: stop on the training loss
     assert penalised.n_epochs_ < penalised.n_epochs
     assert all(record["validation_score"] is None for record in penalised.history_)
-    auto = AdaptiveKernelRegressor(alpha="auto", random_state=0).fit(X, y)
-    assert auto.alpha_ > 0 and auto.solver_ == "cg" and not auto.early_stopping_
-    assert auto.n_epochs_ < auto.n_epochs  # CG iterations, stopped on the objective (float32)
+    loo = AdaptiveKernelRegressor(alpha="loo", random_state=0).fit(X, y)
+    assert loo.alpha_ > 0 and loo.solver_ == "cg" and not loo.early_stopping_
+    assert loo.n_epochs_ < loo.n_epochs  # CG iterations, stopped on the objective (float32)
     fixed = AdaptiveKernelRegressor(n_epochs=4, tol=None, early_stopping=False, random_state=0)
     assert fixed.fit(X, y).n_epochs_ == 4
 
@@ -227,7 +231,7 @@ def test_cg_with_every_point_a_center_is_kernel_ridge(dtype, tol):
     assert model.n_epochs_ < 15  # the preconditioner is K's own factor: a few iterations
 
 
-def test_auto_alpha_is_ridge_leave_one_out_and_beats_no_penalty_on_noisy_data():
+def test_loo_alpha_is_ridge_leave_one_out_and_beats_no_penalty_on_noisy_data():
     from sklearn.linear_model import RidgeCV
 
     rng = np.random.RandomState(7)
@@ -235,7 +239,7 @@ def test_auto_alpha_is_ridge_leave_one_out_and_beats_no_penalty_on_noisy_data():
     y = np.sin(2 * X[:, 0]) + X[:, 1] + 0.5 * rng.randn(600)  # noisy: the interpolant overfits
     X_test = rng.uniform(-2, 2, size=(2000, 3))
     y_test = np.sin(2 * X_test[:, 0]) + X_test[:, 1]
-    model = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, alpha="auto", dtype="float64", random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(bandwidth=BANDWIDTH, alpha="loo", dtype="float64", random_state=0).fit(X, y)
     selection = model.alpha_selection_
     assert model.alpha_ == pytest.approx(selection.penalty * X.shape[0])
     # With fewer rows than the Nystrom subsample the features span the kernel: the criterion is
@@ -251,8 +255,8 @@ def test_auto_alpha_is_ridge_leave_one_out_and_beats_no_penalty_on_noisy_data():
     assert mse < 0.5 * np.mean((interpolating.fit(X, y).predict(X_test) - y_test) ** 2)
 
 
-def test_auto_alpha_is_zero_for_eigenpro3_which_stops_early_instead():
+def test_loo_alpha_is_zero_for_eigenpro3_which_stops_early_instead():
     X, y, _ = _smooth_problem(n=1200)
-    model = AdaptiveKernelRegressor(n_centers=100, solver="eigenpro", alpha="auto", n_epochs=3, random_state=0)
+    model = AdaptiveKernelRegressor(n_centers=100, solver="eigenpro", alpha="loo", n_epochs=3, random_state=0)
     model.fit(X, y)
     assert model.alpha_ == 0.0 and model.alpha_selection_ is None and model.early_stopping_

@@ -39,9 +39,9 @@ ESTIMATORS = [
     AdaptiveKernelClassifier(n_centers=50, solver="eigenpro", random_state=0),
     AdaptiveKernelRegressor(n_centers=50, alpha=1e-3, random_state=0),
     AdaptiveKernelClassifier(n_centers=50, random_state=0),
-    # alpha="auto": the leave-one-out penalty, then CG with every training point a center.
-    AdaptiveKernelRegressor(alpha="auto", random_state=0),
-    AdaptiveKernelClassifier(alpha="auto", random_state=0),
+    # alpha="loo": the leave-one-out penalty, then CG with every training point a center.
+    AdaptiveKernelRegressor(alpha="loo", random_state=0),
+    AdaptiveKernelClassifier(alpha="loo", random_state=0),
     BufferedSGDRegressor(random_state=0),
     BufferedSGDClassifier(random_state=0),
 ]
@@ -72,7 +72,7 @@ _SGD_WEIGHT_REASON = (
     "bandwidth='auto' follows the variance of X, which repeated rows change and weights do "
     "not, and the centers are drawn from the rows; with the same kernel and centers, "
     "tests/test_accuracy_defaults.py checks that weights reach the exact weighted solution. "
-    "alpha='auto' scores leave-one-out errors, and leaving one of k repeated rows out is "
+    "alpha='loo' scores leave-one-out errors, and leaving one of k repeated rows out is "
     "not leaving out a weighted row (the copies stay); tests/test_regularization.py checks "
     "its weighted criterion against RidgeCV's."
 )

@@ -1,4 +1,4 @@
-"""alpha="auto": the leave-one-out criterion against scikit-learn's RidgeCV on the same features."""
+"""alpha="loo": the leave-one-out criterion against scikit-learn's RidgeCV on the same features."""
 
 import numpy as np
 import pytest
@@ -49,9 +49,9 @@ def test_noise_gets_the_largest_penalty_and_a_clean_signal_a_small_one():
 def test_the_penalty_per_unit_weight_carries_to_all_the_rows(monkeypatch):
     X, Y, _ = _data(n=600, seed=2)
     monkeypatch.setattr(kernel_fit, "GCV_MAX_ROWS", 200)
-    model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="auto", dtype="float64", random_state=0).fit(X, Y[:, 0])
+    model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     selection = model.alpha_selection_
     assert selection.n_rows == 200
     assert model.alpha_ == pytest.approx(selection.penalty * 600, rel=1e-12)
-    again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="auto", dtype="float64", random_state=0).fit(X, Y[:, 0])
+    again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     assert again.alpha_ == model.alpha_  # the scored rows follow random_state
