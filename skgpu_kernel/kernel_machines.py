@@ -152,12 +152,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
                 "centers (with every training point a center, the model is trained on one device)."
             )
         self.solver_ = _resolve_solver(self, X.shape, Y.shape[1], runtime, streams)
-        self._resolve_alpha(X, Y, weights, runtime)
+        self.alpha_, self.alpha_selection_ = _resolve_alpha(self, X, Y, weights, runtime)
         if not uses_centers:
             self.solver_ = _resolve_full_kernel_solver(self, X.shape, Y.shape[1], runtime)
         self.early_stopping_ = self._validates(X.shape[0], streams)
         X_train, Y_train, w_train, validation = self._split_validation(X, Y, weights, stratify, runtime.rng)
-        intercept = self._intercept(Y_train, w_train)
+        intercept = _intercept(self.fit_intercept, Y_train, w_train)
         Y_train = Y_train - intercept
         kernel, bandwidth = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X_train)
         offset = _kernel_offset(kernel, X_train)
@@ -183,26 +183,6 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self._store_fit(runtime, settings, fit, order)
         self.intercept_ = float(intercept[0]) if getattr(self, "_single_output", False) else intercept
         return self
-
-    def _intercept(self, Y, weights):
-        return np.average(Y, axis=0, weights=weights) if self.fit_intercept else np.zeros(Y.shape[1])
-
-    def _resolve_alpha(self, X, Y, weights, runtime):
-        """``alpha_``: the given penalty, or the leave-one-out choice (``alpha_selection_``)."""
-        self.alpha_selection_ = None
-        uses_centers = self.n_centers is not None or self.centers is not None
-        if not isinstance(self.alpha, str):
-            self.alpha_ = float(self.alpha)
-        elif self.solver_ == "eigenpro" and uses_centers:
-            self.alpha_ = 0.0  # EigenPro 3's SGD has no penalty: early stopping regularises
-        elif self.alpha == "auto" and not uses_centers:
-            self.alpha_ = 0.0  # EigenPro 2's interpolating regime, early stopping regularises
-        else:
-            kernel, _ = make_kernel(self.kernel, self.bandwidth, self.kernel_params, X)
-            selection = choose_alpha(
-                X, Y - self._intercept(Y, weights), weights, kernel, _kernel_offset(kernel, X), runtime
-            )
-            self.alpha_, self.alpha_selection_ = selection.alpha, selection
 
     def _validates(self, n_samples, streams):
         """Whether this fit holds out a validation split: ``early_stopping`` resolved."""
@@ -416,6 +396,25 @@ def _resolve_solver(estimator, X_shape, n_outputs, runtime, streams):
             "memory_budget); EigenPro 3's SGD has no penalty. Use alpha=0, fewer centers or a larger budget."
         )
     return solver
+
+
+def _intercept(fit_intercept, Y, weights):
+    return np.average(Y, axis=0, weights=weights) if fit_intercept else np.zeros(Y.shape[1])
+
+
+def _resolve_alpha(estimator, X, Y, weights, runtime):
+    """``(alpha_, alpha_selection_)``: the given penalty, or the leave-one-out choice and its errors."""
+    uses_centers = estimator.n_centers is not None or estimator.centers is not None
+    if not isinstance(estimator.alpha, str):
+        return float(estimator.alpha), None
+    if estimator.solver_ == "eigenpro" and uses_centers:
+        return 0.0, None  # EigenPro 3's SGD has no penalty: early stopping regularises
+    if estimator.alpha == "auto" and not uses_centers:
+        return 0.0, None  # EigenPro 2's interpolating regime, early stopping regularises
+    kernel, _ = make_kernel(estimator.kernel, estimator.bandwidth, estimator.kernel_params, X)
+    centred = Y - _intercept(estimator.fit_intercept, Y, weights)
+    selection = choose_alpha(X, centred, weights, kernel, _kernel_offset(kernel, X), runtime)
+    return selection.alpha, selection
 
 
 def _resolve_full_kernel_solver(estimator, X_shape, n_outputs, runtime):

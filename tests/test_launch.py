@@ -229,7 +229,10 @@ SpawnProcess.start = start
 
 def _start_sleeping_run(directory, prelude=""):
     """A Python process running two sleeping workers, and the workers' pids once they run."""
-    script = prelude + textwrap.dedent(
+    # Ctrl-C in a terminal raises KeyboardInterrupt; a shell started in the background
+    # (nohup ... &, some CI runners) passes SIGINT on as ignored, so restore Python's handler.
+    script = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + prelude
+    script += textwrap.dedent(
         f"""
         from skgpu_kernel.parallel.launch import run_distributed
         from tests.test_launch import _sleep_worker
