@@ -75,10 +75,10 @@ def select_alpha(kernel, X, Y, weights, subsample_size):
     ----------
     kernel : Kernel
     X : Tensor of shape (n, d)
-        Training rows in random order, on the compute device (features as the
-        kernel sees them); the first ``GCV_MAX_ROWS`` are scored and the first
-        ``subsample_size`` of those are the Nystrom subsample.  The caller scales
-        the chosen ``penalty`` to a larger training set.
+        Rows in random order, on the compute device (features as the kernel sees
+        them), every one scored (callers pass at most ``GCV_MAX_ROWS``); the first
+        ``subsample_size`` are the Nystrom subsample.  The caller scales the chosen
+        ``penalty`` to a larger training set.
     Y : Tensor of shape (n, l)
         Targets in the same order.
     weights : Tensor of shape (n,) or None
@@ -88,9 +88,8 @@ def select_alpha(kernel, X, Y, weights, subsample_size):
     -------
     AlphaSelection
     """
-    rows = min(X.shape[0], GCV_MAX_ROWS)
-    X, Y = X[:rows], Y[:rows].double()
-    w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights[:rows].double()
+    rows, Y = X.shape[0], Y.double()
+    w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights.double()
     features = _nystrom_features(kernel, X, min(subsample_size, rows))
     sqrt_w = w.sqrt()[:, None]
     mean = lambda values: (w[:, None] * values).sum(dim=0) / w.sum()  # noqa: E731
