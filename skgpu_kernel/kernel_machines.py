@@ -28,6 +28,7 @@ from .device import prediction_device, resolve_device, resolve_dtype, resolve_me
 from .kernels import KERNEL_NAMES, make_kernel
 from .parallel.distributed import default_process_group
 from .planning.kernel import KernelProblem, KernelSettings, plan_centers_solver, plan_full_kernel_solver
+from .regularization import LOO_MIN_COVERAGE
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.kernel_fit import (
     DeviceCopier,
@@ -409,11 +410,14 @@ def _resolve_alpha(estimator, X, Y, weights, runtime):
         return float(estimator.alpha), None
     if estimator.solver_ == "eigenpro" and uses_centers:
         return 0.0, None  # EigenPro 3's SGD has no penalty: early stopping regularises
-    if estimator.alpha == "auto" and not uses_centers:
-        return 0.0, None  # EigenPro 2's interpolating regime, early stopping regularises
+    # With every point a center, "auto" trusts the criterion only where its Nystrom
+    # model is close to the kernel; elsewhere EigenPro 2's early stopping regularises.
+    gated = estimator.alpha == "auto" and not uses_centers
     kernel, _ = make_kernel(estimator.kernel, estimator.bandwidth, estimator.kernel_params, X)
     centred = Y - _intercept(estimator.fit_intercept, Y, weights)
-    selection = choose_alpha(X, centred, weights, kernel, _kernel_offset(kernel, X), runtime)
+    selection = choose_alpha(
+        X, centred, weights, kernel, _kernel_offset(kernel, X), runtime, LOO_MIN_COVERAGE if gated else 0.0
+    )
     return selection.alpha, selection
 
 
@@ -506,20 +510,22 @@ default="gaussian"
         shifts the preconditioner's spectrum (``alpha / n`` on the eigenvalues of
         ``K / n``), so step sizes stay analytic.  ``"loo"`` chooses it as
         :class:`sklearn.linear_model.RidgeCV` does, by the exact leave-one-out error of
-        a ridge model, here on the Nystrom features of a random subsample (2000 points,
-        up to 20000 rows scored; exact for fewer rows than that), over per-sample
-        penalties ``alpha / n`` from 1e-9 to 1 (see :mod:`skgpu_kernel.regularization`).
-        ``"auto"`` regularises as the solver suits: ``"loo"`` for the conjugate
-        gradients on centers (an exact solver, which without a penalty fits the
-        noise: 2.4 times the error of ``"loo"`` on the HI data set), ``0`` and early
-        stopping for the EigenPro iterations.  EigenPro 3's SGD has no penalty and
-        always gets ``0``.  The value used is ``alpha_``.  ``"loo"`` with every
-        training point a center beat early stopping on noisy tabular data (HI: the
-        best epoch of the unpenalised fit, picked on the test set itself, was 4.8%
-        above ``Nystroem + RidgeCV``, ``"loo"`` matched it) but over-regularised
-        Fashion-MNIST (88.95% after 4 epochs, against 90.35% after 3 without a
-        penalty: the low-rank Nystrom model it scores leaves signal unexplained and
-        takes it for noise); see ``benchmarks/RESULTS.md``.
+        a ridge model, here on the float64 Nystrom features of a random subsample
+        (2000 points; exact for fewer rows than that), scored on every row up to
+        100000 (beyond that the chosen ``alpha`` is kept), over per-sample penalties
+        ``alpha / n`` from 1e-9 to 1, four per decade (see
+        :mod:`skgpu_kernel.regularization`).  ``"auto"``: with ``n_centers``, ``"loo"``
+        for the conjugate gradients (an exact solver, which without a penalty fits the
+        noise: 2.4 times the error of ``"loo"`` on the HI data set) and ``0`` for
+        EigenPro 3, whose SGD has no penalty.  With every training point a center,
+        ``"loo"`` where the Nystrom features capture at least 95% of the kernel's
+        trace (``alpha_selection_.coverage``, measured on rows outside the subsample),
+        ``0`` with early stopping otherwise: a Nystrom model that misses more of the
+        kernel is not the model being fitted, and the criterion takes the signal it
+        misses for noise (Fashion-MNIST: coverage 0.875, and its penalty cost 1.5
+        points of accuracy; the tabular sets of ``benchmarks/bench_real_data.py``:
+        0.97 to 0.998, where it beat early stopping by up to 7%).  The value used is
+        ``alpha_``.
     fit_intercept : bool, default=True
         Centre the targets (regression targets, or the classifier's ``+-1`` / one-hot
         codes) by their weighted mean before training and add it back at prediction:
@@ -688,8 +694,10 @@ _COMMON_ATTRIBUTES = """
     alpha_ : float
         The ridge penalty used (``alpha`` resolved).
     alpha_selection_ : AlphaSelection or None
-        With ``alpha="auto"`` and a penalised solver: the leave-one-out errors of
-        the candidate penalties behind ``alpha_``
+        With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
+        leave-one-out errors of the candidate penalties behind ``alpha_`` and the
+        features' coverage of the kernel, or, where ``"auto"`` found the coverage too
+        low, that coverage alone (``scored=False``)
         (:class:`skgpu_kernel.regularization.AlphaSelection`); None otherwise.
     early_stopping_ : bool
         Whether the fit held out a validation split (``early_stopping`` resolved;

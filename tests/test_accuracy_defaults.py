@@ -107,10 +107,10 @@ def test_eigenpro2_with_alpha_and_sample_weights_converges_to_kernel_ridge():
 
 def test_defaults_stop_on_convergence_before_the_epoch_bound():
     X, y, _ = _smooth_problem(n=2000)
-    # alpha="auto": 0 for EigenPro 2, leave-one-out for CG on centers.
+    # alpha="auto": leave-one-out for CG on centers.
     on_centers = AdaptiveKernelRegressor(n_centers=300, random_state=0).fit(X, y)
     assert on_centers.solver_ == "cg" and on_centers.alpha_ == on_centers.alpha_selection_.alpha > 0
-    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(alpha=0.0, random_state=0).fit(X, y)
     assert model.alpha_ == 0 and model.alpha_selection_ is None
     assert model.early_stopping_ and model.solver_ == "eigenpro"  # alpha = 0 and n >= 1000: a validation split
     assert model.n_epochs_ < model.n_epochs
@@ -256,3 +256,30 @@ def test_loo_alpha_is_zero_for_eigenpro3_which_stops_early_instead():
     model = AdaptiveKernelRegressor(n_centers=100, solver="eigenpro", alpha="loo", n_epochs=3, random_state=0)
     model.fit(X, y)
     assert model.alpha_ == 0.0 and model.alpha_selection_ is None and model.early_stopping_
+
+
+def _high_dimensional_problem(n=2600, d=60, seed=5):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    return X, np.tanh(X[:, :10].sum(axis=1) / 3.0) + 0.05 * rng.randn(n)
+
+
+def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the_kernel():
+    from skgpu_kernel.regularization import LOO_MIN_COVERAGE
+
+    # Low-dimensional data: 2000 points span the kernel, the leave-one-out penalty is used
+    # (and with it CG on every point, up to 10000 rows).
+    X, y, _ = _smooth_problem(n=2600)
+    covered = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    assert covered.alpha_selection_.scored and covered.alpha_selection_.coverage > 0.99
+    assert covered.alpha_ == covered.alpha_selection_.alpha > 0 and covered.solver_ == "cg"
+    # 60 dimensions at the scale bandwidth: 2000 points capture a fraction of the kernel's
+    # trace, the criterion is not evaluated and EigenPro 2 stops early, unpenalised.
+    X, y = _high_dimensional_problem()
+    uncovered = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    selection = uncovered.alpha_selection_
+    assert not selection.scored and selection.coverage < LOO_MIN_COVERAGE and selection.loo_errors is None
+    assert uncovered.alpha_ == 0 and uncovered.solver_ == "eigenpro" and uncovered.early_stopping_
+    # alpha="loo" asks for the criterion whatever the coverage.
+    asked = AdaptiveKernelRegressor(alpha="loo", n_epochs=2, random_state=0).fit(X, y)
+    assert asked.alpha_selection_.scored and asked.alpha_ == asked.alpha_selection_.alpha > 0

@@ -1,4 +1,10 @@
-"""AdaptiveKernelRegressor / AdaptiveKernelClassifier against exact references."""
+"""AdaptiveKernelRegressor / AdaptiveKernelClassifier against exact references.
+
+These tests exercise the EigenPro 2 iteration, so they pin ``alpha=0.0``: on their
+small, low-dimensional data ``alpha="auto"`` would choose a leave-one-out penalty and
+solve by CG (tests/test_accuracy_defaults.py and tests/test_regularization.py test
+that path).
+"""
 
 import pickle
 
@@ -40,7 +46,7 @@ def test_converges_to_the_exact_interpolant_in_float64():
     # The interpolant of the centred targets, plus their mean (the intercept).
     alpha = np.linalg.solve(rbf_kernel(X, X, gamma=gamma), y - y.mean())
     exact = rbf_kernel(X_test, X, gamma=gamma) @ alpha + y.mean()
-    model = AdaptiveKernelRegressor(bandwidth=sigma, dtype="float64", n_epochs=100, tol=None, random_state=0)
+    model = AdaptiveKernelRegressor(alpha=0.0, bandwidth=sigma, dtype="float64", n_epochs=100, tol=None, random_state=0)
     model.fit(X, y)
     error = np.linalg.norm(model.predict(X_test) - exact) / np.linalg.norm(exact)
     assert error <= 1e-3
@@ -51,7 +57,7 @@ def test_one_step_with_unit_batch_and_step_one_over_beta_interpolates_the_sample
     rng = np.random.RandomState(1)
     X, y = rng.randn(1, 3), np.array([2.5])
     model = AdaptiveKernelRegressor(
-        bandwidth=1.0, batch_size=1, n_components=0, n_epochs=1, dtype="float64", random_state=0
+        alpha=0.0, bandwidth=1.0, batch_size=1, n_components=0, n_epochs=1, dtype="float64", random_state=0
     ).fit(X, y)
     assert model.learning_rate_ == pytest.approx(1.0)  # 1 / beta, beta = 1 for the Gaussian
     assert model.predict(X)[0] == pytest.approx(2.5, rel=1e-12)
@@ -74,7 +80,7 @@ def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
 
 def test_digits_preconditioning_widens_the_critical_batch_20_fold(digits):
     X, y = digits
-    model = AdaptiveKernelClassifier(random_state=0).fit(X, y)
+    model = AdaptiveKernelClassifier(alpha=0.0, random_state=0).fit(X, y)
     before, after = model.critical_batch_size_
     assert after / before >= 20
     assert model.n_components_ > 0 and model.batch_size_ > before
@@ -85,13 +91,15 @@ def test_digits_cross_validated_accuracy_with_defaults(digits):
     # 0.98 on the unshuffled 3-fold split (the exact Gaussian one gets 0.977).
     X, y = digits
     cv = StratifiedKFold(n_splits=3, shuffle=True, random_state=0)
-    scores = cross_val_score(AdaptiveKernelClassifier(random_state=0), X, y, cv=cv)
+    scores = cross_val_score(AdaptiveKernelClassifier(alpha=0.0, random_state=0), X, y, cv=cv)
     assert scores.mean() >= 0.98
 
 
 def test_pipeline_and_grid_search_over_bandwidth_with_two_jobs(digits):
     X, y = digits
-    pipe = make_pipeline(StandardScaler(), AdaptiveKernelClassifier(n_epochs=3, batch_size=128, random_state=0))
+    pipe = make_pipeline(
+        StandardScaler(), AdaptiveKernelClassifier(alpha=0.0, n_epochs=3, batch_size=128, random_state=0)
+    )
     search = GridSearchCV(pipe, {"adaptivekernelclassifier__bandwidth": [4.0, 8.0]}, cv=2, n_jobs=2)
     search.fit(X[:600], y[:600])
     assert search.best_params_["adaptivekernelclassifier__bandwidth"] in (4.0, 8.0)
@@ -102,7 +110,7 @@ def test_grid_search_reaches_kernel_parameters_of_a_kernel_object(digits):
     from skgpu_kernel.kernels import Laplacian
 
     X, y = digits
-    model = AdaptiveKernelClassifier(kernel=Laplacian(), n_epochs=2, batch_size=64, random_state=0)
+    model = AdaptiveKernelClassifier(alpha=0.0, kernel=Laplacian(), n_epochs=2, batch_size=64, random_state=0)
     search = GridSearchCV(model, {"kernel__bandwidth": [2.0, 6.0]}, cv=2).fit(X[:300], y[:300])
     assert search.best_estimator_.kernel_.bandwidth in (2.0, 6.0)
 
@@ -111,10 +119,10 @@ def test_multi_output_regression_matches_separate_fits():
     X, y, X_test = _interpolation_problem(n=120)
     Y = np.column_stack([y, -2 * y + 1])
     params = dict(bandwidth=1.0, dtype="float64", n_epochs=5, batch_size=16, n_components=3, random_state=0)
-    joint = AdaptiveKernelRegressor(**params).fit(X, Y)
+    joint = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, Y)
     assert joint.predict(X_test).shape == (100, 2)
     for column in range(2):
-        single = AdaptiveKernelRegressor(**params).fit(X, Y[:, column])
+        single = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, Y[:, column])
         np.testing.assert_allclose(joint.predict(X_test)[:, column], single.predict(X_test), rtol=1e-9, atol=1e-12)
 
 
@@ -122,7 +130,7 @@ def test_classifier_handles_string_labels_and_binary_decision_function():
     rng = np.random.RandomState(0)
     X = np.vstack([rng.randn(40, 2) + 2, rng.randn(40, 2) - 2])
     y = np.array(["spam"] * 40 + ["ham"] * 40)
-    model = AdaptiveKernelClassifier(n_epochs=3, random_state=0).fit(X, y)
+    model = AdaptiveKernelClassifier(alpha=0.0, n_epochs=3, random_state=0).fit(X, y)
     assert list(model.classes_) == ["ham", "spam"]
     scores = model.decision_function(X)
     assert scores.shape == (80,)
@@ -132,7 +140,7 @@ def test_classifier_handles_string_labels_and_binary_decision_function():
 
 def test_fitted_attributes_record_every_decision(digits):
     X, y = digits
-    model = AdaptiveKernelClassifier(n_epochs=2, random_state=0).fit(X[:500], y[:500])
+    model = AdaptiveKernelClassifier(alpha=0.0, n_epochs=2, random_state=0).fit(X[:500], y[:500])
     assert model.device_ == ("cuda" if torch.cuda.is_available() else "cpu") and model.dtype_ == np.float32
     assert model.centers_.shape == (500, 64) and model.dual_coef_.shape == (500, 10)
     assert isinstance(model.centers_, np.ndarray) and isinstance(model.dual_coef_, np.ndarray)
@@ -152,7 +160,9 @@ def test_fitted_attributes_record_every_decision(digits):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_predictions_do_not_depend_on_the_block_size(dtype, digits):
     X, y = digits
-    model = AdaptiveKernelRegressor(n_epochs=2, dtype=dtype, random_state=0).fit(X[:400], y[:400].astype(float))
+    model = AdaptiveKernelRegressor(alpha=0.0, n_epochs=2, dtype=dtype, random_state=0).fit(
+        X[:400], y[:400].astype(float)
+    )
     _, centers, coef, offset = model._prediction_tensors()
     itemsize = 4 if dtype == "float32" else 8
     # Budgets that force 3-row blocks with few columns, and 256-row blocks.
@@ -173,10 +183,10 @@ def test_predictions_do_not_depend_on_the_block_size(dtype, digits):
 def test_reproducible_with_random_state(digits):
     X, y = digits
     params = dict(n_epochs=2, batch_size=64, random_state=3)
-    first = AdaptiveKernelClassifier(**params).fit(X[:300], y[:300]).decision_function(X[300:400])
-    second = AdaptiveKernelClassifier(**params).fit(X[:300], y[:300]).decision_function(X[300:400])
+    first = AdaptiveKernelClassifier(alpha=0.0, **params).fit(X[:300], y[:300]).decision_function(X[300:400])
+    second = AdaptiveKernelClassifier(alpha=0.0, **params).fit(X[:300], y[:300]).decision_function(X[300:400])
     np.testing.assert_array_equal(first, second)
-    other = AdaptiveKernelClassifier(**{**params, "random_state": 4}).fit(X[:300], y[:300])
+    other = AdaptiveKernelClassifier(alpha=0.0, **{**params, "random_state": 4}).fit(X[:300], y[:300])
     assert not np.array_equal(other.decision_function(X[300:400]), first)
 
 
@@ -186,11 +196,11 @@ def test_sample_weight_zero_equals_removal_and_ones_equal_none(digits):
     params = dict(n_epochs=2, batch_size=32, random_state=0)
     weights = np.ones(200)
     weights[::4] = 0
-    weighted = AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=weights)
-    removed = AdaptiveKernelRegressor(**params).fit(X[weights > 0], y[weights > 0])
+    weighted = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y, sample_weight=weights)
+    removed = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X[weights > 0], y[weights > 0])
     np.testing.assert_array_equal(weighted.predict(X), removed.predict(X))
-    ones = AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=np.ones(200))
-    plain = AdaptiveKernelRegressor(**params).fit(X, y)
+    ones = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y, sample_weight=np.ones(200))
+    plain = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y)
     np.testing.assert_array_equal(ones.predict(X), plain.predict(X))
 
 
@@ -202,8 +212,8 @@ def test_sample_weight_pulls_the_fit_towards_heavy_samples():
     # Plain SGD (no preconditioner) and two epochs: far from the interpolant, where
     # the weights decide which samples are fitted first.
     params = dict(bandwidth=1.0, n_epochs=2, batch_size=16, n_components=0, random_state=0)
-    weighted = (AdaptiveKernelRegressor(**params).fit(X, y, sample_weight=weights).predict(X) - y) ** 2
-    plain = (AdaptiveKernelRegressor(**params).fit(X, y).predict(X) - y) ** 2
+    weighted = (AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y, sample_weight=weights).predict(X) - y) ** 2
+    plain = (AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y).predict(X) - y) ** 2
     assert weighted[:100].mean() < 0.8 * plain[:100].mean()
     assert weighted[:100].mean() < 0.8 * weighted[100:].mean()
 
@@ -212,13 +222,19 @@ def test_sample_weight_pulls_the_fit_towards_heavy_samples():
 def test_bad_sample_weight_is_rejected(bad_weights):
     X, y = np.random.RandomState(0).randn(50, 2), np.arange(50.0)
     with pytest.raises(ValueError, match=r"[Ss]ample.weight"):
-        AdaptiveKernelRegressor().fit(X, y, sample_weight=bad_weights)
+        AdaptiveKernelRegressor(alpha=0.0).fit(X, y, sample_weight=bad_weights)
 
 
 def test_early_stopping_keeps_the_best_validation_model(digits):
     X, y = digits
     model = AdaptiveKernelClassifier(
-        early_stopping=True, n_iter_no_change=1, tol=0.5, n_epochs=20, validation_fraction=0.2, random_state=0
+        alpha=0.0,
+        early_stopping=True,
+        n_iter_no_change=1,
+        tol=0.5,
+        n_epochs=20,
+        validation_fraction=0.2,
+        random_state=0,
     ).fit(X, y)
     assert model.n_epochs_ == 2, "no epoch gains 0.5 accuracy over the first"
     assert all("validation_score" in record for record in model.history_)
@@ -229,7 +245,7 @@ def test_early_stopping_keeps_the_best_validation_model(digits):
 def test_warm_start_continues_from_the_previous_coefficients(digits):
     X, y = digits
     X, y = X[:400], y[:400].astype(float)
-    model = AdaptiveKernelRegressor(n_epochs=1, batch_size=32, warm_start=True, random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(alpha=0.0, n_epochs=1, batch_size=32, warm_start=True, random_state=0).fit(X, y)
     first = model.history_[-1]["train_loss"]
     model.fit(X, y)
     assert model.history_[-1]["train_loss"] < 0.7 * first
@@ -241,7 +257,7 @@ def test_warm_start_continues_from_the_previous_coefficients(digits):
 
 def test_verbose_prints_decisions_and_epochs(capsys, digits):
     X, y = digits
-    AdaptiveKernelClassifier(n_epochs=2, verbose=1, random_state=0).fit(X[:300], y[:300])
+    AdaptiveKernelClassifier(alpha=0.0, n_epochs=2, verbose=1, random_state=0).fit(X[:300], y[:300])
     out = capsys.readouterr().out
     assert "batch capacity m_G=" in out and "critical batch" in out and "step size" in out
     assert "epoch 1/2: train loss" in out and "epoch 2/2" in out
@@ -257,14 +273,18 @@ def test_out_of_memory_halves_the_batch_and_continues(monkeypatch, capsys, digit
         return real_step(kernel, data, coef, batch, *args)
 
     monkeypatch.setattr(eigenpro_solver, "_step", step_failing_on_large_batches)
-    model = AdaptiveKernelClassifier(n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(X[:600], y[:600])
+    model = AdaptiveKernelClassifier(alpha=0.0, n_epochs=2, batch_size=200, verbose=1, random_state=0).fit(
+        X[:600], y[:600]
+    )
     assert model.batch_size_ == 50
     assert (
         model.learning_rate_
         == pytest.approx(
             50
             / 200
-            * AdaptiveKernelClassifier(n_epochs=1, batch_size=200, random_state=0).fit(X[:600], y[:600]).learning_rate_,
+            * AdaptiveKernelClassifier(alpha=0.0, n_epochs=1, batch_size=200, random_state=0)
+            .fit(X[:600], y[:600])
+            .learning_rate_,
             rel=0.05,
         )
         or model.learning_rate_ > 0
@@ -281,12 +301,12 @@ def test_other_runtime_errors_propagate(monkeypatch, digits):
 
     monkeypatch.setattr(eigenpro_solver, "_step", broken_step)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        AdaptiveKernelClassifier(n_epochs=1, random_state=0).fit(X[:100], y[:100])
+        AdaptiveKernelClassifier(alpha=0.0, n_epochs=1, random_state=0).fit(X[:100], y[:100])
 
 
 def test_pickle_round_trip_and_cpu_fallback_for_a_cuda_model(digits):
     X, y = digits
-    model = AdaptiveKernelClassifier(n_epochs=2, random_state=0).fit(X[:300], y[:300])
+    model = AdaptiveKernelClassifier(alpha=0.0, n_epochs=2, random_state=0).fit(X[:300], y[:300])
     expected = model.decision_function(X[300:350])
     state = model.__getstate__()
     assert not any(isinstance(value, torch.Tensor) for value in state.values()), "pickles hold numpy only"
@@ -313,17 +333,17 @@ def test_pickle_round_trip_and_cpu_fallback_for_a_cuda_model(digits):
 )
 def test_bad_training_input_names_the_problem(X, y, error, match):
     with pytest.raises(error, match=match):
-        AdaptiveKernelRegressor().fit(X, y)
+        AdaptiveKernelRegressor(alpha=0.0).fit(X, y)
 
 
 def test_sparse_input_is_refused_with_a_type_error():
     X = sp.csr_matrix(np.eye(4))
     with pytest.raises(TypeError, match=r"[Ss]parse"):
-        AdaptiveKernelRegressor().fit(X, np.arange(4.0))
+        AdaptiveKernelRegressor(alpha=0.0).fit(X, np.arange(4.0))
 
 
 def test_wrong_feature_count_at_predict():
-    model = AdaptiveKernelRegressor(n_epochs=1).fit(np.random.RandomState(0).randn(20, 3), np.arange(20.0))
+    model = AdaptiveKernelRegressor(alpha=0.0, n_epochs=1).fit(np.random.RandomState(0).randn(20, 3), np.arange(20.0))
     with pytest.raises(ValueError, match="3 features"):
         model.predict(np.ones((2, 4)))
 
@@ -344,13 +364,13 @@ def test_wrong_feature_count_at_predict():
 def test_bad_parameters_name_the_problem(params, error, match):
     X, y = np.random.RandomState(0).randn(20, 3), np.arange(20.0)
     with pytest.raises(error, match=match):
-        AdaptiveKernelRegressor(**params).fit(X, y)
+        AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y)
 
 
 @pytest.mark.parametrize("bandwidth", [1e-4, 1e4])
 def test_extreme_bandwidth_warns_and_gives_a_finite_model(bandwidth, digits):
     X, y = digits
-    model = AdaptiveKernelClassifier(bandwidth=bandwidth, n_epochs=2, random_state=0)
+    model = AdaptiveKernelClassifier(alpha=0.0, bandwidth=bandwidth, n_epochs=2, random_state=0)
     with pytest.warns(UserWarning, match="bandwidth"):
         model.fit(X[:300], y[:300])
     assert np.all(np.isfinite(model.decision_function(X[300:400])))
@@ -363,7 +383,7 @@ def test_kernel_returning_infinities_is_named_as_the_problem():
 
     X, y = np.random.RandomState(0).randn(40, 3), np.arange(40.0)
     with pytest.raises(ValueError, match="non-finite values"):
-        AdaptiveKernelRegressor(kernel=exploding, n_epochs=2, batch_size=8, n_components=0).fit(X, y)
+        AdaptiveKernelRegressor(alpha=0.0, kernel=exploding, n_epochs=2, batch_size=8, n_components=0).fit(X, y)
 
 
 def test_unstable_steps_are_rolled_back_with_a_warning():
@@ -372,11 +392,11 @@ def test_unstable_steps_are_rolled_back_with_a_warning():
     X, y, _ = _interpolation_problem(n=150)
     params = dict(bandwidth=1.0, n_epochs=8, batch_size=150, random_state=0)
     with pytest.warns(RuntimeWarning, match="diverged"):
-        model = AdaptiveKernelRegressor(scaling_rule=EigenProRule(scale=4), **params).fit(X, y)
+        model = AdaptiveKernelRegressor(alpha=0.0, scaling_rule=EigenProRule(scale=4), **params).fit(X, y)
     assert np.all(np.isfinite(model.dual_coef_))
     assert model.history_[-1]["train_loss"] < model.history_[0]["train_loss"]
     # The halving acts on top of the rule: half of four times the analytic step.
-    analytic = AdaptiveKernelRegressor(**{**params, "n_epochs": 1}).fit(X, y).learning_rate_
+    analytic = AdaptiveKernelRegressor(alpha=0.0, **{**params, "n_epochs": 1}).fit(X, y).learning_rate_
     assert model.learning_rate_ == pytest.approx(2 * analytic, rel=1e-12)
     assert model.scaling_rule_.scale == 4, "the rule itself is not modified by the rollback"
 
@@ -385,7 +405,7 @@ def test_constant_rule_sets_the_learning_rate(digits):
     X, y = digits
     X, y = X[:200], y[:200].astype(float)
     rule = ConstantRule(base_lr=1e-6)
-    model = AdaptiveKernelRegressor(scaling_rule=rule, n_epochs=2, batch_size=32, random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(alpha=0.0, scaling_rule=rule, n_epochs=2, batch_size=32, random_state=0).fit(X, y)
     assert model.learning_rate_ == 1e-6
     assert [record["learning_rate"] for record in model.history_] == [1e-6, 1e-6]
     # Such a step barely moves the model away from zero: predictions stay at the intercept.
@@ -401,7 +421,7 @@ def test_legw_on_the_classifier_warms_up_then_decays(digits):
     # 600 rows in batches of 64: 10 updates per epoch.  k = 64 / 16 = 4: peak
     # 2 * 100, warm-up 4 * 0.5 = 2 epochs, quadratic decay to 0 over epochs 2 to 5.
     rule = LEGW(base_lr=100.0, base_batch_size=16, base_warmup_epochs=0.5)
-    model = AdaptiveKernelClassifier(scaling_rule=rule, batch_size=64, n_epochs=5, random_state=0)
+    model = AdaptiveKernelClassifier(alpha=0.0, scaling_rule=rule, batch_size=64, n_epochs=5, random_state=0)
     model.fit(X[:600], y[:600])
     rates = [record["learning_rate"] for record in model.history_]  # at each epoch's last update
     expected = [200 * 10 / 20, 200.0] + [200 * (1 - (t / 10 - 2) / 3) ** 2 for t in (29, 39, 49)]
@@ -418,7 +438,7 @@ def test_warm_start_continues_the_schedule(digits):
     # 7 updates per epoch; the rate halves after each epoch.
     rule = ConstantRule(base_lr=1.0, decay="step", decay_rate=0.5, decay_every=1.0)
     model = AdaptiveKernelRegressor(
-        scaling_rule=rule, n_epochs=1, batch_size=32, n_components=0, warm_start=True, random_state=0
+        alpha=0.0, scaling_rule=rule, n_epochs=1, batch_size=32, n_components=0, warm_start=True, random_state=0
     )
     assert model.fit(X, y).learning_rate_ == 1.0
     assert model.fit(X, y).learning_rate_ == 0.5
@@ -438,15 +458,15 @@ def test_warm_start_continues_the_schedule(digits):
 def test_bad_scaling_rules_are_named(scaling_rule, match):
     X, y = np.random.RandomState(0).randn(20, 3), np.arange(20.0)
     with pytest.raises(ValueError, match=match):
-        AdaptiveKernelRegressor(scaling_rule=scaling_rule).fit(X, y)
+        AdaptiveKernelRegressor(alpha=0.0, scaling_rule=scaling_rule).fit(X, y)
 
 
 @pytest.mark.gpu
 def test_cuda_fit_matches_cpu_and_pickles_to_numpy(digits):
     X, y = digits
     params = dict(n_epochs=2, batch_size=128, dtype="float64", random_state=0)
-    gpu = AdaptiveKernelClassifier(device="cuda", **params).fit(X[:800], y[:800])
-    cpu = AdaptiveKernelClassifier(device="cpu", **params).fit(X[:800], y[:800])
+    gpu = AdaptiveKernelClassifier(alpha=0.0, device="cuda", **params).fit(X[:800], y[:800])
+    cpu = AdaptiveKernelClassifier(alpha=0.0, device="cpu", **params).fit(X[:800], y[:800])
     assert gpu.device_.startswith("cuda")
     np.testing.assert_allclose(gpu.decision_function(X[800:]), cpu.decision_function(X[800:]), rtol=1e-8, atol=1e-10)
     state = gpu.__getstate__()
@@ -462,7 +482,7 @@ def test_cuda_fit_matches_cpu_and_pickles_to_numpy(digits):
 @pytest.mark.gpu
 def test_cuda_auto_decisions_use_the_device(digits):
     X, y = digits
-    model = AdaptiveKernelClassifier(random_state=0).fit(X, y)
+    model = AdaptiveKernelClassifier(alpha=0.0, random_state=0).fit(X, y)
     assert model.device_.startswith("cuda")
     assert model.batch_capacity_ >= 256
     assert model.memory_budget_ > 10**9

@@ -5,9 +5,9 @@ import pytest
 import torch
 from sklearn.linear_model import RidgeCV
 
-from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel import AdaptiveKernelRegressor, regularization
 from skgpu_kernel.kernels import Gaussian
-from skgpu_kernel.regularization import PENALTY_GRID, _nystrom_features, select_alpha
+from skgpu_kernel.regularization import PENALTY_GRID, _NystromFeatures, select_alpha
 from skgpu_kernel.solvers import kernel_fit
 
 
@@ -23,7 +23,7 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     X, Y, weights = _data()
     kernel, X_t = Gaussian(bandwidth=1.5), torch.as_tensor(X)
     selection = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), subsample_size)
-    features = _nystrom_features(kernel, X_t, subsample_size).numpy()
+    features = _NystromFeatures(kernel, X_t, subsample_size).all().numpy()
     alphas = PENALTY_GRID * weights.sum()
     reference = RidgeCV(alphas=alphas, store_cv_results=True).fit(features, Y, sample_weight=weights)
     assert selection.alpha == pytest.approx(reference.alpha_, rel=1e-12)
@@ -46,12 +46,39 @@ def test_noise_gets_the_largest_penalty_and_a_clean_signal_a_small_one():
     assert clean.penalty <= 1e-6
 
 
-def test_the_penalty_per_unit_weight_carries_to_all_the_rows(monkeypatch):
+@pytest.mark.parametrize("row_block", [64, 4096])
+def test_row_blocks_do_not_change_the_errors(monkeypatch, row_block):
+    X, Y, weights = _data(n=300, seed=3)
+    kernel, X_t = Gaussian(bandwidth=1.5), torch.as_tensor(X)
+    whole = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), 200)
+    monkeypatch.setattr(regularization, "ROW_BLOCK", row_block)
+    blocked = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), 200)
+    # Only the summation order differs; near interpolation 1 - h_ii is small and
+    # amplifies float64 rounding (8e-9 at the smallest penalty, 1e-13 at the chosen one).
+    np.testing.assert_allclose(blocked.loo_errors, whole.loo_errors, rtol=1e-7)
+    assert blocked.penalty == whole.penalty
+
+
+def test_float32_training_still_scores_every_float64_feature():
+    # A float32 fit must not cut the features at float32's resolution: the cut
+    # features' signal would count as noise and raise the penalty.
+    X, Y, _ = _data(n=500, seed=4, noise=0.05)
+    fits = [
+        AdaptiveKernelRegressor(bandwidth=1.0, alpha="loo", dtype=dtype, random_state=0).fit(X, Y[:, 0])
+        for dtype in ("float32", "float64")
+    ]
+    selections = [fit.alpha_selection_ for fit in fits]
+    assert selections[0].n_features == selections[1].n_features
+    assert selections[0].n_features > 200  # float32's resolution keeps well under half of these
+    assert selections[0].penalty == selections[1].penalty
+
+
+def test_alpha_beyond_the_scored_rows_is_kept(monkeypatch):
     X, Y, _ = _data(n=600, seed=2)
-    monkeypatch.setattr(kernel_fit, "GCV_MAX_ROWS", 200)
+    monkeypatch.setattr(kernel_fit, "LOO_MAX_ROWS", 200)
     model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     selection = model.alpha_selection_
     assert selection.n_rows == 200
-    assert model.alpha_ == pytest.approx(selection.penalty * 600, rel=1e-12)
+    assert model.alpha_ == selection.alpha == pytest.approx(selection.penalty * 200, rel=1e-12)
     again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     assert again.alpha_ == model.alpha_  # the scored rows follow random_state
