@@ -280,6 +280,15 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
     selection = uncovered.alpha_selection_
     assert not selection.scored and selection.coverage < LOO_MIN_COVERAGE and selection.loo_errors is None
     assert uncovered.alpha_ == 0 and uncovered.solver_ == "eigenpro" and uncovered.early_stopping_
+    # Declining draws nothing from the fit's generator: the same model as alpha=0 (fixed batch,
+    # since the throughput probe's choice is timed).
+    declined = AdaptiveKernelRegressor(batch_size=64, n_epochs=3, random_state=0).fit(X, y)
+    unpenalised = AdaptiveKernelRegressor(alpha=0.0, batch_size=64, n_epochs=3, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(declined.dual_coef_, unpenalised.dual_coef_)
+    # The classifier keeps early stopping: the criterion scores squared errors of the codes.
+    X_small, y_small, _ = _smooth_problem(n=1200)
+    classifier = AdaptiveKernelClassifier(n_epochs=3, random_state=0).fit(X_small, y_small > 0)
+    assert classifier.alpha_ == 0 and classifier.alpha_selection_ is None and classifier.early_stopping_
     # alpha="loo" asks for the criterion whatever the coverage.
     asked = AdaptiveKernelRegressor(alpha="loo", n_epochs=2, random_state=0).fit(X, y)
     assert asked.alpha_selection_.scored and asked.alpha_ == asked.alpha_selection_.alpha > 0
