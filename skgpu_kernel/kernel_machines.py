@@ -531,7 +531,7 @@ default="gaussian"
         trace (``alpha_selection_.coverage``, measured on rows outside the subsample),
         ``0`` with early stopping otherwise: a Nystrom model that misses more of the
         kernel is not the model being fitted, and the criterion takes the signal it
-        misses for noise (Fashion-MNIST: coverage 0.875, and its penalty cost 1.5
+        misses for noise (Fashion-MNIST: coverage 0.87, and its penalty cost 1.5
         points of accuracy; the tabular sets of ``benchmarks/bench_real_data.py``:
         0.97 to 0.998, where it beat early stopping by up to 7%).  The value used is
         ``alpha_``.

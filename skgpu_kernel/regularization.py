@@ -50,7 +50,7 @@ LOO_MAX_ROWS = 100_000
 # features capture this share of the kernel's trace.  Measured on the real-data
 # benchmark (2000-point subsample): Computers 0.998, BudgetFood 0.997, VietNamI
 # 0.982, LetterRecognition 0.977, HI 0.974, where the criterion's penalty matched
-# or beat early stopping; Fashion-MNIST 0.875, where it cost 1.5 points of
+# or beat early stopping; Fashion-MNIST 0.87, where it cost 1.5 points of
 # accuracy (0.8958 after 3 epochs at alpha=0.19 against 0.9049 unpenalised), and
 # DNA 0.475.
 LOO_MIN_COVERAGE = 0.95
