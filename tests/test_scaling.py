@@ -381,7 +381,9 @@ def test_grid_search_over_the_eigenpro_scale_leaves_the_user_rule_unchanged():
     rule = EigenProRule(scale=1.0, decay="exponential", decay_rate=0.5)
     params_before = rule.get_params()
     ids_before = {key: id(value) for key, value in params_before.items()}
-    model = AdaptiveKernelRegressor(bandwidth=1.0, scaling_rule=rule, n_epochs=2, batch_size=16, random_state=0)
+    model = AdaptiveKernelRegressor(
+        alpha=0.0, bandwidth=1.0, scaling_rule=rule, n_epochs=2, batch_size=16, random_state=0
+    )
     search = GridSearchCV(model, {"scaling_rule__scale": [0.25, 1.0]}, cv=2).fit(X, y)
     assert search.best_params_ == {"scaling_rule__scale": 1.0}, "the larger stable step fits more in 2 epochs"
     best = search.best_estimator_
@@ -396,7 +398,7 @@ def test_grid_search_over_base_lr_of_a_constant_rule():
     X, y = _tiny_regression()
     rule = ConstantRule()
     model = AdaptiveKernelRegressor(
-        bandwidth=1.0, scaling_rule=rule, n_epochs=2, batch_size=16, n_components=0, random_state=0
+        alpha=0.0, bandwidth=1.0, scaling_rule=rule, n_epochs=2, batch_size=16, n_components=0, random_state=0
     )
     search = GridSearchCV(model, {"scaling_rule__base_lr": [1e-3, 1.0]}, cv=2).fit(X, y)
     assert search.best_params_ == {"scaling_rule__base_lr": 1.0}
@@ -428,4 +430,6 @@ def test_estimators_report_a_warm_up_that_fills_the_run():
     with pytest.warns(UserWarning, match="never reaches its peak"):
         BufferedSGDRegressor(scaling_rule=LinearScaling(base_lr=1e-3), n_epochs=2, batch_size=32).fit(X, y)
     with pytest.warns(UserWarning, match="never reaches its peak"):
-        AdaptiveKernelRegressor(scaling_rule=LinearScaling(base_lr=1e-3), n_epochs=2, batch_size=32).fit(X, y)
+        AdaptiveKernelRegressor(alpha=0.0, scaling_rule=LinearScaling(base_lr=1e-3), n_epochs=2, batch_size=32).fit(
+            X, y
+        )
