@@ -27,7 +27,7 @@ from .buffer import is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES, make_kernel
 from .parallel.distributed import default_process_group
-from .planning.kernel import KernelProblem, KernelSettings, plan_centers_solver, plan_full_kernel_solver
+from .planning.kernel import KernelProblem, KernelSettings, plan_alpha, plan_centers_solver, plan_full_kernel_solver
 from .regularization import LOO_MIN_COVERAGE
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.kernel_fit import (
@@ -404,25 +404,16 @@ def _intercept(fit_intercept, Y, weights):
 
 
 def _resolve_alpha(estimator, X, Y, weights, runtime):
-    """``(alpha_, alpha_selection_)``: the given penalty, or the leave-one-out choice and its errors."""
+    """``(alpha_, alpha_selection_)``, as :func:`~skgpu_kernel.planning.kernel.plan_alpha` says."""
     uses_centers = estimator.n_centers is not None or estimator.centers is not None
-    if not isinstance(estimator.alpha, str):
-        return float(estimator.alpha), None
-    if estimator.solver_ == "eigenpro" and uses_centers:
-        return 0.0, None  # EigenPro 3's SGD has no penalty: early stopping regularises
-    gated = estimator.alpha == "auto" and not uses_centers
-    if gated and is_classifier(estimator):
-        # The criterion scores squared errors of the class codes, not accuracy, and the
-        # penalised iteration needed 22-47 epochs on LetterRecognition (2.5x
-        # Nystroem+RidgeCV's time) where early stopping took 12 and already beat it.
-        return 0.0, None
-    # A regressor's "auto" trusts the criterion only where its Nystrom model is close
-    # to the kernel; elsewhere EigenPro 2's early stopping regularises.
+    how, value = plan_alpha(
+        estimator.alpha, uses_centers, estimator.solver_, is_classifier(estimator), LOO_MIN_COVERAGE
+    )
+    if how != "loo":
+        return (0.0 if how == "zero" else value), None
     kernel, _ = make_kernel(estimator.kernel, estimator.bandwidth, estimator.kernel_params, X)
     centred = Y - _intercept(estimator.fit_intercept, Y, weights)
-    selection = choose_alpha(
-        X, centred, weights, kernel, _kernel_offset(kernel, X), runtime, LOO_MIN_COVERAGE if gated else 0.0
-    )
+    selection = choose_alpha(X, centred, weights, kernel, _kernel_offset(kernel, X), runtime, value)
     return selection.alpha, selection
 
 

@@ -79,9 +79,6 @@ class AlphaSelection:
         The share of the kernel's trace that the features capture on rows outside the
         subsample, ``sum_i w_i ||phi(x_i)||^2 / sum_i w_i k(x_i, x_i)`` (1 for an exact
         model): below ``min_coverage`` nothing was scored.
-    scored : bool
-        Whether the criterion was evaluated (``alpha`` is 0 and ``loo_errors`` None
-        when it was not).
     """
 
     alpha: float
@@ -91,7 +88,11 @@ class AlphaSelection:
     n_rows: int
     n_features: int
     coverage: float = 1.0
-    scored: bool = True
+
+    @property
+    def scored(self):
+        """Whether the criterion was evaluated (``alpha`` is 0 and ``loo_errors`` None when it was not)."""
+        return self.loo_errors is not None
 
 
 def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0):
@@ -123,7 +124,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0):
     features = _NystromFeatures(kernel, X, min(subsample_size, rows))
     coverage = features.coverage(w)
     if coverage < min_coverage:
-        return AlphaSelection(0.0, 0.0, PENALTY_GRID, None, rows, features.n_features, coverage, scored=False)
+        return AlphaSelection(0.0, 0.0, PENALTY_GRID, None, rows, features.n_features, coverage)
     gram = _WeightedGram.accumulate(features, Y, w)
     total = float(w.sum())
     errors = _loo_errors(features, Y, w, gram, PENALTY_GRID * total)
@@ -149,7 +150,11 @@ class _NystromFeatures:
         """``(start, stop, phi(X[start:stop]))`` over the rows."""
         for start in range(0, self.X.shape[0], ROW_BLOCK):
             stop = min(start + ROW_BLOCK, self.X.shape[0])
-            yield start, stop, self.kernel(self.X[start:stop].double(), self.centers) @ self.projection
+            yield start, stop, self.of(self.X[start:stop].double())
+
+    def of(self, rows):
+        """``phi(rows)`` for float64 rows."""
+        return self.kernel(rows, self.centers) @ self.projection
 
     def coverage(self, w):
         """Weighted share of ``k(x, x)`` that ``||phi(x)||^2`` captures on one block past the subsample."""
@@ -157,13 +162,9 @@ class _NystromFeatures:
         if start >= self.X.shape[0]:
             return 1.0  # every row is in the subsample: the features are the kernel itself
         rows = self.X[start : start + ROW_BLOCK].double()
-        captured = (self.kernel(rows, self.centers) @ self.projection).pow(2).sum(dim=1)
+        captured = self.of(rows).pow(2).sum(dim=1)
         weights = w[start : start + rows.shape[0]]
         return float((weights * captured).sum() / (weights * self.kernel.diagonal(rows)).sum())
-
-    def all(self):
-        """Every row's features (small problems and tests)."""
-        return torch.cat([block for _, _, block in self.blocks()])
 
 
 @dataclass(frozen=True)

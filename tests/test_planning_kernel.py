@@ -20,6 +20,7 @@ from skgpu_kernel.planning.kernel import (
     KernelSettings,
     TrainingMemoryPlan,
     operating_batch,
+    plan_alpha,
     plan_centers_solver,
     plan_eigenpro2,
     plan_eigenpro2_layout,
@@ -248,3 +249,21 @@ def test_full_kernel_solver_table(case, n_rows, budget, solver, alpha, expected)
 def test_full_kernel_cg_that_does_not_fit_is_an_error():
     with pytest.raises(ValueError, match=r"solver='cg' needs memory .* more than memory_budget"):
         plan_full_kernel_solver(KernelProblem(5000, 10, 1, 4, 1), 10**8, "cg", 0.1)
+
+
+ALPHA_CASES = [
+    # (alpha, uses_centers, solver resolved so far, classifier) -> plan
+    (0.3, False, "eigenpro", False, ("given", 0.3)),
+    (0.0, True, "cg", True, ("given", 0.0)),
+    ("auto", True, "eigenpro", False, ("zero", None)),  # EigenPro 3 has no penalty
+    ("loo", True, "eigenpro", False, ("zero", None)),
+    ("auto", True, "cg", True, ("loo", 0.0)),  # CG needs a penalty: always scored
+    ("loo", False, "eigenpro", True, ("loo", 0.0)),  # asked for: always scored
+    ("auto", False, "eigenpro", True, ("zero", None)),  # the classifier stops early instead
+    ("auto", False, "eigenpro", False, ("loo", 0.95)),  # the regressor, where the features cover the kernel
+]
+
+
+@pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "expected"), ALPHA_CASES)
+def test_alpha_plan_table(alpha, uses_centers, solver, classifier, expected):
+    assert plan_alpha(alpha, uses_centers, solver, classifier, 0.95) == expected

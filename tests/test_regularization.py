@@ -23,7 +23,7 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     X, Y, weights = _data()
     kernel, X_t = Gaussian(bandwidth=1.5), torch.as_tensor(X)
     selection = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), subsample_size)
-    features = _NystromFeatures(kernel, X_t, subsample_size).all().numpy()
+    features = _NystromFeatures(kernel, X_t, subsample_size).of(X_t).numpy()
     alphas = PENALTY_GRID * weights.sum()
     reference = RidgeCV(alphas=alphas, store_cv_results=True).fit(features, Y, sample_weight=weights)
     assert selection.alpha == pytest.approx(reference.alpha_, rel=1e-12)
