@@ -17,6 +17,8 @@ from .device import column_block_size, rows_within_budget, throughput_saturation
 PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 
 __all__ = [
+    "KernelCache",
+    "cache_kernel_rows",
     "csr_to_torch",
     "kernel_diagonal_max",
     "kernel_matmul",
@@ -65,6 +67,112 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
             leading_block = torch.zeros(X.shape[0], 0, dtype=X.dtype, device=X.device)
         return out, leading_block
     return out
+
+
+class KernelCache:
+    """Rows of ``K(X, Z)`` computed once, read by every later product.
+
+    Reads gather a few rows at a time, so that the copy stays in the processor's
+    cache: on the 2-core CPU we develop on, ``K[index] @ V`` on 1024 random rows of
+    a 30000 x 30000 float32 cache ran at 1.4 GB/s, and 32 rows at a time at 4.2
+    GB/s, as fast as contiguous rows.  On the CPU the right-hand side is also
+    widened to 16 columns: the BLAS's matrix products with 2 to 15 columns read the
+    matrix at half the speed they reach with 16 (4.9 against 10.7 GB/s for 10
+    columns).  On CUDA a batch is read in one gather.
+
+    Parameters
+    ----------
+    values : Tensor of shape (m, n)
+        The cached rows, in the storage dtype (the training dtype or 16-bit).
+    dtype : torch.dtype
+        The training dtype the products are computed in.
+    """
+
+    def __init__(self, values, dtype):
+        self.values, self.dtype = values, dtype
+        device, n_columns = values.device, max(values.shape[1], 1)
+        self.read_rows = None if device.type == "cuda" else max(_CPU_READ_ENTRIES // n_columns, 16)
+
+    @property
+    def nbytes(self):
+        return self.values.numel() * self.values.element_size()
+
+    def matmul(self, rows, V, leading=0):
+        """``K[rows, :k] @ V`` for ``V`` of k rows; with ``leading``, also ``K[rows, :leading]``.
+
+        Parameters
+        ----------
+        rows : Tensor of indices or slice
+        V : Tensor of shape (k, l)
+        leading : int, default=0
+
+        Returns
+        -------
+        out : Tensor of shape (len(rows), l)
+        leading_block : Tensor of shape (len(rows), leading), only when ``leading > 0``
+        """
+        columns = self.values[:, : V.shape[0]]
+        index = torch.arange(self.values.shape[0], device=V.device)[rows] if isinstance(rows, slice) else rows
+        m, width = index.shape[0], V.shape[1]
+        wide = V if (self.read_rows is None or width == 1 or width >= _CPU_WIDE_COLUMNS) else _widened(V)
+        out = torch.empty(m, wide.shape[1], dtype=self.dtype, device=V.device)
+        leading_block = torch.empty(m, leading, dtype=self.dtype, device=V.device) if leading else None
+        step = m if self.read_rows is None else self.read_rows
+        for start in range(0, m, step):
+            block = columns.index_select(0, index[start : start + step]).to(self.dtype)
+            torch.mm(block, wide, out=out[start : start + block.shape[0]])
+            if leading:
+                leading_block[start : start + block.shape[0]] = block[:, :leading]
+        out = out[:, :width]
+        return (out, leading_block) if leading else out
+
+
+# Entries of K a CPU read gathers at once (a few MB), and the width the BLAS reads
+# fastest: see KernelCache.
+_CPU_READ_ENTRIES = 2**21
+_CPU_WIDE_COLUMNS = 16
+
+
+def _widened(V):
+    wide = torch.zeros(V.shape[0], _CPU_WIDE_COLUMNS, dtype=V.dtype, device=V.device)
+    wide[:, : V.shape[1]] = V
+    return wide
+
+
+def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block, symmetric=False):
+    """``K(X, Z)`` computed in blocks into a new ``storage_dtype`` tensor.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    X : Tensor of shape (m, d)
+    centers : Tensor with n rows
+        ``kernel.prepare_centers(Z)``.
+    storage_dtype : torch.dtype
+    row_block, column_block : int
+        Rows and columns of a kernel block evaluated at once.
+    symmetric : bool, default=False
+        ``X`` and ``Z`` are the same points (``m == n``): only the blocks on and
+        below the diagonal are evaluated, and each block below it is also written
+        transposed above, which halves the work.
+
+    Returns
+    -------
+    Tensor of shape (m, n)
+    """
+    m, n = X.shape[0], centers.shape[0]
+    cache = torch.empty(m, n, dtype=storage_dtype, device=X.device)
+    for top in range(0, m, row_block):
+        bottom = min(top + row_block, m)
+        rows = X[top:bottom]
+        for left in range(0, bottom if symmetric else n, column_block):
+            right = min(left + column_block, bottom if symmetric else n)
+            block = kernel.block(rows, centers[left:right])
+            cache[top:bottom, left:right] = block
+            below = min(right, top) - left  # columns left of the diagonal square
+            if symmetric and below > 0:
+                cache[left : left + below, top:bottom] = block[:, :below].T
+    return cache
 
 
 def kernel_matmul_rows(kernel, X, centers, V, row_block, column_block):

@@ -36,6 +36,7 @@ __all__ = [
     "auto_subsample_size",
     "operating_batch",
     "plan_alpha",
+    "plan_kernel_cache",
     "plan_centers_solver",
     "plan_eigenpro2",
     "plan_eigenpro2_layout",
@@ -113,6 +114,9 @@ class KernelProblem:
         The centers are the first ``p`` shuffled training rows (not given by the user).
     streamed : bool
         ``X`` is read from its memory-mapped file in buffers.
+    n_validation : int
+        Held-out rows scored after every epoch (EigenPro 2 caches their kernel rows
+        with the training rows').
     """
 
     n_rows: int
@@ -124,6 +128,7 @@ class KernelProblem:
     n_shards: int = 1
     centers_from_data: bool = True
     streamed: bool = False
+    n_validation: int = 0
 
     @property
     def entry_bytes(self):
@@ -177,6 +182,9 @@ class TrainingMemoryPlan:
         self.fixed_bytes = sum(count for _, count in self.items)
         self.row_bytes = itemsize * (2 * (problem.n_features + 2) + 4 * n_outputs) + subsample_size * self.entry_bytes
 
+        self.n_cached_rows = problem.n_rows + problem.n_validation
+        self.itemsize, self.n_outputs, self.subsample_size = itemsize, n_outputs, subsample_size
+
     def column_block(self, batch_size):
         """Columns of a kernel block for ``batch_size`` rows (half the free budget at most)."""
         free = max(self.budget - self.fixed_bytes, 0) // 2
@@ -189,6 +197,24 @@ class TrainingMemoryPlan:
     def max_batch(self):
         """Largest batch whose blocks fit next to the fixed costs (at least 1)."""
         return batch_limit(self.budget, self.fixed_bytes, self.batch_bytes, self.n_rows)
+
+    def cache_bytes(self, storage_itemsize):
+        """``K(X, X)`` and the validation rows' ``K(X_val, X)`` at ``storage_itemsize`` bytes per entry."""
+        return storage_itemsize * self.n_cached_rows * self.n_rows
+
+    def cached_batch_bytes(self, batch_size):
+        """A batch read from the cache: buffers, its ``K(X_B, X_S)`` and the rows gathered at once.
+
+        A read gathers at most ``CACHE_READ_ENTRIES`` entries (in the storage and the
+        training dtype).
+        """
+        per_row = self.itemsize * (4 * self.n_outputs + self.subsample_size + _CACHE_PADDED_OUTPUTS)
+        return batch_size * per_row + 2 * self.itemsize * min(batch_size * self.n_rows, CACHE_READ_ENTRIES)
+
+    def fill_bytes(self):
+        """The kernel blocks that fill the cache (and the widest read after it)."""
+        rows, columns = min(CACHE_FILL_ROWS, self.n_cached_rows), min(CACHE_FILL_COLUMNS, self.n_rows)
+        return rows * columns * self.entry_bytes
 
 
 class CentersMemoryPlan:
@@ -276,21 +302,54 @@ def temporary_centers_for(problem, projection, centers_cached):
     return int(min(best, _TEMPORARY_PER_CENTER[projection] * p))
 
 
+# EigenPro 2's cache is filled by kernel blocks of this many rows and columns
+# (on the 2-core CPU, 1024 to 2048 rows by 2048 to 4096 columns filled a 20000-row
+# Fashion-MNIST cache fastest: 2.4-2.6 s of kernel blocks, against 3.5 s for whole
+# rows), and read at most this many entries at a time (see blockwise.KernelCache).
+CACHE_FILL_ROWS = 2048
+CACHE_FILL_COLUMNS = 4096
+CACHE_READ_ENTRIES = 2**21
+_CACHE_PADDED_OUTPUTS = 16
+
+# Whether EigenPro 2's cache may be stored in 16 bits (float16) when the training
+# dtype (float32) does not fit the budget; measured on the real-data benchmark
+# (benchmarks/RESULTS.md, "16-bit kernel cache").
+CACHE_16BIT = True
+
+
 @dataclass(frozen=True)
 class EigenPro2Layout:
-    """What an EigenPro 2 fit decides before measuring: subsample, memory model, batch limit."""
+    """What an EigenPro 2 fit decides before measuring: subsample, memory model, cache, batch limit.
+
+    ``cache_itemsize`` is the bytes per entry of the ``K(X, X)`` cache (the training
+    dtype's, or 2 for float16 storage), 0 when kernel blocks are computed per batch.
+    """
 
     problem: KernelProblem
     subsample_size: int
     memory: TrainingMemoryPlan
     memory_limit: int
+    cache_itemsize: int = 0
+
+    @property
+    def cached(self):
+        return self.cache_itemsize > 0
+
+    @property
+    def cache_bytes(self):
+        return self.memory.cache_bytes(self.cache_itemsize) if self.cached else 0
 
     def column_block(self, batch_size):
         """Columns of a kernel block for ``batch_size`` rows."""
         return self.memory.column_block(batch_size)
 
+    def batch_bytes(self, batch_size):
+        """What a batch adds to the fixed costs (and the cache)."""
+        memory = self.memory
+        return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
 
-def plan_eigenpro2_layout(problem, budget, device, settings):
+
+def plan_eigenpro2_layout(problem, budget, device, settings, allow_16bit=CACHE_16BIT):
     """Stage 1 of an EigenPro 2 fit (every training row a center).
 
     Parameters
@@ -299,6 +358,8 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     budget : int
     device : torch.device
     settings : KernelSettings
+    allow_16bit : bool, default=CACHE_16BIT
+        float16 storage of the cache is an option when float32 does not fit.
 
     Returns
     -------
@@ -307,7 +368,48 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     n = problem.n_rows
     subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
     memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
-    return EigenPro2Layout(problem, subsample_size, memory, memory.max_batch())
+    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, allow_16bit)
+    layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
+    limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
+    return dataclasses.replace(layout, memory_limit=limit)
+
+
+def plan_kernel_cache(problem, memory, cache_kernel, allow_16bit):
+    """Bytes per entry of EigenPro 2's ``K(X, X)`` cache, or 0 to compute kernel blocks per batch.
+
+    The cache is kept when it fits the budget next to the fixed costs, the blocks
+    that fill it and a batch of ``_MINIMAL_BATCH`` rows: in the training dtype, or
+    else (float32 training, ``allow_16bit``) in float16.  ``cache_kernel=True``
+    raises when neither fits; ``False`` never caches.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    memory : TrainingMemoryPlan
+    cache_kernel : bool or "auto"
+    allow_16bit : bool
+
+    Returns
+    -------
+    int
+    """
+    if cache_kernel is False:
+        return 0
+    minimal = min(problem.n_rows, _MINIMAL_BATCH)
+    working = max(memory.fill_bytes(), memory.cached_batch_bytes(minimal))
+    candidates = [problem.itemsize] + ([2] if allow_16bit and problem.itemsize == 4 else [])
+    for itemsize in candidates:
+        if memory.fixed_bytes + memory.cache_bytes(itemsize) + working <= memory.budget:
+            return itemsize
+    if cache_kernel is True:
+        raise ValueError(
+            f"cache_kernel=True: K(X, X) for {problem.n_rows} training rows"
+            + (f" and {problem.n_validation} validation rows" if problem.n_validation else "")
+            + f" needs {memory.cache_bytes(candidates[-1])} bytes, but memory_budget={memory.budget} bytes leaves "
+            f"{max(memory.budget - memory.fixed_bytes - working, 0)} bytes next to the other fixed costs. "
+            "Use cache_kernel='auto' or a larger memory_budget."
+        )
+    return 0
 
 
 @dataclass(frozen=True)
@@ -499,6 +601,8 @@ class KernelFitPlan:
     row_block : int
         Rows of a kernel block when caching, projecting or validating.
     buffer_rows : int
+    cache_itemsize : int
+        Bytes per entry of the kernel cache (0 when not cached).
     memory : MemoryAccount
     """
 
@@ -516,11 +620,14 @@ class KernelFitPlan:
     n_temporary: int = 0
     row_block: int = 0
     buffer_rows: int = 0
+    cache_itemsize: int = 0
 
     def describe(self):
         """One line for ``verbose``."""
         if self.method == "eigenpro2":
-            layout = "EigenPro 2"
+            layout = "EigenPro 2, kernel " + (
+                f"cached ({8 * self.cache_itemsize}-bit)" if self.cached else "computed per batch"
+            )
         else:
             layout = (
                 f"EigenPro 3{' streamed' if self.streamed else ''}, {self.projection} projection, kernel "
@@ -563,7 +670,13 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
     """
     problem, memory = layout.problem, layout.memory
     batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
-    account = MemoryAccount(memory.budget, memory.items).with_item("batch", memory.batch_bytes(batch_size))
+    account = MemoryAccount(memory.budget, memory.items)
+    if layout.cached:
+        account = account.with_item(f"K(X, X) cache ({layout.cache_itemsize}-byte entries)", layout.cache_bytes)
+        working = max(memory.fill_bytes(), layout.batch_bytes(batch_size))
+        account = account.with_item("batch (or the blocks filling the cache)", working)
+    else:
+        account = account.with_item("batch", layout.batch_bytes(batch_size))
     return KernelFitPlan(
         method="eigenpro2",
         subsample_size=layout.subsample_size,
@@ -572,6 +685,9 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
         batch_size=batch_size,
         column_block=layout.column_block(batch_size),
         memory=account,
+        cached=layout.cached,
+        cache_itemsize=layout.cache_itemsize,
+        row_block=CACHE_FILL_ROWS if layout.cached else 0,
     )
 
 
@@ -614,6 +730,7 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
         memory=account,
         streamed=problem.streamed,
         cached=layout.cached,
+        cache_itemsize=problem.itemsize if layout.cached else 0,
         projection=projection,
         cache_centers=layout.cache_centers,
         n_temporary=n_temporary,

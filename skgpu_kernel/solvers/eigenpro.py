@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..blockwise import kernel_matmul
+from ..blockwise import KernelCache, kernel_matmul
 from ..device import is_out_of_memory
 from .epochs import EpochGuard, StoppingRule
 
@@ -99,6 +99,8 @@ class KernelTrainingData:
         Ridge penalty on the scale of the normalised weights: the iteration solves
         ``(K + alpha W^-1) a = Y``, the normal equations of
         ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
+    cache : KernelCache or None
+        ``K(X, X)`` computed once: steps read their rows instead of evaluating them.
     """
 
     X: torch.Tensor
@@ -106,6 +108,7 @@ class KernelTrainingData:
     Y: torch.Tensor
     weights: torch.Tensor | None = None
     alpha: float = 0.0
+    cache: KernelCache | None = None
 
 
 def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
@@ -201,13 +204,12 @@ def _step(kernel, data, coef, batch, active, leading, preconditioner, column_blo
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
     """
-    X_batch, centers, weights = data.X[batch], data.centers, data.weights
-    if leading:
-        predictions, subsample_block = kernel_matmul(
-            kernel, X_batch, centers[:active], coef[:active], column_block, leading=leading
-        )
+    weights = data.weights
+    if data.cache is not None:
+        products = data.cache.matmul(batch, coef[:active], leading=leading)
     else:
-        predictions = kernel_matmul(kernel, X_batch, centers[:active], coef[:active], column_block)
+        products = kernel_matmul(kernel, data.X[batch], data.centers[:active], coef[:active], column_block, leading)
+    predictions, subsample_block = products if leading else (products, None)
     penalty = 0.0
     if data.alpha:
         # The batch's share of the penalty alpha a^T K a, and its gradient alpha a_B.

@@ -13,6 +13,7 @@ step and differ only in their layout, plan and loop (:class:`_EigenPro2Path`,
 import copy
 import dataclasses
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..blockwise import kernel_matmul_rows, measure_batch_capacity
+from ..blockwise import KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
+from ..device import synchronize
 from ..buffer import as_row_source
 from ..parallel.distributed import agree
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
+    CACHE_FILL_COLUMNS,
     CG_ROW_BLOCK,
     PROJECTION_JITTER,
     PROJECTION_MAX_ITERATIONS,
@@ -237,7 +240,10 @@ class _EigenPro2Path(_Path):
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
         X, Y = data.X, data.Y
-        self.problem = KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks)
+        n_validation = 0 if data.validation is None else data.validation[0].shape[0]
+        self.problem = KernelProblem(
+            X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, n_validation=n_validation
+        )
         self.X_dev = self.to_device(X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
         self.centers_host = None
@@ -252,6 +258,11 @@ class _EigenPro2Path(_Path):
         given = self.given_capacity()
         if given is not None:
             return given, {}
+        if layout.cached:
+            # Steps read their kernel rows: an epoch reads the cache once whatever the
+            # batch, and a larger batch only saves per-step work, so the batch is set by
+            # memory and the critical batch (as for EigenPro 3's cache).
+            return layout.memory_limit, {}
         return measure_batch_capacity(
             self.kernel, self.X_dev, self.centers_dev, self.problem.n_outputs, layout.memory_limit, layout.column_block
         )
@@ -274,15 +285,19 @@ class _EigenPro2Path(_Path):
         data, runtime = self.data, self.runtime
         Y_dev = self.to_device(data.Y[data.order], center=False)
         weights = self.weights_tensor(data.weights[data.order])
-        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge())
         validation = self.validation_tensors()
+        caches = self._caches(plan, validation)
+        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
         if validation is not None:
             X_val, Y_val = validation
 
             def score(coef):
-                predictions = kernel_matmul_rows(
-                    self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
-                )
+                if caches[1] is not None:
+                    predictions = caches[1].matmul(slice(None), coef)
+                else:
+                    predictions = kernel_matmul_rows(
+                        self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
+                    )
                 return self.settings.validation_score(predictions, Y_val)
 
             loop = _with_validation(loop, score)
@@ -294,6 +309,28 @@ class _EigenPro2Path(_Path):
         result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
         self.centers_host = data.X[data.order]
         return result
+
+    def _caches(self, plan, validation):
+        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects when the plan caches, else Nones."""
+        if not plan.cached:
+            return None, None
+        tic = time.perf_counter()
+        storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
+        blocks = (plan.row_block, CACHE_FILL_COLUMNS)
+        train = cache_kernel_rows(self.kernel, self.X_dev, self.centers_dev, storage, *blocks, symmetric=True)
+        held_out = None
+        if validation is not None:
+            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks)
+        synchronize(self.device)
+        if self.runtime.log is not None:
+            rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
+            self.runtime.log(
+                f"[{self.settings.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
+                f"{time.perf_counter() - tic:.1f} s"
+            )
+        return KernelCache(train, self.runtime.dtype), (
+            None if held_out is None else KernelCache(held_out, self.runtime.dtype)
+        )
 
 
 class _EigenPro3Path(_Path):
