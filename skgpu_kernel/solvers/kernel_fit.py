@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from ..blockwise import KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
-from ..device import synchronize
 from ..buffer import as_row_source
+from ..device import synchronize
 from ..parallel.distributed import agree
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
