@@ -58,10 +58,15 @@ class Kernel(BaseEstimator):
     extra_blocks : int
         Number of temporary blocks of the output's size the kernel allocates while
         computing one block, used by the memory planner.
+    unit_bounded : bool
+        ``True`` when every value lies in [-1, 1] (the radial kernels here, which
+        are 1 at distance zero and decrease): a cached kernel matrix may then be
+        stored in float16 without overflow.
     """
 
     translation_invariant = False
     extra_blocks = 1
+    unit_bounded = False
 
     def __call__(self, X, Z):
         """Return the block ``K(X, Z)`` of shape (m, n) on ``X``'s device and dtype."""
@@ -126,6 +131,7 @@ class RadialKernel(Kernel):
 
     translation_invariant = True
     extra_blocks = 0
+    unit_bounded = True
 
     def __init__(self, bandwidth="auto"):
         self.bandwidth = bandwidth

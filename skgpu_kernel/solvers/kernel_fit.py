@@ -25,6 +25,7 @@ from ..blockwise import KernelCache, cache_kernel_rows, kernel_matmul_rows, meas
 from ..buffer import as_row_source
 from ..device import synchronize
 from ..parallel.distributed import agree
+from ..planning import kernel as kernel_plans
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
@@ -242,7 +243,13 @@ class _EigenPro2Path(_Path):
         X, Y = data.X, data.Y
         n_validation = 0 if data.validation is None else data.validation[0].shape[0]
         self.problem = KernelProblem(
-            X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, n_validation=n_validation
+            X.shape[0],
+            X.shape[1],
+            Y.shape[1],
+            self.itemsize,
+            self.kernel.extra_blocks,
+            n_validation=n_validation,
+            unit_bounded_kernel=self.kernel.unit_bounded,
         )
         self.X_dev = self.to_device(X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
@@ -252,7 +259,8 @@ class _EigenPro2Path(_Path):
         return f"device={self.device}"
 
     def layout(self):
-        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.planning)
+        planning = self.settings.planning
+        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, planning, kernel_plans.CACHE_16BIT)
 
     def capacity(self, layout):
         given = self.given_capacity()
