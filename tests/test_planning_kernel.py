@@ -267,3 +267,51 @@ ALPHA_CASES = [
 @pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "expected"), ALPHA_CASES)
 def test_alpha_plan_table(alpha, uses_centers, solver, classifier, expected):
     assert plan_alpha(alpha, uses_centers, solver, classifier, 0.95) == expected
+
+
+# EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in
+# float16, 1.6 GB in float32 and 3.2 GB in float64; the fixed costs and the blocks
+# that fill the cache take under 100 MB.
+# (name, budget, problem changes, settings, allow_16bit, expected bytes per cached entry)
+EIGENPRO2_CACHE_CASES = [
+    ("float16 for a bounded kernel in float32", 2000 * MB, {}, {}, True, 2),
+    ("float32 when float16 is not allowed", 2000 * MB, {}, {}, False, 4),
+    ("float32 for a kernel of unknown range", 2000 * MB, {"unit_bounded_kernel": False}, {}, True, 4),
+    ("float64 fits keep float64", 4000 * MB, {"itemsize": 8}, {}, True, 8),
+    ("too small: blocks per batch", 500 * MB, {}, {}, True, 0),
+    ("float32 too large, not halved", 1500 * MB, {"unit_bounded_kernel": False}, {}, True, 0),
+    ("validation rows counted", 900 * MB, {"n_validation": 5000}, {}, True, 0),
+    ("without them it fits", 900 * MB, {}, {}, True, 2),
+    ("cache_kernel=False", 2000 * MB, {}, {"cache_kernel": False}, True, 0),
+    ("cache_kernel=True that fits", 2000 * MB, {}, {"cache_kernel": True}, True, 2),
+]
+
+
+def _eigenpro2_problem(**changes):
+    sizes = {"n_rows": 20_000, "n_features": 20, "n_outputs": 1, "itemsize": 4, "extra_blocks": 1}
+    sizes.update(unit_bounded_kernel=True)
+    sizes.update(changes)
+    return KernelProblem(**sizes)
+
+
+@pytest.mark.parametrize(
+    ("budget", "changes", "settings", "allow_16bit", "expected"),
+    [case[1:] for case in EIGENPRO2_CACHE_CASES],
+    ids=[case[0] for case in EIGENPRO2_CACHE_CASES],
+)
+def test_eigenpro2_cache_decisions(budget, changes, settings, allow_16bit, expected):
+    problem = _eigenpro2_problem(**changes)
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings), allow_16bit)
+    assert layout.cache_itemsize == expected
+    assert layout.cached == (expected > 0)
+    n_cached = problem.n_rows + problem.n_validation
+    assert layout.cache_bytes == expected * n_cached * problem.n_rows
+    for capacity in (64, layout.memory_limit):
+        plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings))
+        assert plan.cached == layout.cached and plan.cache_itemsize == expected
+        assert plan.memory.total <= budget, plan.memory.describe()
+
+
+def test_eigenpro2_cache_that_does_not_fit_is_refused_when_required():
+    with pytest.raises(ValueError, match=r"cache_kernel=True: K\(X, X\) for 20000 training rows and 5000 validation"):
+        plan_eigenpro2_layout(_eigenpro2_problem(n_validation=5000), 900 * MB, CPU, KernelSettings(cache_kernel=True))

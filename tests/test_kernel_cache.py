@@ -1,0 +1,170 @@
+"""EigenPro 2's cached kernel: the blocks that fill it, the reads, and fits equal to streamed ones.
+
+A fit that reads ``K(X, X)`` from its cache must be the fit that evaluates each
+batch's kernel rows (same seed, same batch): the two differ only in the rounding of
+the kernel entries' sums, so float64 fits agree to 1e-8.  The peak memory of a
+cached fit is measured in a fresh process against its budget.
+"""
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows
+from skgpu_kernel.kernels import CallableKernel, Gaussian, Laplacian
+from skgpu_kernel.solvers.eigenpro import chunked_permutation
+
+
+def _points(n=700, d=4, seed=0):
+    return torch.as_tensor(np.random.RandomState(seed).randn(n, d))
+
+
+@pytest.mark.parametrize("blocks", [(64, 100), (128, 700), (700, 700), (7, 13), (300, 256)])
+def test_symmetric_fill_equals_the_kernel_matrix(blocks):
+    X = _points()
+    kernel = Laplacian(bandwidth=1.5)
+    cache = cache_kernel_rows(kernel, X, kernel.prepare_centers(X), torch.float64, *blocks, symmetric=True)
+    np.testing.assert_allclose(cache.numpy(), kernel(X, X).numpy(), rtol=0, atol=1e-14)
+
+
+def test_rectangular_fill_and_float16_storage():
+    X, Z = _points(300, seed=1), _points(500, seed=2)
+    kernel = Gaussian(bandwidth=2.0)
+    exact = kernel(X, Z).numpy()
+    cache = cache_kernel_rows(kernel, X, kernel.prepare_centers(Z), torch.float64, 64, 128)
+    np.testing.assert_allclose(cache.numpy(), exact, rtol=0, atol=1e-14)
+    half = cache_kernel_rows(kernel, X.float(), kernel.prepare_centers(Z.float()), torch.float16, 64, 128)
+    assert half.dtype == torch.float16
+    # float16 keeps 11 significant bits: values in [0, 1] within 2^-12 (plus float32 rounding).
+    np.testing.assert_allclose(half.double().numpy(), exact, rtol=0, atol=2.0**-12 + 1e-5)
+
+
+@pytest.mark.parametrize("storage", [torch.float64, torch.float16])
+@pytest.mark.parametrize("outputs", [1, 3, 20])
+def test_reads_of_runs_gathers_and_slices_equal_the_products(storage, outputs):
+    kernel = Gaussian(bandwidth=2.0)
+    X = _points(600)
+    K = kernel(X, X)
+    stored = K.to(storage)
+    reference = stored.double()  # what the reads see
+    cache = KernelCache(stored, torch.float64)
+    cache.read_rows = 16  # several pieces per run
+    V = torch.as_tensor(np.random.RandomState(3).randn(600, outputs))
+    chunked = chunked_permutation(600, 32, torch.Generator().manual_seed(0))[:200]
+    scattered = torch.randperm(600, generator=torch.Generator().manual_seed(1))[:50]
+    for rows in (chunked, scattered, torch.arange(100, 180)):
+        out, leading = cache.matmul(rows, V[:450], leading=40)
+        np.testing.assert_allclose(out.numpy(), (reference[rows, :450] @ V[:450]).numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(leading.numpy(), reference[rows, :40].numpy())
+    out = cache.matmul(slice(None), V)
+    np.testing.assert_allclose(out.numpy(), (reference @ V).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_chunked_permutation_permutes_whole_chunks():
+    order = chunked_permutation(103, 10, torch.Generator().manual_seed(0)).numpy()
+    assert sorted(order) == list(range(103))
+    runs = np.split(order, np.flatnonzero(np.diff(order) != 1) + 1)
+    assert all(run[0] % 10 == 0 for run in runs)
+    assert not np.array_equal(order, np.arange(103))
+
+
+def _regression(n=1500, d=6, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-1, 1, size=(n, d))
+    y = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.randn(n)
+    return X, y
+
+
+CASES = {
+    "interpolation, validation split": (
+        AdaptiveKernelRegressor,
+        {"alpha": 0.0, "early_stopping": True, "n_epochs": 6, "tol": None},
+    ),
+    "penalty and sample weights": (AdaptiveKernelRegressor, {"alpha": 1e-3, "early_stopping": False, "n_epochs": 6}),
+    "classifier, 10 outputs": (AdaptiveKernelClassifier, {"alpha": 0.0, "early_stopping": True, "n_epochs": 4}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cached_and_streamed_fits_are_equal_in_float64(case):
+    estimator, params = CASES[case]
+    if estimator is AdaptiveKernelClassifier:
+        X, y = load_digits(return_X_y=True)
+        X, y, weights = X[:1200] / 16.0, y[:1200], None
+    else:
+        X, y = _regression()
+        weights = np.random.RandomState(1).uniform(0.2, 1.0, len(y)) if params["alpha"] else None
+    common = {"bandwidth": 2.0, "dtype": "float64", "batch_size": 96, "random_state": 0, "solver": "eigenpro"}
+    fits = {
+        cached: estimator(cache_kernel=cached, **common, **params).fit(X, y, sample_weight=weights)
+        for cached in (True, False)
+    }
+    assert fits[True].kernel_cached_ and fits[True].kernel_cache_dtype_ == "float64"
+    assert not fits[False].kernel_cached_ and fits[False].kernel_cache_dtype_ is None
+    assert fits[True].n_epochs_ == fits[False].n_epochs_ > 1
+    reference = fits[False].dual_coef_
+    assert np.abs(fits[True].dual_coef_ - reference).max() <= 1e-8 * np.abs(reference).max()
+    for epoch_cached, epoch_streamed in zip(fits[True].history_, fits[False].history_, strict=True):
+        assert epoch_cached["train_loss"] == pytest.approx(epoch_streamed["train_loss"], rel=1e-8)
+
+
+def test_float16_cache_fits_as_well_as_float32():
+    X, y = _regression(2500, seed=4)
+    X_test, y_test = _regression(1000, seed=5)
+    common = {"bandwidth": 1.0, "alpha": 0.0, "batch_size": 128, "random_state": 0, "n_epochs": 8}
+    half = AdaptiveKernelRegressor(**common).fit(X, y)
+    computed = AdaptiveKernelRegressor(cache_kernel=False, **common).fit(X, y)
+    assert half.kernel_cache_dtype_ == "float16"
+    assert half.score(X_test, y_test) == pytest.approx(computed.score(X_test, y_test), abs=2e-3)
+
+
+def test_kernels_of_unknown_range_are_cached_in_the_training_dtype():
+    X, y = _regression(400)
+    kernel = CallableKernel(lambda A, B: torch.exp(-torch.cdist(A, B)))
+    model = AdaptiveKernelRegressor(kernel=kernel, alpha=0.0, random_state=0, n_epochs=2).fit(X, y)
+    assert model.kernel_cache_dtype_ == "float32"
+
+
+def test_required_cache_that_does_not_fit_names_the_sizes():
+    X, y = _regression(3000)
+    with pytest.raises(ValueError, match=r"cache_kernel=True: K\(X, X\) for 3000 training rows needs 18000000"):
+        AdaptiveKernelRegressor(cache_kernel=True, alpha=0.0, early_stopping=False, memory_budget="10MB").fit(X, y)
+
+
+def _fit_in_fresh_process(n, budget):
+    """Peak RSS growth of a cached (or not) fit, in a process of its own."""
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-1, 1, size=(n, 8)).astype(np.float32)
+    y = np.sin(X.sum(1)).astype(np.float32)
+    params = {"alpha": 0.0, "early_stopping": False, "memory_budget": budget, "batch_size": 256, "random_state": 0}
+    # A first small fit loads torch's kernels and thread pools, which are not the fit's memory.
+    AdaptiveKernelRegressor(n_epochs=1, **params).fit(X[:500], y[:500])
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # the peak RSS restarts from the current RSS
+    before = _status_bytes("VmRSS")
+    model = AdaptiveKernelRegressor(n_epochs=2, **params).fit(X, y)
+    return {"growth": _status_bytes("VmHWM") - before, "cached": model.kernel_cache_dtype_}
+
+
+def _status_bytes(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("budget", "cached"), [(300 * 10**6, "float16"), (230 * 10**6, None)])
+def test_peak_memory_of_a_fit_stays_within_its_budget(budget, cached):
+    # 10000 rows: K(X, X) takes 200 MB in float16, which fits 300 MB next to the rest, and not 230 MB.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        result = pool.submit(_fit_in_fresh_process, 10_000, budget).result(timeout=600)
+    assert result["cached"] == cached
+    assert result["growth"] <= budget, result
