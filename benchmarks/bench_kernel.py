@@ -96,6 +96,33 @@ def run_ours(n_train, device, n_centers=None, params=None):
     }
 
 
+def run_sweep_fit(n_train, device, batch_size, cache_kernel, n_epochs):
+    """One point of the batch sweep: a fixed number of epochs, no early stopping."""
+    from skgpu_kernel import AdaptiveKernelClassifier
+
+    X_train, y_train, X_test, y_test = _data(n_train)
+    model = AdaptiveKernelClassifier(
+        bandwidth=BANDWIDTH,
+        device=device,
+        random_state=0,
+        alpha=0.0,
+        batch_size=batch_size,
+        cache_kernel=cache_kernel,
+        n_epochs=n_epochs,
+        early_stopping=False,
+        tol=None,
+    )
+    tic = time.perf_counter()
+    model.fit(X_train, y_train)
+    return {
+        "fit_seconds": time.perf_counter() - tic,
+        "accuracy": model.score(X_test, y_test),
+        "batch_size": model.batch_size_,
+        "cache": model.kernel_cache_dtype_,
+        "seconds_per_epoch": [float(f"{record['seconds']:.3g}") for record in model.history_],
+    }
+
+
 def run_kernel_ridge(n_train, device):
     from sklearn.kernel_ridge import KernelRidge
     from sklearn.preprocessing import LabelBinarizer
@@ -341,6 +368,62 @@ def fashion_part(args):
     return "\n".join(lines)
 
 
+# The sweep compares the planner's batch with fixed ones at equal epochs; a fixed batch
+# counts as reaching the same accuracy when it is at most this far below auto's.
+SWEEP_BATCHES = (256, 512, 1024, 2048, 4096)
+SWEEP_ACCURACY_SLACK = 0.002
+
+
+def sweep_part(args):
+    lines = [
+        f"### Batch sweep: Fashion-MNIST {args.sweep_n_train} train, bandwidth 5, {args.sweep_epochs} epochs — "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"Machine: {machine_description(args.device)}. `AdaptiveKernelClassifier(alpha=0, early_stopping=False, "
+        f"n_epochs={args.sweep_epochs})`, kernel computed per batch (`cache_kernel=False`) or cached (`'auto'`). "
+        f"'best fixed' is the fastest fixed batch whose test accuracy is at least auto's minus "
+        f"{SWEEP_ACCURACY_SLACK:.1%}; target: auto within 10% of its time.",
+        "",
+        "| kernel | batch | batch used | fit s | test accuracy | seconds per epoch | auto / best fixed |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for cache_kernel in (False, "auto"):
+        rows = {
+            batch: _row(
+                f"sweep {cache_kernel} {batch}",
+                run_sweep_fit,
+                args.sweep_n_train,
+                args.device,
+                batch,
+                cache_kernel,
+                args.sweep_epochs,
+            )
+            for batch in ("auto", *SWEEP_BATCHES)
+        }
+        auto = rows["auto"]
+        comparable = [
+            row["fit_seconds"]
+            for batch, row in rows.items()
+            if batch != "auto"
+            and "error" not in row
+            and "error" not in auto
+            and row["accuracy"] >= auto["accuracy"] - SWEEP_ACCURACY_SLACK
+        ]
+        label = "computed" if cache_kernel is False else "cached (auto)"
+        for batch, row in rows.items():
+            if "error" in row:
+                lines.append(f"| {label} | {batch} | - | - | - | - | failed: {row['error'].splitlines()[-1]} |")
+                continue
+            ratio = "-"
+            if batch == "auto" and comparable:
+                ratio = f"{row['fit_seconds'] / min(comparable):.2f}"
+            lines.append(
+                f"| {label} | {batch} | {row['batch_size']} | {row['fit_seconds']:.1f} | {row['accuracy']:.4f} | "
+                f"{row['seconds_per_epoch']} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
 def large_part(args):
     params = _centers_params(args)
     params.update(n_epochs=args.n_epochs, bandwidth=args.bandwidth)
@@ -404,6 +487,9 @@ def main():
     fashion.add_argument(
         "--skip", nargs="*", default=[], choices=["eigenpro2", "kernel_ridge", "nystroem", "throughput"]
     )
+    sweep = parser.add_argument_group("sweep part")
+    sweep.add_argument("--sweep-n-train", type=int, default=20_000)
+    sweep.add_argument("--sweep-epochs", type=int, default=2)
     large = parser.add_argument_group("large part")
     large.add_argument("--n-rows", type=int, default=5_000_000, help="training rows (100k more are held out)")
     large.add_argument("--n-features", type=int, default=16)
@@ -413,14 +499,16 @@ def main():
     large.add_argument("--data-dir", help="keep (and reuse) the data here instead of a temporary folder")
     args = parser.parse_args()
     parts = [part for text in args.parts for part in text.split(",") if part]
-    unknown = set(parts) - {"fashion", "large"}
+    unknown = set(parts) - {"fashion", "large", "sweep"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large")
+        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large, sweep")
 
     tic = time.perf_counter()
     sections = []
     if "fashion" in parts:
         sections.append(fashion_part(args))
+    if "sweep" in parts:
+        sections.append(sweep_part(args))
     if "large" in parts:
         sections.append(large_part(args))
     for section in sections:
