@@ -22,6 +22,10 @@ Rows per data set, each fit in its own child process (its peak memory is its own
 
 * ``ours``: ``AdaptiveKernelRegressor(random_state=0)`` / ``AdaptiveKernelClassifier
   (random_state=0)``, package defaults (every training point a center: EigenPro 2);
+* ``ours, kernel cache in float32``: the defaults with EigenPro 2's kernel cache
+  stored in float32 instead of float16 (the planner's ``CACHE_16BIT`` set to False in
+  the child process), to measure the 16-bit storage; the same as the defaults where
+  no cache is used (CG, EigenPro 3);
 * ``ours alpha='loo'``: the same with the ridge penalty chosen by leave-one-out;
 * ``ours n_centers=10000`` for the data sets with n >= 20000 rows (n counts the rows
   as loaded, before the split; at most half the training rows when ``--max-train``
@@ -53,8 +57,8 @@ Usage::
     OPENBLAS_CORETYPE=Haswell python benchmarks/bench_real_data.py [--write benchmarks/RESULTS.md]
 
 Quick check: ``--max-train 2000 --datasets Computers DNA``.  Other options:
-``--skip`` (rows to leave out: ours, ours_loo, ours_centers, ours_centers_alpha0, ours_bandwidth5,
-nystroem, exact),
+``--skip`` (rows to leave out: ours, ours_cache32, ours_loo, ours_centers, ours_centers_alpha0,
+ours_bandwidth5, nystroem, exact),
 ``--device`` (default auto), ``--exact-max-train``.
 """
 
@@ -165,6 +169,10 @@ def _task(name):
 # --- rows, each run in a child process ---------------------------------------------------------
 
 
+# A key of run_ours' params that sets skgpu_kernel.planning.kernel.CACHE_16BIT in the child.
+CACHE_16BIT = "_cache_16bit"
+
+
 def run_ours(name, max_train, device, params):
     """Our estimator with package defaults plus ``params``; divergence warnings counted."""
     from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
@@ -172,6 +180,11 @@ def run_ours(name, max_train, device, params):
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
     estimator = AdaptiveKernelRegressor if task == "regression" else AdaptiveKernelClassifier
+    params = dict(params)
+    if CACHE_16BIT in params:  # the planner's storage policy, measured here against float32
+        import skgpu_kernel.planning.kernel as kernel_plans
+
+        kernel_plans.CACHE_16BIT = params.pop(CACHE_16BIT)
     model = estimator(random_state=0, device=device, **params)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -185,6 +198,8 @@ def run_ours(name, max_train, device, params):
     if getattr(model, "n_centers_", None) is not None and params.get("n_centers") is not None:
         notes = f"p={model.n_centers_}, " + notes
     notes += f", solver {model.solver_}, alpha_ {model.alpha_:.3g}, early_stopping_ {model.early_stopping_}"
+    if model.kernel_cached_:
+        notes += f", kernel cached in {model.kernel_cache_dtype_}"
     if other:
         notes += f"; other warnings: {'; '.join(other[:2])}"
     return {
@@ -274,7 +289,11 @@ def dataset_rows(name, args):
     if args.max_train is not None:
         n_train = min(n_train, args.max_train)
     centers = N_CENTERS if args.max_train is None else min(N_CENTERS, n_train // 2)  # quick runs: half the rows
-    variants = [("ours", "ours (defaults)", {}), ("ours_loo", "ours alpha='loo'", {"alpha": "loo"})]
+    variants = [
+        ("ours", "ours (defaults)", {}),
+        ("ours_cache32", "ours, kernel cache in float32", {CACHE_16BIT: False}),
+        ("ours_loo", "ours alpha='loo'", {"alpha": "loo"}),
+    ]
     if n >= LARGE_N:
         variants.append(("ours_centers", f"ours n_centers={centers}", {"n_centers": centers}))
         variants.append(
@@ -374,7 +393,16 @@ def main():
         "--skip",
         nargs="*",
         default=[],
-        choices=["ours", "ours_loo", "ours_centers", "ours_centers_alpha0", "ours_bandwidth5", "nystroem", "exact"],
+        choices=[
+            "ours",
+            "ours_cache32",
+            "ours_loo",
+            "ours_centers",
+            "ours_centers_alpha0",
+            "ours_bandwidth5",
+            "nystroem",
+            "exact",
+        ],
     )
     parser.add_argument("--exact-max-train", type=int, default=16_000, help="largest training set for SVC/KernelRidge")
     parser.add_argument("--device", default="auto")

@@ -272,7 +272,13 @@ class _EigenPro2Path(_Path):
             # memory and the critical batch (as for EigenPro 3's cache).
             return layout.memory_limit, {}
         return measure_batch_capacity(
-            self.kernel, self.X_dev, self.centers_dev, self.problem.n_outputs, layout.memory_limit, layout.column_block
+            self.kernel,
+            self.X_dev,
+            self.centers_dev,
+            self.problem.n_outputs,
+            layout.memory_limit,
+            layout.column_block,
+            layout.subsample_size,
         )
 
     def spectrum(self, layout, capacity):
@@ -389,7 +395,13 @@ class _EigenPro3Path(_Path):
             return layout.memory_limit, {}
         probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
         capacity, throughputs = measure_batch_capacity(
-            self.kernel, probe_rows, self.centers_dev, self.problem.n_outputs, layout.memory_limit, layout.column_block
+            self.kernel,
+            probe_rows,
+            self.centers_dev,
+            self.problem.n_outputs,
+            layout.memory_limit,
+            layout.column_block,
+            layout.subsample_size,
         )
         # Ranks time their own devices; they must agree on the batch to stay in step.
         (capacity,) = agree([capacity], self.runtime.group, self.device)
