@@ -60,7 +60,12 @@ def main(argv=None):
     print(f"fit time           {fit_seconds:.1f} s ({model.n_epochs_} epochs), predict {predict_seconds:.1f} s")
     print(f"device             {model.device_} ({model.dtype_}), memory budget {model.memory_budget_ / 1e9:.1f} GB")
     print(f"bandwidth          {model.bandwidth_:.4g}")
-    print(f"batch capacity m_G {model.batch_capacity_} (measured)")
+    if model.kernel_cached_:
+        print(f"kernel cache       K(X, X) in {model.kernel_cache_dtype_}, read every epoch")
+        print(f"batch capacity m_G {model.batch_capacity_} (the memory limit: steps read their kernel rows)")
+    else:
+        print("kernel cache       none (K(X, X) does not fit the budget: blocks computed per batch)")
+        print(f"batch capacity m_G {model.batch_capacity_} (measured)")
     print(f"critical batch     {before:.1f} -> {after:.1f} with preconditioning")
     print(f"preconditioner     {model.n_components_} components on a subsample of {model.subsample_size_}")
     print(f"batch size         {model.batch_size_}")
