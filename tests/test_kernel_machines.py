@@ -20,6 +20,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.blockwise import kernel_predict
+from skgpu_kernel.planning.kernel import cached_batch_limit
 from skgpu_kernel.scaling import LEGW, ConstantRule, EigenProRule
 from skgpu_kernel.solvers import eigenpro as eigenpro_solver
 
@@ -147,7 +148,9 @@ def test_fitted_attributes_record_every_decision(digits):
     assert model.subsample_size_ == 500
     assert model.top_eigenvalues_.shape == (model.n_components_ + 1,)
     assert np.all(np.diff(model.top_eigenvalues_) <= 0)
-    assert model.batch_size_ == min(model.batch_capacity_, int(model.critical_batch_size_[1] / 2), 500)
+    # K(X, X) is cached: the capacity is the memory limit, and the batch keeps 32 updates per epoch.
+    assert model.kernel_cached_ and model.batch_capacity_ == 500
+    assert model.batch_size_ == min(int(model.critical_batch_size_[1] / 2), cached_batch_limit(500))
     assert model.learning_rate_ > 0 and model.n_epochs_ == 2 == len(model.history_)
     assert set(model.history_[0]) == {"epoch", "n_steps", "train_loss", "learning_rate", "validation_score", "seconds"}
     assert model.history_[-1]["learning_rate"] == model.learning_rate_

@@ -19,6 +19,7 @@ from skgpu_kernel.planning.kernel import (
     KernelProblem,
     KernelSettings,
     TrainingMemoryPlan,
+    cached_batch_limit,
     operating_batch,
     plan_alpha,
     plan_centers_solver,
@@ -157,10 +158,24 @@ def test_eigenpro2_plan(budget, n, d, outputs, itemsize, settings, subsample, ca
     assert layout.subsample_size == subsample
     capacity = min(layout.memory_limit if capacity == "memory limit" else capacity, n)
     plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings))
-    assert plan.batch_size == capacity
+    # Steps that read a cached kernel keep 32 updates per epoch.
+    expected = min(capacity, cached_batch_limit(n)) if layout.cached else capacity
+    assert plan.batch_size == expected
     assert plan.memory.total <= budget, plan.memory.describe()
     # The operating batch keeps half the preconditioned critical batch.
-    assert plan_eigenpro2(layout, capacity, 10.0, KernelSettings(**settings)).batch_size == min(capacity, 5)
+    assert plan_eigenpro2(layout, capacity, 10.0, KernelSettings(**settings)).batch_size == min(expected, 5)
+
+
+def test_cached_batch_limit_keeps_32_updates_per_epoch():
+    assert cached_batch_limit(54_000) == 1688
+    assert cached_batch_limit(2293) == 72
+    assert cached_batch_limit(20) == 1
+    problem = _eigenpro2_problem()
+    cached = plan_eigenpro2_layout(problem, 2000 * MB, CPU, KernelSettings())
+    plan = plan_eigenpro2(cached, cached.memory_limit, 1e6, KernelSettings())
+    assert cached.cached and plan.capacity == problem.n_rows and plan.batch_size == 625
+    # A given batch is the user's.
+    assert plan_eigenpro2(cached, 4096, 1e6, KernelSettings(batch_size=4096)).batch_size == 4096
 
 
 def test_operating_batch():

@@ -268,8 +268,7 @@ class _EigenPro2Path(_Path):
             return given, {}
         if layout.cached:
             # Steps read their kernel rows: an epoch reads the cache once whatever the
-            # batch, and a larger batch only saves per-step work, so the batch is set by
-            # memory and the critical batch (as for EigenPro 3's cache).
+            # batch, so no throughput is probed (see planning.kernel.cached_batch_limit).
             return layout.memory_limit, {}
         return measure_batch_capacity(
             self.kernel,
