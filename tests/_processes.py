@@ -1,4 +1,4 @@
-"""Which child processes a test left behind (read from /proc)."""
+"""Process facts read from /proc: the child processes a test left behind, and memory counters."""
 
 import os
 import time
@@ -36,3 +36,12 @@ def wait_for_no_children(seconds=10.0):
     while child_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     return child_processes()
+
+
+def status_bytes(field):
+    """A memory counter of this process from /proc/self/status (``VmRSS``, ``VmHWM``, ...), in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)

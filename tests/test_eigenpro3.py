@@ -5,6 +5,7 @@ import pytest
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 
+from ._processes import status_bytes
 from .conftest import RTOL
 
 BANDWIDTH = 2.0
@@ -191,8 +192,8 @@ def test_default_keeps_every_training_point_as_a_center():
     X, y, _, _ = _problem(n=300)
     model = AdaptiveKernelRegressor(solver="eigenpro", n_epochs=1, random_state=0).fit(X, y)
     assert model.n_centers_ == 300 and model.projection_ is None
-    # EigenPro 2 caches its K(X, X) (300 x 300 in float16) when it fits.
-    assert model.kernel_cached_ and model.kernel_cache_dtype_ == "float16"
+    # EigenPro 2 caches its K(X, X) (300 x 300 in float32) when it fits.
+    assert model.kernel_cached_ and model.kernel_cache_dtype_ == "float32"
 
 
 def test_classifier_with_centers_and_warm_start():
@@ -253,7 +254,7 @@ def _fit_400k():
     X_train, y_train, X_test, y_test = X[:400_000], y[:400_000], X[400_000:], y[400_000:]
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # the peak RSS restarts from the current RSS
-    before = _status_bytes("VmRSS")
+    before = status_bytes("VmRSS")
     tic = time.perf_counter()
     # A fixed batch keeps the run independent of the device probe's timings.
     model = AdaptiveKernelRegressor(
@@ -266,7 +267,7 @@ def _fit_400k():
         random_state=0,
     ).fit(X_train, y_train)
     seconds = time.perf_counter() - tic
-    growth = (_status_bytes("VmHWM") - before) / 2**30
+    growth = (status_bytes("VmHWM") - before) / 2**30
     reference = _nystrom_ridge_float64(X_train, y_train, model.centers_, 1.0, ridge=1e-6)
     residual = reference(X_test) - y_test
     return {
@@ -277,14 +278,6 @@ def _fit_400k():
         "fit_seconds": seconds,
         "projection": model.projection_,
     }
-
-
-def _status_bytes(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
 
 
 # Centers in 3-d with a bandwidth below their spread: K(Z, Z) is ill-conditioned enough

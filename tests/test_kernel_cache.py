@@ -19,6 +19,8 @@ from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows
 from skgpu_kernel.kernels import CallableKernel, Gaussian, Laplacian
 from skgpu_kernel.solvers.eigenpro import chunked_permutation
 
+from ._processes import status_bytes
+
 
 def _points(n=700, d=4, seed=0):
     return torch.as_tensor(np.random.RandomState(seed).randn(n, d))
@@ -113,14 +115,18 @@ def test_cached_and_streamed_fits_are_equal_in_float64(case):
         assert epoch_cached["train_loss"] == pytest.approx(epoch_streamed["train_loss"], rel=1e-8)
 
 
-def test_float16_cache_fits_as_well_as_float32():
+def test_float16_where_only_it_fits_fits_as_well_as_float32():
     X, y = _regression(2500, seed=4)
     X_test, y_test = _regression(1000, seed=5)
     common = {"bandwidth": 1.0, "alpha": 0.0, "batch_size": 128, "random_state": 0, "n_epochs": 8}
-    half = AdaptiveKernelRegressor(**common).fit(X, y)
+    # 55 MB: the fixed costs and fill blocks (about 37 MB) leave room for K(X, X) in
+    # float16 (12.5 MB), not in float32 (25 MB).
+    half = AdaptiveKernelRegressor(memory_budget="55MB", **common).fit(X, y)
+    single = AdaptiveKernelRegressor(**common).fit(X, y)
     computed = AdaptiveKernelRegressor(cache_kernel=False, **common).fit(X, y)
-    assert half.kernel_cache_dtype_ == "float16"
-    assert half.score(X_test, y_test) == pytest.approx(computed.score(X_test, y_test), abs=2e-3)
+    assert half.kernel_cache_dtype_ == "float16" and single.kernel_cache_dtype_ == "float32"
+    assert half.score(X_test, y_test) == pytest.approx(single.score(X_test, y_test), abs=2e-3)
+    assert single.score(X_test, y_test) == pytest.approx(computed.score(X_test, y_test), abs=1e-5)
 
 
 def test_kernels_of_unknown_range_are_cached_in_the_training_dtype():
@@ -146,17 +152,9 @@ def _fit_in_fresh_process(n, budget):
     AdaptiveKernelRegressor(n_epochs=1, **params).fit(X[:500], y[:500])
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # the peak RSS restarts from the current RSS
-    before = _status_bytes("VmRSS")
+    before = status_bytes("VmRSS")
     model = AdaptiveKernelRegressor(n_epochs=2, **params).fit(X, y)
-    return {"growth": _status_bytes("VmHWM") - before, "cached": model.kernel_cache_dtype_}
-
-
-def _status_bytes(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
+    return {"growth": status_bytes("VmHWM") - before, "cached": model.kernel_cache_dtype_}
 
 
 @pytest.mark.slow

@@ -286,19 +286,21 @@ def test_alpha_plan_table(alpha, uses_centers, solver, classifier, expected):
 
 # EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in
 # float16, 1.6 GB in float32 and 3.2 GB in float64; the fixed costs and the blocks
-# that fill the cache take under 100 MB.
+# that fill the cache take under 100 MB.  float32 where it fits, float16 where only
+# it fits (a float32 fit of a kernel bounded by 1), else blocks per batch.
 # (name, budget, problem changes, settings, allow_16bit, expected bytes per cached entry)
 EIGENPRO2_CACHE_CASES = [
-    ("float16 for a bounded kernel in float32", 2000 * MB, {}, {}, True, 2),
-    ("float32 when float16 is not allowed", 2000 * MB, {}, {}, False, 4),
-    ("float32 for a kernel of unknown range", 2000 * MB, {"unit_bounded_kernel": False}, {}, True, 4),
+    ("float32 where it fits", 2000 * MB, {}, {}, True, 4),
+    ("float16 where only it fits", 1500 * MB, {}, {}, True, 2),
+    ("float16 not allowed: blocks per batch", 1500 * MB, {}, {}, False, 0),
+    ("a kernel of unknown range is not halved", 1500 * MB, {"unit_bounded_kernel": False}, {}, True, 0),
     ("float64 fits keep float64", 4000 * MB, {"itemsize": 8}, {}, True, 8),
+    ("float64 is not halved", 1500 * MB, {"itemsize": 8}, {}, True, 0),
     ("too small: blocks per batch", 500 * MB, {}, {}, True, 0),
-    ("float32 too large, not halved", 1500 * MB, {"unit_bounded_kernel": False}, {}, True, 0),
     ("validation rows counted", 900 * MB, {"n_validation": 5000}, {}, True, 0),
-    ("without them it fits", 900 * MB, {}, {}, True, 2),
+    ("without them float16 fits", 900 * MB, {}, {}, True, 2),
     ("cache_kernel=False", 2000 * MB, {}, {"cache_kernel": False}, True, 0),
-    ("cache_kernel=True that fits", 2000 * MB, {}, {"cache_kernel": True}, True, 2),
+    ("cache_kernel=True that fits", 2000 * MB, {}, {"cache_kernel": True}, True, 4),
 ]
 
 

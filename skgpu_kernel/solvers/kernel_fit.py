@@ -209,6 +209,11 @@ class _Path:
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
         self.itemsize = torch.finfo(runtime.dtype).bits // 8
 
+    def problem_with(self, **sizes):
+        """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
+        X, Y = self.data.X, self.data.Y
+        return KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, **sizes)
+
     def device_cache(self, coef):
         """``(device, prepared centers, coefficients, offset)``: what predictions after fit reuse."""
         return (self.device, self.centers_dev, coef, self.to_device.offset)
@@ -240,17 +245,9 @@ class _EigenPro2Path(_Path):
 
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
-        X, Y = data.X, data.Y
+        X = data.X
         n_validation = 0 if data.validation is None else data.validation[0].shape[0]
-        self.problem = KernelProblem(
-            X.shape[0],
-            X.shape[1],
-            Y.shape[1],
-            self.itemsize,
-            self.kernel.extra_blocks,
-            n_validation=n_validation,
-            unit_bounded_kernel=self.kernel.unit_bounded,
-        )
+        self.problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
         self.X_dev = self.to_device(X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
         self.centers_host = None
@@ -351,14 +348,9 @@ class _EigenPro3Path(_Path):
 
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
-        X, Y, group = data.X, data.Y, runtime.group
+        X, group = data.X, runtime.group
         n_shards = group.size() if group is not None else len(runtime.devices)
-        self.problem = KernelProblem(
-            X.shape[0],
-            X.shape[1],
-            Y.shape[1],
-            self.itemsize,
-            self.kernel.extra_blocks,
+        self.problem = self.problem_with(
             n_centers=data.centers.shape[0],
             n_shards=n_shards,
             centers_from_data=data.centers_from_data,
