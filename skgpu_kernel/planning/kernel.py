@@ -322,12 +322,13 @@ def temporary_centers_for(problem, projection, centers_cached):
     return int(min(best, _TEMPORARY_PER_CENTER[projection] * p))
 
 
-# EigenPro 2's cache is filled by kernel blocks of this many rows and columns
-# (on the 2-core CPU, 1024 to 2048 rows by 2048 to 4096 columns filled a 20000-row
-# Fashion-MNIST cache fastest: 2.4-2.6 s of kernel blocks, against 3.5 s for whole
-# rows), and read at most this many entries at a time (see blockwise.KernelCache).
+# EigenPro 2's cache is filled by kernel blocks of this many rows and columns (on the
+# 2-core CPU, Gaussian blocks of 2048 Fashion-MNIST rows ran at 178 GFLOP/s with 2048
+# columns, 159 with 4096 and 150 with 8192; whole rows filled a 20000-row cache in
+# 3.5 s against 2.4-2.6 s), and read at most this many entries at a time (see
+# blockwise.KernelCache).
 CACHE_FILL_ROWS = 2048
-CACHE_FILL_COLUMNS = 4096
+CACHE_FILL_COLUMNS = 2048
 CACHE_READ_ENTRIES = 2**21
 _CACHE_PADDED_OUTPUTS = 16
 
