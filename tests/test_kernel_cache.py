@@ -168,3 +168,19 @@ def test_peak_memory_of_a_fit_stays_within_its_budget(budget, cached):
         result = pool.submit(_fit_in_fresh_process, 30_000, int(budget)).result(timeout=600)
     assert result["cached"] == cached
     assert result["growth"] <= budget, result
+
+
+def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
+    from skgpu_kernel.solvers import kernel_fit
+
+    def refuse(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.48 GiB")
+
+    X, y = _regression(800)
+    params = {"bandwidth": 2.0, "alpha": 0.0, "dtype": "float64", "batch_size": 64, "random_state": 0, "n_epochs": 3}
+    computed = AdaptiveKernelRegressor(cache_kernel=False, **params).fit(X, y)
+    monkeypatch.setattr(kernel_fit, "cache_kernel_rows", refuse)
+    with pytest.warns(RuntimeWarning, match="did not fit the memory free"):
+        model = AdaptiveKernelRegressor(**params).fit(X, y)
+    assert not model.kernel_cached_ and model.kernel_cache_dtype_ is None
+    np.testing.assert_array_equal(model.dual_coef_, computed.dual_coef_)

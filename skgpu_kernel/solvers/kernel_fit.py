@@ -23,7 +23,7 @@ import torch
 
 from ..blockwise import KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
 from ..buffer import as_row_source
-from ..device import synchronize
+from ..device import is_out_of_memory, synchronize
 from ..parallel.distributed import agree
 from ..planning import kernel as kernel_plans
 from ..planning.kernel import (
@@ -171,7 +171,7 @@ def fit_kernel_model(data, runtime, settings):
     spectrum = path.spectrum(layout, capacity)
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, settings.bandwidth)
-    plan = path.plan(layout, capacity, spectrum.critical_batch_preconditioned, settings.planning)
+    plan = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned, settings.planning))
     n = path.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
     learning_rate_for = _learning_rate_function(settings.scaling_rule, spectrum, settings.n_epochs)
@@ -208,6 +208,10 @@ class _Path:
         self.kernel, self.device = settings.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
         self.itemsize = torch.finfo(runtime.dtype).bits // 8
+
+    def prepare(self, plan):
+        """Allocate what the plan keeps for the whole fit; returns the plan as carried out."""
+        return plan
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
@@ -296,7 +300,7 @@ class _EigenPro2Path(_Path):
         Y_dev = self.to_device(data.Y[data.order], center=False)
         weights = self.weights_tensor(data.weights[data.order])
         validation = self.validation_tensors()
-        caches = self._caches(plan, validation)
+        caches = self.caches
         tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
         if validation is not None:
             X_val, Y_val = validation
@@ -320,10 +324,34 @@ class _EigenPro2Path(_Path):
         self.centers_host = data.X[data.order]
         return result
 
-    def _caches(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects when the plan caches, else Nones."""
+    def prepare(self, plan):
+        """Fill the kernel cache the plan asks for; without device memory for it, compute blocks per batch.
+
+        The budget is planned from the memory free when the fit starts; a device that
+        is shared (or fragmented) may still refuse the allocation, which is then
+        reported and the fit goes on without the cache.
+        """
+        self.caches = (None, None)
         if not plan.cached:
-            return None, None
+            return plan
+        try:
+            self.caches = self._caches(plan, self.validation_tensors())
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            warnings.warn(
+                f"The kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}: "
+                "kernel blocks are computed per batch instead. Lower memory_budget or set cache_kernel=False.",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+            return dataclasses.replace(plan, cached=False, cache_itemsize=0)
+        return plan
+
+    def _caches(self, plan, validation):
+        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
         tic = time.perf_counter()
         storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
