@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .blockwise import kernel_diagonal_max, kernel_matmul
+from .blockwise import kernel_diagonal_max, kernel_matmul, widened
 
 __all__ = [
     "EigenProPreconditioner",
@@ -194,8 +194,9 @@ class EigenProPreconditioner:
         -------
         Tensor of shape (s, l)
         """
-        projected = self.eigenvectors.T @ (subsample_block.T @ residual)
-        return self.eigenvectors @ (self.scales[:, None] * projected)
+        wide = widened(residual)
+        projected = self.eigenvectors.T @ (subsample_block.T @ wide)
+        return (self.eigenvectors @ (self.scales[:, None] * projected))[:, : residual.shape[1]]
 
 
 def warn_if_reduced(requested, usable):
