@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._validation import check_sample_weight
+from ._validation import check_representable, check_sample_weight
 from .blockwise import kernel_predict
 from .buffer import is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -139,6 +139,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
         X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
+        check_representable(X, resolve_dtype(self.dtype), "X")
+        check_representable(Y, resolve_dtype(self.dtype), "y")
         runtime = self._resolve_runtime()
         uses_centers = self.n_centers is not None or self.centers is not None
         streams = uses_centers and _streams(X, Y.shape[1], runtime)

@@ -24,7 +24,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._validation import check_sample_weight
+from ._validation import check_representable, check_sample_weight
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, is_out_of_core, map_ranges, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -461,6 +461,9 @@ class _BaseBufferedSGD(BaseEstimator):
                 multi_output=self._multi_output,
                 y_numeric=not self._is_classifier,
             )
+            check_representable(X, resolve_dtype(self.dtype), "X")
+            if not self._is_classifier:
+                check_representable(y, resolve_dtype(self.dtype), "y")
             source = as_row_source(X, "X")
         nonzeros_per_row = X.nnz / max(X.shape[0], 1) if scipy.sparse.issparse(X) else None
         weights = None
