@@ -17,6 +17,8 @@ from .device import column_block_size, rows_within_budget, throughput_saturation
 PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 
 __all__ = [
+    "CPU_READ_ENTRIES",
+    "CPU_WIDE_COLUMNS",
     "KernelCache",
     "cache_kernel_rows",
     "csr_to_torch",
@@ -93,11 +95,7 @@ class KernelCache:
     def __init__(self, values, dtype):
         self.values, self.dtype = values, dtype
         device, n_columns = values.device, max(values.shape[1], 1)
-        self.read_rows = None if device.type == "cuda" else max(_CPU_READ_ENTRIES // n_columns, 16)
-
-    @property
-    def nbytes(self):
-        return self.values.numel() * self.values.element_size()
+        self.read_rows = None if device.type == "cuda" else max(CPU_READ_ENTRIES // n_columns, 16)
 
     def matmul(self, rows, V, leading=0):
         """``K[rows, :k] @ V`` for ``V`` of k rows; with ``leading``, also ``K[rows, :leading]``.
@@ -147,9 +145,9 @@ class KernelCache:
 
 
 # Entries of K a CPU read takes at once (a few MB), and the width the BLAS reads
-# fastest: see KernelCache.
-_CPU_READ_ENTRIES = 2**21
-_CPU_WIDE_COLUMNS = 16
+# fastest: see KernelCache and widened (the memory planner counts both).
+CPU_READ_ENTRIES = 2**21
+CPU_WIDE_COLUMNS = 16
 
 # Tiles of the cache mirrored at once: 256 x 256 moved 560 M float16 entries/s on the
 # CPU, against 180 M for the transposes of whole kernel blocks.
@@ -164,9 +162,9 @@ def widened(V):
     correction on 1688 x 2000 blocks: 15.3 against 2.1 ms), so callers multiply by
     the widened ``V`` and keep the first columns of the product.
     """
-    if V.device.type != "cpu" or V.shape[1] == 1 or V.shape[1] >= _CPU_WIDE_COLUMNS:
+    if V.device.type != "cpu" or V.shape[1] == 1 or V.shape[1] >= CPU_WIDE_COLUMNS:
         return V
-    wide = torch.zeros(V.shape[0], _CPU_WIDE_COLUMNS, dtype=V.dtype, device=V.device)
+    wide = torch.zeros(V.shape[0], CPU_WIDE_COLUMNS, dtype=V.dtype, device=V.device)
     wide[:, : V.shape[1]] = V
     return wide
 
@@ -178,6 +176,8 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
     ----------
     kernel : Kernel
     X : Tensor of shape (m, d)
+        On any device: each row block moves to the centers' device, where the
+        result is kept.
     centers : Tensor with n rows
         ``kernel.prepare_centers(Z)``.
     storage_dtype : torch.dtype
@@ -194,13 +194,14 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
     Tensor of shape (m, n)
     """
     m, n = X.shape[0], centers.shape[0]
-    cache = torch.empty(m, n, dtype=storage_dtype, device=X.device)
+    cache = torch.empty(m, n, dtype=storage_dtype, device=centers.device)
     for top in range(0, m, row_block):
         bottom = min(top + row_block, m)
+        rows = X[top:bottom].to(centers.device)
         width = bottom if symmetric else n
         for left in range(0, width, column_block):
             right = min(left + column_block, width)
-            cache[top:bottom, left:right] = kernel.block(X[top:bottom], centers[left:right])
+            cache[top:bottom, left:right] = kernel.block(rows, centers[left:right])
     if symmetric:
         _mirror_below_bands(cache, row_block)
     return cache

@@ -21,6 +21,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
+from ..blockwise import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..preconditioner import CRITICAL_BATCH_MARGIN
 from ._account import MemoryAccount
@@ -225,11 +226,11 @@ class TrainingMemoryPlan:
     def cached_batch_bytes(self, batch_size):
         """A batch read from the cache: buffers, its ``K(X_B, X_S)`` and the rows gathered at once.
 
-        A read gathers at most ``CACHE_READ_ENTRIES`` entries (in the storage and the
-        training dtype).
+        A read takes at most ``CPU_READ_ENTRIES`` entries (in the storage and the
+        training dtype), against coefficients widened to ``CPU_WIDE_COLUMNS``.
         """
-        per_row = self.itemsize * (4 * self.n_outputs + self.subsample_size + _CACHE_PADDED_OUTPUTS)
-        return batch_size * per_row + 2 * self.itemsize * min(batch_size * self.n_rows, CACHE_READ_ENTRIES)
+        per_row = self.itemsize * (4 * self.n_outputs + self.subsample_size + CPU_WIDE_COLUMNS)
+        return batch_size * per_row + 2 * self.itemsize * min(batch_size * self.n_rows, CPU_READ_ENTRIES)
 
     def fill_bytes(self):
         """The kernel blocks that fill the cache (and the widest read after it)."""
@@ -325,12 +326,9 @@ def temporary_centers_for(problem, projection, centers_cached):
 # EigenPro 2's cache is filled by kernel blocks of this many rows and columns (on the
 # 2-core CPU, Gaussian blocks of 2048 Fashion-MNIST rows ran at 178 GFLOP/s with 2048
 # columns, 159 with 4096 and 150 with 8192; whole rows filled a 20000-row cache in
-# 3.5 s against 2.4-2.6 s), and read at most this many entries at a time (see
-# blockwise.KernelCache).
+# 3.5 s against 2.4-2.6 s).
 CACHE_FILL_ROWS = 2048
 CACHE_FILL_COLUMNS = 2048
-CACHE_READ_ENTRIES = 2**21
-_CACHE_PADDED_OUTPUTS = 16
 
 # Whether EigenPro 2 may store the cache of a float32 fit in float16 (for kernels with
 # values in [-1, 1]) when float32 does not fit: the alternative is to evaluate every

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..blockwise import cache_kernel_rows
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
 from ..planning.kernel import shard_bounds
@@ -130,17 +131,10 @@ class CenterShards:
 
     def cache(self, rows, row_block):
         """Compute and keep ``K(rows, Z_i)`` for every local shard (``rows`` on the main device)."""
-        caches = []
-        for (start, stop), prepared, device in zip(self.bounds, self.prepared, self.shard_devices, strict=True):
-            block = torch.empty(rows.shape[0], stop - start, dtype=rows.dtype, device=device)
-            for row in range(0, rows.shape[0], row_block):
-                chunk = rows[row : row + row_block].to(device)
-                for column in range(0, stop - start, self.column_block):
-                    block[row : row + chunk.shape[0], column : column + self.column_block] = self.kernel.block(
-                        chunk, prepared[column : column + self.column_block]
-                    )
-            caches.append(block)
-        self.caches = caches
+        self.caches = [
+            cache_kernel_rows(self.kernel, rows, prepared, rows.dtype, row_block, self.column_block)
+            for prepared in self.prepared
+        ]
 
     def cached_blocks(self, rows):
         """Rows of the cached blocks: views for a slice, copies for an index tensor."""

@@ -299,8 +299,7 @@ class _EigenPro2Path(_Path):
         data, runtime = self.data, self.runtime
         Y_dev = self.to_device(data.Y[data.order], center=False)
         weights = self.weights_tensor(data.weights[data.order])
-        validation = self.validation_tensors()
-        caches = self.caches
+        validation, caches = self.validation, self.caches
         tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
         if validation is not None:
             X_val, Y_val = validation
@@ -331,11 +330,11 @@ class _EigenPro2Path(_Path):
         is shared (or fragmented) may still refuse the allocation, which is then
         reported and the fit goes on without the cache.
         """
-        self.caches = (None, None)
+        self.validation, self.caches = self.validation_tensors(), (None, None)
         if not plan.cached:
             return plan
         try:
-            self.caches = self._caches(plan, self.validation_tensors())
+            self.caches = self._caches(plan, self.validation)
         except (torch.OutOfMemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
                 raise
