@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._probe_store import device_identity, locked_probe_store
+
 __all__ = [
     "ProbeSettings",
     "available_memory",
@@ -267,6 +269,9 @@ def is_out_of_memory(error):
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
 
+# Probe records by (device identity, operation key): {"ceiling": largest batch the
+# probe was allowed, "throughputs": {batch: samples per second}}.  Filled from, and
+# saved to, the machine's probe store (see _probe_store).
 _CAPACITY_CACHE = {}
 
 
@@ -287,12 +292,19 @@ class ProbeSettings:
 
 
 def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, settings=ProbeSettings()):
-    """Smallest batch at which samples per second stop growing, by measurement.
+    """Smallest batch at which samples per second stop growing, measured once per machine.
 
     Batches ``min_batch, 2 min_batch, ...`` up to ``max_batch`` are timed with
     ``run_batch(batch_size)`` (best of ``repeats``, after one warm-up), as
     ``settings`` (:class:`ProbeSettings`) says.  The answer is the smallest
     measured batch within a factor ``growth`` of the best throughput.
+
+    With a ``cache_key``, the measurement is stored for the device and the torch
+    version in the machine's probe file (``$SKGPU_KERNEL_PROBE_DIR``, by default
+    ``~/.cache/skgpu_kernel``) under a file lock, and reused by every later call
+    whose ``max_batch`` it covers, in this process or another: the same fit on the
+    same machine then makes the same choice whatever else is running.  A larger
+    ``max_batch`` than the stored probe was allowed measures again.
 
     Parameters
     ----------
@@ -303,25 +315,60 @@ def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, se
     device : torch.device
         Synchronised around each timing.
     cache_key : hashable or None
-        Results are cached in-process under ``(cache_key, max_batch)``.
+        The operation and its shapes; its ``repr`` names the stored record.
     settings : ProbeSettings, optional
 
     Returns
     -------
     batch : int
     throughputs : dict
-        Samples per second for each measured batch size.
+        Samples per second for each measured batch size up to ``max_batch``.
     """
     max_batch = int(max_batch)
-    min_batch, growth, repeats = settings.min_batch, settings.growth, settings.repeats
-    key = None if cache_key is None else (cache_key, max_batch)
-    if key is not None and key in _CAPACITY_CACHE:
-        return _CAPACITY_CACHE[key]
-    if max_batch <= min_batch:
+    if max_batch <= settings.min_batch:
         return max_batch, {}
+    if cache_key is None:
+        return _saturation(_probe(run_batch, max_batch, device, settings), max_batch, settings.growth)
+    key = repr((device_identity(device), cache_key))
+    record = _CAPACITY_CACHE.get(key)
+    if record is None or record["ceiling"] < max_batch:
+        with locked_probe_store() as store:
+            record = _decoded(store.get(key)) if store is not None else None
+            if record is None or record["ceiling"] < max_batch:
+                record = {"ceiling": max_batch, "throughputs": _probe(run_batch, max_batch, device, settings)}
+                if store is not None:
+                    store[key] = {
+                        "ceiling": max_batch,
+                        "throughputs": {str(b): r for b, r in record["throughputs"].items()},
+                    }
+        _CAPACITY_CACHE[key] = record
+    return _saturation(record["throughputs"], max_batch, settings.growth)
 
+
+def _decoded(stored):
+    """A stored record with integer batch sizes, or None when it is not a valid record."""
+    try:
+        return {
+            "ceiling": int(stored["ceiling"]),
+            "throughputs": {int(b): float(r) for b, r in stored["throughputs"].items()},
+        }
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+
+
+def _saturation(throughputs, max_batch, growth):
+    """The smallest batch up to ``max_batch`` within ``growth`` of the best throughput there."""
+    allowed = {size: rate for size, rate in sorted(throughputs.items()) if size <= max_batch}
+    if not allowed:
+        return max_batch, {}
+    peak = max(allowed.values())
+    return min(size for size, rate in allowed.items() if rate * growth >= peak), allowed
+
+
+def _probe(run_batch, max_batch, device, settings):
+    """Samples per second of ``run_batch`` for ``min_batch, 2 min_batch, ..., max_batch``."""
     sizes = []
-    size = min_batch
+    size = settings.min_batch
     while size < max_batch:
         sizes.append(size)
         size *= 2
@@ -335,23 +382,15 @@ def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, se
         run_batch(sizes[0])
     for size in sizes:
         elapsed = math.inf
-        for _ in range(repeats):
+        for _ in range(settings.repeats):
             synchronize(device)
             tic = time.perf_counter()
             run_batch(size)
             synchronize(device)
             elapsed = min(elapsed, time.perf_counter() - tic)
         throughputs[size] = size / max(elapsed, 1e-9)
-        if throughputs[size] > growth * best:
-            misses = 0
-        else:
-            misses += 1
+        misses = 0 if throughputs[size] > settings.growth * best else misses + 1
         best = max(best, throughputs[size])
         if misses >= settings.patience or time.perf_counter() - started > settings.time_limit:
             break
-    peak = max(throughputs.values())
-    batch = min(size for size, rate in throughputs.items() if rate * growth >= peak)
-    result = (batch, throughputs)
-    if key is not None:
-        _CAPACITY_CACHE[key] = result
-    return result
+    return throughputs

@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -6,6 +7,9 @@ import torch
 
 # numpy's bundled OpenBLAS misdetects some CPUs and crashes on large products.
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+# Throughput probes are stored per machine (skgpu_kernel._probe_store); the tests, and
+# the processes they start, keep theirs in a directory of their own.
+os.environ.setdefault("SKGPU_KERNEL_PROBE_DIR", tempfile.mkdtemp(prefix="skgpu_kernel_probes_"))
 
 #: Relative tolerances for comparisons against float64 references, per dtype.
 RTOL = {"float32": 2e-4, "float64": 1e-9}

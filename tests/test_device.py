@@ -1,5 +1,7 @@
 """Device planning: pure functions, testable on the CPU."""
 
+import json
+import random
 import time
 
 import pytest
@@ -108,8 +110,15 @@ def test_column_block_size_is_cache_sized_on_cpu_and_bounded_by_budget():
     assert column_block_size(cpu, 256, 10**6, 4, 256 * 4 * 300) == 300
 
 
-def test_throughput_probe_finds_the_saturation_point(monkeypatch):
+@pytest.fixture
+def probe_store(monkeypatch, tmp_path):
+    """A fresh per-machine probe store in ``tmp_path`` and an empty in-process cache."""
+    monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", str(tmp_path))
     monkeypatch.setattr(device_module, "_CAPACITY_CACHE", {})
+    return tmp_path / "throughput_probes.json"
+
+
+def test_throughput_probe_finds_the_saturation_point(probe_store):
     # A device that costs a fixed 10 ms per call up to 256 rows and is linear beyond:
     # samples per second grow until 256 and stay flat after.  (Long enough sleeps
     # that scheduling noise on a busy machine stays well below the 10% criterion.)
@@ -130,3 +139,48 @@ def test_throughput_probe_finds_the_saturation_point(monkeypatch):
 def test_throughput_probe_small_problem_skips_measuring():
     batch, throughputs = throughput_saturation_batch(lambda m: None, 20, torch.device("cpu"))
     assert batch == 20 and throughputs == {}
+
+
+def _noisy_device(calls, seed):
+    """A fake device whose timings carry up to 30% noise: enough to move the choice between sizes."""
+    noise = random.Random(seed)
+
+    def run_batch(size):
+        calls.append(size)
+        time.sleep(0.002 * max(size, 128) / 128 * (1 + 0.3 * noise.random()))
+
+    return run_batch
+
+
+def test_throughput_probe_is_measured_once_per_machine(probe_store, monkeypatch):
+    cpu = torch.device("cpu")
+    first_calls, later_calls = [], []
+    first = throughput_saturation_batch(_noisy_device(first_calls, 0), 2048, cpu, cache_key=("op", 3))
+    stored = json.loads(probe_store.read_text())
+    assert len(stored) == 1 and next(iter(stored.values()))["ceiling"] == 2048
+    # A new process (empty in-process cache), on a machine with other timings, reads
+    # the stored measurement: same choice, nothing timed.
+    for seed in range(1, 4):
+        monkeypatch.setattr(device_module, "_CAPACITY_CACHE", {})
+        again = throughput_saturation_batch(_noisy_device(later_calls, seed), 2048, cpu, cache_key=("op", 3))
+        assert again == first
+    assert first_calls and not later_calls
+    # A smaller ceiling is answered from the same record; a larger one measures again.
+    batch, throughputs = throughput_saturation_batch(_noisy_device(later_calls, 5), 100, cpu, cache_key=("op", 3))
+    assert not later_calls and max(throughputs) <= 100 and batch <= 100
+    throughput_saturation_batch(_noisy_device(later_calls, 6), 4096, cpu, cache_key=("op", 3))
+    assert later_calls
+    assert next(iter(json.loads(probe_store.read_text()).values()))["ceiling"] == 4096
+
+
+def test_throughput_probe_store_can_be_switched_off_and_survives_corruption(probe_store, monkeypatch):
+    cpu = torch.device("cpu")
+    probe_store.write_text("{not json")
+    calls = []
+    throughput_saturation_batch(_noisy_device(calls, 0), 256, cpu, cache_key="op")
+    assert calls and len(json.loads(probe_store.read_text())) == 1, "a corrupt store is replaced"
+    monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", "")
+    monkeypatch.setattr(device_module, "_CAPACITY_CACHE", {})
+    calls.clear()
+    throughput_saturation_batch(_noisy_device(calls, 1), 256, cpu, cache_key="op")
+    assert calls, "without a store every process measures for itself"
