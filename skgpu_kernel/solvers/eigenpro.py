@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..blockwise import KernelCache, kernel_matmul
-from ..device import is_out_of_memory
-from .epochs import EpochGuard, StoppingRule
+from .epochs import EpochGuard, StoppingRule, halved_batch
 
 __all__ = ["EigenProResult", "KernelTrainingData", "LoopSettings", "chunked_permutation", "fit_eigenpro"]
 
@@ -166,13 +165,9 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
             try:
                 update = _step(kernel, data, coef, batch, active, leading, preconditioner, column_block)
             except (torch.OutOfMemoryError, RuntimeError) as error:
-                if not is_out_of_memory(error) or batch_size == 1:
-                    raise
-                batch_size = max(batch_size // 2, 1)
+                batch_size = halved_batch(error, batch_size, device)
                 steps_per_epoch = math.ceil(n / batch_size)
                 column_block = column_block_for(batch_size)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
                 if loop.log is not None:
                     rate = guard.rollback * rate_at(guard.step)
                     loop.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")

@@ -45,6 +45,7 @@ from ..blockwise import cache_kernel_rows
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
 from ..planning.kernel import shard_bounds
+from .epochs import halved_batch
 
 __all__ = [
     "CenterShards",
@@ -455,6 +456,19 @@ class _Projector:
         self.n_projections += 1
 
 
+def _residual_and_gradient(shards, temporary, coef, batch):
+    """``(r, w * r, K(Z, X_B) (w * r))`` of a batch ``(X_B, Y_B, w_B, indices)``; changes no state."""
+    X_batch, Y_batch, w_batch, indices = batch
+    blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch)
+    predictions = shards.apply(blocks, coef)
+    from_temporary = temporary.predict(X_batch)
+    if from_temporary is not None:
+        predictions += from_temporary
+    residual = predictions.sub_(Y_batch)
+    weighted = residual if w_batch is None else residual * w_batch[:, None]
+    return residual, weighted, shards.apply_transpose(blocks, weighted)
+
+
 def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loop, n_temporary):
     """Run EigenPro 3 epochs, updating ``coef`` in place.
 
@@ -504,26 +518,37 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
         guard.begin_epoch()
         loss_sum = torch.zeros((), dtype=torch.float64, device=main)
         target_sum = torch.zeros((), dtype=torch.float64, device=main)
-        for X_batch, Y_batch, w_batch, indices in batches.epoch(batch_size):
-            rows = X_batch.shape[0]
-            projector.make_room(rows)
-            blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch)
-            predictions = shards.apply(blocks, coef)
-            from_temporary = temporary.predict(X_batch)
-            if from_temporary is not None:
-                predictions += from_temporary
-            residual = predictions.sub_(Y_batch)
-            weighted = residual if w_batch is None else residual * w_batch[:, None]
-            gradient = shards.apply_transpose(blocks, weighted)
-            # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = guard.rollback * loop.learning_rate_for(guard.step, rows, steps_per_epoch) / rows
-            projector.accumulated.sub_(gradient, alpha=scale)
-            temporary.add(X_batch, weighted * -scale)
-            if correct:
-                coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
-            loss_sum += (residual * residual).sum().double()
-            target_sum += (Y_batch * Y_batch).sum().double()
-            guard.step += 1
+        for whole_batch in batches.epoch(batch_size):
+            start = 0
+            while start < whole_batch[0].shape[0]:
+                # A batch planned before an out-of-memory error is taken in pieces of the halved size.
+                X_batch, Y_batch, w_batch, indices = (
+                    None if part is None else part[start : start + batch_size] for part in whole_batch
+                )
+                rows = X_batch.shape[0]
+                projector.make_room(rows)
+                try:
+                    residual, weighted, gradient = _residual_and_gradient(
+                        shards, temporary, coef, (X_batch, Y_batch, w_batch, indices)
+                    )
+                except (torch.OutOfMemoryError, RuntimeError) as error:
+                    if shards.group is not None:
+                        raise  # the other ranks are already in this step's all-reduce
+                    batch_size = halved_batch(error, batch_size, main)
+                    steps_per_epoch = math.ceil(n / batch_size)
+                    if loop.log is not None:
+                        loop.log(f"out of memory: batch size halved to {batch_size}")
+                    continue
+                # The last batch of an epoch may be smaller: its step follows its own size.
+                scale = guard.rollback * loop.learning_rate_for(guard.step, rows, steps_per_epoch) / rows
+                projector.accumulated.sub_(gradient, alpha=scale)
+                temporary.add(X_batch, weighted * -scale)
+                if correct:
+                    coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
+                loss_sum += (residual * residual).sum().double()
+                target_sum += (Y_batch * Y_batch).sum().double()
+                guard.step += 1
+                start += rows
         projector.project()
 
         train_loss = float(loss_sum) / max(n * n_outputs, 1)

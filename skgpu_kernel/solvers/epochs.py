@@ -36,7 +36,7 @@ import warnings
 
 import torch
 
-from ..device import synchronize
+from ..device import is_out_of_memory, synchronize
 
 __all__ = [
     "CORE_KEYS",
@@ -269,6 +269,20 @@ class EpochClock:
         """Seconds since :meth:`start`."""
         synchronize(self.device)
         return time.perf_counter() - self._tic
+
+
+def halved_batch(error, batch_size, device):
+    """The batch to retry with after ``error`` in a step of ``batch_size`` rows on ``device``.
+
+    Out of device memory, the batch is halved (CUDA's cached blocks are released
+    first, so the smaller step finds them); any other error, or running out of
+    memory with a batch of one, is raised again.
+    """
+    if not is_out_of_memory(error) or batch_size == 1:
+        raise error
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return max(batch_size // 2, 1)
 
 
 def epoch_record(epoch, n_steps, train_loss, learning_rate, seconds, validation_score=None, **extra):
