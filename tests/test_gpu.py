@@ -1,0 +1,217 @@
+"""Every CUDA path against its CPU reference (all skipped without a CUDA device).
+
+The rest of the suite also runs on a GPU machine with ``device="auto"`` resolving to
+CUDA (``benchmarks/gpu_suite.sh tests``); these tests check what only a GPU has:
+equal results to the CPU in float64, measured capacity and memory, real
+out-of-memory errors, pinned staging and side streams, mixed GPU and CPU devices,
+pickles read where there is no GPU, and the memory a fit leaves behind.
+"""
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor, BufferedSGDRegressor
+from skgpu_kernel.parallel import AdaptiveSGD
+
+pytestmark = pytest.mark.gpu
+
+# float64 on two devices: the same operations, rounded in different orders.
+RTOL_DEVICES = 1e-8
+
+
+def _problem(seed=0, n=3000, d=8):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    y = np.sin(X @ rng.randn(d)) + 0.1 * rng.randn(n)
+    return X, y, rng.randn(400, d)
+
+
+def _assert_close_predictions(first, second, X_test):
+    reference = second.predict(X_test)
+    scale = np.abs(reference).max()
+    np.testing.assert_allclose(first.predict(X_test), reference, rtol=0, atol=RTOL_DEVICES * scale)
+
+
+@pytest.fixture(autouse=True)
+def _no_cuda_memory_left():
+    """Each test ends with the CUDA memory it started with, once its models are gone."""
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    yield
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        pytest.param({"cache_kernel": True}, id="eigenpro2-cached"),
+        pytest.param({"cache_kernel": False}, id="eigenpro2-computed"),
+        pytest.param({"n_centers": 500, "projection": "exact"}, id="eigenpro3-exact"),
+        pytest.param({"n_centers": 500, "projection": "iterative", "cache_kernel": False}, id="eigenpro3-iterative"),
+    ],
+)
+def test_kernel_fit_on_cuda_equals_the_cpu_fit(params):
+    X, y, X_test = _problem()
+    common = dict(solver="eigenpro", batch_size=256, n_epochs=2, early_stopping=False, dtype="float64")
+    common.update(params, random_state=0)
+    cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)
+    cpu = AdaptiveKernelRegressor(device="cpu", **common).fit(X, y)
+    assert cuda.device_.startswith("cuda") and cpu.device_ == "cpu"
+    assert cuda.batch_size_ == cpu.batch_size_ == 256
+    _assert_close_predictions(cuda, cpu, X_test)
+
+
+def test_capacity_and_memory_budget_are_measured_on_cuda(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", str(tmp_path))  # measure here, not from a stored probe
+    X, y, _ = _problem(n=20000, d=20)
+    torch.cuda.empty_cache()
+    free, _total = torch.cuda.mem_get_info()
+    model = AdaptiveKernelRegressor(solver="eigenpro", cache_kernel=False, n_epochs=1, random_state=0).fit(X, y)
+    assert model.device_.startswith("cuda")
+    # The default budget is 80% of the memory free at fit time.
+    assert 0.5 * free < model.memory_budget_ <= 0.8 * free + 2**20
+    assert model.throughput_probe_, "the probe ran on the device"
+    assert model.batch_capacity_ in model.throughput_probe_
+    # A GPU keeps gaining throughput with the batch beyond a small CPU's 256 to 512.
+    assert model.batch_capacity_ >= 512
+    sgd = BufferedSGDRegressor(n_epochs=1, random_state=0).fit(X, y)
+    assert sgd.device_.startswith("cuda") and sgd.throughput_probe_
+
+
+def test_out_of_memory_on_cuda_halves_the_batch_and_goes_on(capsys):
+    rng = np.random.RandomState(1)
+    X = rng.randn(40000, 20).astype(np.float32)
+    y = np.sin(X[:, 0]) + 0.1 * rng.randn(40000)
+    # The allocator refuses more than 2 GB while the budget claims 40 GB: a step of
+    # 16384 rows against all 40000 columns (2.6 GB per block) cannot be allocated.
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(2e9 / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        model = AdaptiveKernelRegressor(
+            device="cuda",
+            solver="eigenpro",
+            memory_budget="40GB",
+            cache_kernel=False,
+            batch_size=16384,
+            n_epochs=2,
+            verbose=1,
+        ).fit(X, y)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+    assert "out of memory: batch size halved to 8192" in capsys.readouterr().out
+    assert model.batch_size_ < 16384
+    assert model.score(X[:5000], y[:5000]) > 0.8
+
+
+def test_prefetcher_staging_and_side_stream_give_the_in_memory_model(tmp_path):
+    rng = np.random.RandomState(2)
+    X = rng.randn(20000, 10)
+    y = X @ rng.randn(10) + 0.5 + rng.randn(20000)
+    path = tmp_path / "X.npy"
+    np.save(path, X)
+    params = dict(buffer_size=3000, batch_size=64, n_epochs=2, tol=None, dtype="float64", random_state=0)
+    in_memory = BufferedSGDRegressor(device="cuda", **params).fit(X, y)
+    from_file = BufferedSGDRegressor(device="cuda", **params).fit(str(path), y)
+    on_cpu = BufferedSGDRegressor(device="cpu", **params).fit(str(path), y)
+    np.testing.assert_allclose(from_file.coef_, in_memory.coef_, rtol=RTOL_DEVICES)
+    np.testing.assert_allclose(from_file.coef_, on_cpu.coef_, rtol=RTOL_DEVICES)
+    np.testing.assert_allclose(from_file.intercept_, on_cpu.intercept_, rtol=RTOL_DEVICES)
+
+
+def test_centers_sharded_over_a_gpu_and_the_cpu():
+    X, y, X_test = _problem(n=2000, d=5)
+    params = dict(n_centers=301, n_epochs=2, batch_size=100, early_stopping=False, solver="eigenpro", dtype="float64")
+    single = AdaptiveKernelRegressor(device="cpu", random_state=0, **params).fit(X, y)
+    mixed = AdaptiveKernelRegressor(device=["cuda:0", "cpu"], random_state=0, **params).fit(X, y)
+    assert mixed.device_ == ["cuda:0", "cpu"]
+    _assert_close_predictions(mixed, single, X_test)
+
+
+def test_adaptive_sgd_with_a_gpu_worker_and_a_cpu_worker():
+    rng = np.random.RandomState(3)
+    X = rng.randn(100_000, 30).astype(np.float32)
+    y = X @ rng.randn(30) + 0.5 + 0.1 * rng.randn(100_000)
+    params = dict(batch_size=256, n_epochs=2, tol=None, random_state=0)
+    single = BufferedSGDRegressor(device="cuda", **params).fit(X, y)
+    strategy = AdaptiveSGD(n_workers=2, devices=["cuda:0", "cpu"])
+    mixed = BufferedSGDRegressor(parallel=strategy, **params).fit(X, y)
+    assert mixed.n_workers_ == 2
+    assert mixed.merge_weights_.shape[1] == 2 and mixed.worker_batch_sizes_.shape[1] == 2
+    np.testing.assert_allclose(mixed.merge_weights_.sum(axis=1), 1.0, rtol=1e-12)
+    assert mixed.score(X, y) > single.score(X, y) - 0.01
+
+
+_LOAD_ON_CPU = textwrap.dedent(
+    """
+    import pickle, sys
+    import numpy as np
+    import torch
+
+    assert not torch.cuda.is_available()
+    model = pickle.load(open(sys.argv[1], "rb"))
+    np.save(sys.argv[2], model.decision_function(np.load(sys.argv[3])))
+    """
+)
+
+
+def test_a_cuda_model_is_used_in_a_process_without_a_gpu(tmp_path):
+    rng = np.random.RandomState(4)
+    X = rng.randn(1500, 6)
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    model = AdaptiveKernelClassifier(device="cuda", n_epochs=2, dtype="float64", random_state=0).fit(X, y)
+    assert model.device_.startswith("cuda")
+    np.save(tmp_path / "X.npy", X[:300])
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps(model))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    command = [
+        sys.executable,
+        "-c",
+        _LOAD_ON_CPU,
+        *(str(tmp_path / name) for name in ("model.pkl", "out.npy", "X.npy")),
+    ]
+    subprocess.run(command, env=env, check=True, timeout=120)
+    expected = model.decision_function(X[:300])
+    np.testing.assert_allclose(
+        np.load(tmp_path / "out.npy"), expected, rtol=0, atol=RTOL_DEVICES * np.abs(expected).max()
+    )
+
+
+def test_fit_leaves_only_the_prediction_cache_on_cuda_and_nothing_after_a_failure(monkeypatch):
+    from skgpu_kernel.solvers import eigenpro as eigenpro_solver
+
+    X, y, _ = _problem(n=5000, d=10)
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    model = AdaptiveKernelRegressor(device="cuda", n_epochs=1, dtype="float32", random_state=0).fit(X, y)
+    kept = torch.cuda.memory_allocated() - before
+    # Predictions reuse the prepared centers and coefficients kept on the device.
+    cache_bytes = sum(t.numel() * t.element_size() for t in model._device_cache if isinstance(t, torch.Tensor))
+    assert kept <= cache_bytes + 2**20
+    del model
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
+
+    def failing_step(*args):
+        raise RuntimeError("a bug in a step")
+
+    monkeypatch.setattr(eigenpro_solver, "_step", failing_step)
+    try:
+        AdaptiveKernelRegressor(device="cuda", solver="eigenpro", cache_kernel=False, n_epochs=1, random_state=0).fit(
+            X, y
+        )
+    except RuntimeError as error:  # (not pytest.raises: its record would keep the fit's frames alive)
+        assert "a bug in a step" in str(error)
+    else:
+        pytest.fail("the fit should have raised")
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
