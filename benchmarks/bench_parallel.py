@@ -127,13 +127,13 @@ def run_latency(n_floats):
     return max(run_distributed(allreduce_seconds, n_floats, ["cpu", "cpu"]))
 
 
-def run_startup(name, n_features, batch_size, devices):
+def run_startup(name, n_features, batch_size, devices, repeats):
     """Median wall time of a one-pass fit on a few rows: spawning, imports, group, teardown."""
     from skgpu_kernel import BufferedSGDRegressor
 
     X, y = _rows(3, STARTUP_ROWS, n_features)
     timings = []
-    for _ in range(5):
+    for _ in range(repeats):
         strategy = _strategy(name, False, batch_size, devices)
         model = BufferedSGDRegressor(parallel=strategy, **_params(batch_size, "cpu", 1))
         tic = time.perf_counter()
@@ -207,6 +207,7 @@ def main():
     parser.add_argument("--target", type=float, default=1.01)
     parser.add_argument("--max-passes", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--startup-repeats", type=int, default=5, help="start-up: the median of this many fits")
     parser.add_argument("--write", help="append the table to this markdown file")
     args = parser.parse_args()
     wall = time.perf_counter()
@@ -214,7 +215,7 @@ def main():
 
     startup = {}
     for name in ("DataParallel", "Parle", "AdaptiveSGD"):
-        startup[name] = in_child(run_startup, name, args.features, args.batch_size, None)
+        startup[name] = in_child(run_startup, name, args.features, args.batch_size, None, args.startup_repeats)
         print(f"   start-up of {name}: {startup[name]:.2f} s", flush=True)
     # DataParallel's message per step: gradient (d), intercept, loss sum, row count.
     latency = in_child(run_latency, args.features + 3)
@@ -246,9 +247,9 @@ def main():
         "timed; a parallel fit copies them into shared memory, timed). Each row is the first whole fit "
         f"(1, 2, ... passes, median of {args.repeats}) that reaches the target, wall time of `fit` including "
         f"the process start-up; start-up alone = one-pass fit of the same strategy on {STARTUP_ROWS} rows "
-        "(median of 5: spawn 2 interpreters that import torch, process group, teardown). Slowed worker: "
-        "`callback` that sleeps, after each update of worker 1, as long as its main thread's CPU time since its "
-        "previous update (its computation at half speed; communication not slowed).",
+        f"(median of {args.startup_repeats}: spawn 2 interpreters that import torch, process group, teardown). "
+        "Slowed worker: `callback` that sleeps, after each update of worker 1, as long as its main thread's CPU "
+        "time since its previous update (its computation at half speed; communication not slowed).",
         "",
         "| case | method | strategy parameters | seconds to target | start-up s | seconds - start-up | passes "
         "| communication rounds per worker | test MSE | reached | bytes all-reduced per worker | time / single |",
