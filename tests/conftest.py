@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -9,7 +11,9 @@ import torch
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 # Throughput probes are stored per machine (skgpu_kernel._probe_store); the tests, and
 # the processes they start, keep theirs in a directory of their own.
-os.environ.setdefault("SKGPU_KERNEL_PROBE_DIR", tempfile.mkdtemp(prefix="skgpu_kernel_probes_"))
+if "SKGPU_KERNEL_PROBE_DIR" not in os.environ:
+    os.environ["SKGPU_KERNEL_PROBE_DIR"] = tempfile.mkdtemp(prefix="skgpu_kernel_probes_")
+    atexit.register(shutil.rmtree, os.environ["SKGPU_KERNEL_PROBE_DIR"], ignore_errors=True)
 
 #: Relative tolerances for comparisons against float64 references, per dtype.
 RTOL = {"float32": 2e-4, "float64": 1e-9}
