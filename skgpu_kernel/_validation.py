@@ -5,6 +5,7 @@ import math
 import numpy as np
 import scipy.sparse
 import torch
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import _check_sample_weight
 
 
@@ -40,3 +41,31 @@ def check_representable(array, dtype, name):
             f"{limit:.3g}. Rescale {name} "
             "(for example with StandardScaler)" + (" or use dtype='float64'." if dtype != torch.float64 else ".")
         )
+
+
+def output_dtype(dtype):
+    """The dtype of results for input of ``dtype``: float32 stays float32, anything else gives float64."""
+    return np.dtype(np.float32) if np.dtype(dtype) == np.float32 else np.dtype(np.float64)
+
+
+def class_weighted(sample_weight, class_weight, classes, labels):
+    """``sample_weight`` (None: ones) times the weight ``class_weight`` gives each sample's class.
+
+    scikit-learn's semantics: a dict maps labels to weights (absent classes weigh 1;
+    keys that are not classes raise as :func:`~sklearn.utils.class_weight.compute_class_weight`
+    does), and ``"balanced"`` gives class ``c`` the weight ``n / (n_classes n_c)``, with
+    ``n_c`` the (sample-weighted) count of its samples, as
+    :class:`~sklearn.linear_model.LogisticRegression` computes it.  ``labels`` are
+    indices into ``classes``; None for ``class_weight`` returns ``sample_weight`` unchanged.
+    """
+    if class_weight is None:
+        return sample_weight
+    weights = check_sample_weight(sample_weight, labels.shape[0])
+    if isinstance(class_weight, str):  # "balanced", on the (weighted) counts of the training labels
+        counts = np.bincount(labels, weights=weights, minlength=classes.shape[0])
+        per_class = np.divide(counts.sum(), classes.shape[0] * counts, out=np.zeros_like(counts), where=counts > 0)
+    else:
+        per_class = compute_class_weight(class_weight, classes=classes, y=classes[labels])
+        if np.any(np.asarray(per_class) < 0):
+            raise ValueError(f"class_weight must be non-negative; got {class_weight!r}.")
+    return weights * np.asarray(per_class, dtype=np.float64)[labels]

@@ -18,10 +18,11 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._tags import TransformerTags
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._validation import check_representable, check_sample_weight
+from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
 from .blockwise import kernel_predict
 from .buffer import is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -184,7 +185,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         settings = self._fit_settings(kernel, bandwidth, offset, intercept)
         fit = fit_kernel_model(data, runtime, settings)
         self._store_fit(runtime, settings, fit, order)
-        self.intercept_ = float(intercept[0]) if getattr(self, "_single_output", False) else intercept
+        # Coefficients (computed in dtype) are stored in the input's precision, as scikit-learn's linear models do.
+        out = output_dtype(X.dtype)
+        self.dual_coef_ = self.dual_coef_.astype(out, copy=False)
+        intercept = intercept.astype(out)
+        self.intercept_ = intercept[0] if getattr(self, "_single_output", False) else intercept
         return self
 
     def _validates(self, n_samples, streams):
@@ -347,8 +352,10 @@ class _BaseAdaptiveKernel(BaseEstimator):
         device, centers, coef, offset = self._prediction_tensors()
         budget = resolve_memory_budget(self.memory_budget, device)
         scores = kernel_predict(self.kernel_, X, centers, coef, budget, offset=offset)
-        # Computed in dtype_, returned in float64 as scikit-learn's regressors do.
-        return scores.astype(np.float64) + np.atleast_1d(self.intercept_)
+        # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
+        # and the fitted coefficients are (a float32 fit), float64 otherwise.
+        out = np.promote_types(output_dtype(X.dtype), self.dual_coef_.dtype)
+        return scores.astype(out, copy=False) + np.atleast_1d(self.intercept_).astype(out)
 
     def _prediction_tensors(self):
         cache = getattr(self, "_device_cache", None)
@@ -369,6 +376,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = False
+        # float32 in, float32 out.  scikit-learn reads this tag of transformers only, so
+        # check_estimator does not exercise it here: tests/test_dtype.py does.
+        tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
 
 
@@ -594,6 +604,10 @@ default="eigenpro"
         the first holds the coefficients and predicts.
     dtype : {"float32", "float64"}, default="float32"
         Training and prediction precision; the eigensystem is always float64.
+        Results follow the input as in scikit-learn's linear models:
+        ``dual_coef_`` and ``intercept_`` are float32 when ``X`` is float32 and
+        float64 otherwise, and so are the predictions and ``decision_function``
+        (float64 when either ``X`` or the coefficients are float64).
     memory_budget : None, int or str, default=None
         Bytes (or a string such as ``"4GB"``) the fit may use on the device.  None
         takes 80% of free CUDA memory (including torch's cached blocks) or 50% of the
@@ -704,7 +718,8 @@ _COMMON_ATTRIBUTES = """
         stopped on convergence).
     intercept_ : float or ndarray of shape (n_outputs,)
         The targets' weighted mean added to the kernel model's output (zero without
-        ``fit_intercept``); an array for the classifier and for 2-D targets.
+        ``fit_intercept``); an array for the classifier and for 2-D targets.  In
+        ``X``'s precision, as ``dual_coef_`` (see ``dtype``).
     alpha_ : float
         The ridge penalty used (``alpha`` resolved).
     alpha_selection_ : AlphaSelection or None
@@ -859,7 +874,14 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
     :class:`sklearn.calibration.CalibratedClassifierCV` to obtain ``predict_proba``.
 """
         + _COMMON_PARAMETERS
-        + """
+        + """    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (scikit-learn's
+        semantics): a dict ``{label: weight}`` (classes not in it weigh 1), or
+        ``"balanced"``, which weighs class ``c`` by ``n / (n_classes * n_c)`` with
+        ``n_c`` its number of training samples (their total ``sample_weight`` when
+        given), so that every class carries the same weight in the square loss.
+        The weights also enter the intercept (the weighted mean of the codes).
+
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -887,6 +909,74 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
     """
     )
 
+    _parameter_constraints: ClassVar[dict] = {
+        **_BaseAdaptiveKernel._parameter_constraints,
+        "class_weight": [StrOptions({"balanced"}), dict, None],
+    }
+
+    def __init__(
+        self,
+        kernel="gaussian",
+        bandwidth="auto",
+        *,
+        kernel_params=None,
+        alpha="auto",
+        fit_intercept=True,
+        n_epochs=100,
+        batch_size="auto",
+        n_components="auto",
+        subsample_size="auto",
+        damping=0.95,
+        scaling_rule="eigenpro",
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=3,
+        tol=1e-4,
+        device="auto",
+        dtype="float32",
+        memory_budget=None,
+        random_state=None,
+        verbose=0,
+        warm_start=False,
+        n_centers=None,
+        centers=None,
+        cache_kernel="auto",
+        projection="auto",
+        solver="auto",
+        distributed=False,
+        class_weight=None,
+    ):
+        super().__init__(
+            kernel,
+            bandwidth,
+            kernel_params=kernel_params,
+            alpha=alpha,
+            fit_intercept=fit_intercept,
+            n_epochs=n_epochs,
+            batch_size=batch_size,
+            n_components=n_components,
+            subsample_size=subsample_size,
+            damping=damping,
+            scaling_rule=scaling_rule,
+            early_stopping=early_stopping,
+            validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change,
+            tol=tol,
+            device=device,
+            dtype=dtype,
+            memory_budget=memory_budget,
+            random_state=random_state,
+            verbose=verbose,
+            warm_start=warm_start,
+            n_centers=n_centers,
+            centers=centers,
+            cache_kernel=cache_kernel,
+            projection=projection,
+            solver=solver,
+            distributed=distributed,
+        )
+        self.class_weight = class_weight
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Fit the model.
@@ -897,8 +987,8 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         y : array-like of shape (n_samples,)
             Class labels of any type.
         sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights on the square loss; samples with zero weight are
-            dropped.
+            Non-negative weights on the square loss, multiplied by the weights of
+            ``class_weight``; samples with zero weight are dropped.
 
         Returns
         -------
@@ -915,6 +1005,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
             Y = np.where(encoded == 1, 1.0, -1.0)[:, None]
         else:
             Y = np.eye(self.classes_.shape[0])[encoded]
+        sample_weight = class_weighted(sample_weight, self.class_weight, self.classes_, encoded)
         return self._fit_targets(X, Y, sample_weight, stratify=encoded)
 
     def _validation_score(self, predictions, targets):

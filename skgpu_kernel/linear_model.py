@@ -7,6 +7,7 @@ rows) -> run the solver (:func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd` on
 prefetched buffers, or the parallel workers) -> store numpy fitted attributes.
 """
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._tags import TransformerTags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._validation import check_representable, check_sample_weight
+from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, is_out_of_core, map_ranges, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -96,6 +98,8 @@ class _Setup:
     incremental: bool
     start_step: int
     prefetch: bool
+    # The precision of the stored coefficients: float32 for float32 X, else float64.
+    output_dtype: np.dtype
 
 
 @dataclass(frozen=True)
@@ -267,7 +271,7 @@ def _starting_coefficients(setup, fitted):
 
 
 def _linear_decision(rows, coef_matrix, intercept, device, dtype):
-    """Scores ``X W + b`` of ``rows`` (anything sliced by row ranges) in planned row blocks, as float64."""
+    """Scores ``X W + b`` of ``rows`` (anything sliced by row ranges) in planned row blocks, in ``dtype``."""
     device = prediction_device(device)
     dtype = resolve_dtype(dtype)
     coef = torch.as_tensor(coef_matrix.T.copy(), dtype=dtype).to(device)
@@ -280,8 +284,7 @@ def _linear_decision(rows, coef_matrix, intercept, device, dtype):
         device,
         dtype,
     )
-    # Computed in dtype_, returned in float64 as scikit-learn's linear models do.
-    return scores.astype(np.float64)
+    return scores
 
 
 def _describe(setup, plan, run):
@@ -487,6 +490,7 @@ class _BaseBufferedSGD(BaseEstimator):
     def _resolve_runtime(self, data, incremental, continuing, classes):
         """Targets, loss, device facts, parallel workers, seeds, validation split and row sources."""
         targets = self._encode_targets(data.y, incremental, classes)
+        data = self._with_class_weights(data, targets, incremental)
         device = resolve_device(self.device)
         dtype = resolve_dtype(self.dtype)
         budget = resolve_memory_budget(self.memory_budget, device)
@@ -546,6 +550,7 @@ class _BaseBufferedSGD(BaseEstimator):
             incremental=incremental,
             start_step=self.t_ if continuing else 0,
             prefetch=self.prefetch,
+            output_dtype=output_dtype(data.source.dtype),
         )
 
     def _plan(self, setup):
@@ -624,9 +629,10 @@ class _BaseBufferedSGD(BaseEstimator):
         if setup.targets.classes is not None:
             self.classes_ = setup.targets.classes
         self._single_target = setup.targets.single
-        coef = outcome.coef.T.cpu().numpy()
+        # Computed in dtype, stored in the input's precision as scikit-learn's linear models do.
+        coef = outcome.coef.T.cpu().numpy().astype(setup.output_dtype, copy=False)
         self.coef_ = coef[0] if setup.targets.single else coef
-        self.intercept_ = outcome.intercept.cpu().numpy()
+        self.intercept_ = outcome.intercept.cpu().numpy().astype(setup.output_dtype, copy=False)
 
     # --- prediction -----------------------------------------------------------------
 
@@ -639,11 +645,18 @@ class _BaseBufferedSGD(BaseEstimator):
         else:
             source = None
             rows = validate_data(self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32])
+        # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
+        # and the coefficients are (a float32 fit), float64 otherwise.
+        out = np.promote_types(output_dtype((rows if source is None else source).dtype), self.coef_.dtype)
         try:
-            return _linear_decision(rows, self._coef_matrix(), self.intercept_, self.device, self.dtype_)
+            return _linear_decision(rows, self._coef_matrix(), self.intercept_, self.device, self.dtype_).astype(out)
         finally:
             if source is not None:
                 source.close()
+
+    def _with_class_weights(self, data, targets, incremental):
+        """``data`` with its weights multiplied by the class weights (the classifier's ``class_weight``)."""
+        return data
 
     def _coef_matrix(self):
         return np.atleast_2d(self.coef_)
@@ -651,6 +664,9 @@ class _BaseBufferedSGD(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
+        # float32 in, float32 out.  scikit-learn reads this tag of transformers only, so
+        # check_estimator does not exercise it here: tests/test_dtype.py does.
+        tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
 
 
@@ -708,6 +724,11 @@ default="optimal"
         ``fit`` starts from the previous coefficients (its schedule restarts).
     device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
     dtype : {"float32", "float64"}, default="float32"
+        Training and prediction precision.  Results follow the input as in
+        scikit-learn's linear models: ``coef_`` and ``intercept_`` are float32 when
+        ``X`` is float32 and float64 otherwise, and so are the scores of
+        ``predict``, ``decision_function`` and ``predict_proba`` (float64 when
+        either ``X`` or the coefficients are float64).
     memory_budget : None, int or str, default=None
         Bytes (or e.g. ``"4GB"``) for the buffers on the device.  None takes 80% of
         free CUDA memory or 50% of the host's available memory.
@@ -982,7 +1003,16 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         Two classes use one score column (sigmoid or a single hinge).
 """
         + _COMMON_PARAMETERS
-        + """
+        + """    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplied into ``sample_weight`` (scikit-learn's
+        semantics): a dict ``{label: weight}`` (classes not in it weigh 1), or
+        ``"balanced"``, which weighs class ``c`` by ``n / (n_classes * n_c)`` with
+        ``n_c`` its number of training samples (their total ``sample_weight`` when
+        given).  ``fit`` reads ``y`` whole into memory whatever the source of ``X``
+        (array, memmap, ``.npy`` file or dataset), so ``"balanced"`` counts every
+        label; ``partial_fit`` refuses it, as scikit-learn's ``SGDClassifier``
+        does: pass the weights as a dict instead.
+
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
@@ -1012,6 +1042,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
     _parameter_constraints: ClassVar[dict] = {
         **_BaseBufferedSGD._parameter_constraints,
         "loss": [StrOptions({"log_loss", "hinge"})],
+        "class_weight": [StrOptions({"balanced"}), dict, None],
     }
     _multi_output = False
     _is_classifier = True
@@ -1041,6 +1072,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         random_state=None,
         verbose=0,
         parallel=None,
+        class_weight=None,
     ):
         super().__init__(
             loss,
@@ -1066,6 +1098,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
             verbose=verbose,
             parallel=parallel,
         )
+        self.class_weight = class_weight
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -1081,6 +1114,8 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         + """
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), default=None
+            Multiplies each sample's loss, and is multiplied by the weights of
+            ``class_weight``.
 
         Returns
         -------
@@ -1100,6 +1135,8 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
             Every class of the problem; required on the first call, as in
             scikit-learn, and must match ``classes_`` afterwards.
         sample_weight : array-like of shape (n_samples,), default=None
+            Multiplied by the weights of a dict ``class_weight`` (``"balanced"``
+            is refused: one call sees only part of the labels).
 
         Returns
         -------
@@ -1132,6 +1169,20 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
             raise ValueError(f"The number of classes has to be greater than one; got {known.shape[0]} class.")
         labels = np.searchsorted(known, y).astype(np.int64)
         return _Targets(labels, 1 if known.shape[0] == 2 else known.shape[0], classes=known)
+
+    def _with_class_weights(self, data, targets, incremental):
+        if self.class_weight is None:
+            return data
+        if incremental and self.class_weight == "balanced":
+            # As scikit-learn's SGDClassifier: one call sees only part of the labels.
+            raise ValueError(
+                "class_weight='balanced' is not supported by partial_fit, whose calls each see part of the labels. "
+                "Compute the weights once with sklearn.utils.class_weight.compute_class_weight('balanced', "
+                "classes=classes, y=y) on all the labels (or a large sample of them) and pass them as a dict "
+                "class_weight."
+            )
+        weights = class_weighted(data.weights, self.class_weight, targets.classes, targets.values)
+        return dataclasses.replace(data, weights=None if np.all(weights == 1.0) else weights)
 
     @staticmethod
     def _validation_score(scores, labels):

@@ -178,7 +178,9 @@ def test_ridge_penalty_reaches_the_ridge_solution(dtype):
     expected = np.linalg.solve(X.T @ X / n + alpha * np.eye(X.shape[1]), X.T @ y / n)
     # Large batches and a decaying step leave SGD noise of about 1e-3 here.
     np.testing.assert_allclose(model.coef_, expected, rtol=0, atol=2e-3)
-    assert model.coef_.dtype == np.dtype(dtype) and model.predict(X).dtype == np.float64
+    # Trained in dtype, stored and predicted in X's precision (float64 here; see tests/test_dtype.py).
+    assert model.dtype_ == np.dtype(dtype)
+    assert model.coef_.dtype == X.dtype == np.float64 and model.predict(X).dtype == np.float64
 
 
 def test_multi_output_equals_separate_fits():
