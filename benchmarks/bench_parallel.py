@@ -89,7 +89,7 @@ def _strategy(name, slow, batch_size, devices=None):
 STRATEGY_NOTES = {
     "single": "parallel=None",
     "DataParallel": "defaults",
-    "Parle": "defaults (sync_every=25, momentum 0.9)",
+    "Parle": "defaults (sync_every=25, no momentum)",
     "AdaptiveSGD": "defaults (batch step 32 within [batch/4, 4 x batch], merge every 16 x batch x 2 samples)",
 }
 

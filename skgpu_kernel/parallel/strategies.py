@@ -128,8 +128,11 @@ class Parle(ParallelStrategy):
     epoch: averaging the replicas' steps amounts to one step on every worker's
     samples, as in :class:`DataParallel`.
 
-    With one worker, no coupling and ``average=0`` this is SGD with momentum; with
-    ``sync_every=1`` it is elastic averaging SGD.
+    With one worker, no coupling and ``average=0`` this is the single worker's SGD;
+    with ``sync_every=1`` it is elastic averaging SGD.  Parle adds no optimiser of its
+    own to the base one (the paper runs it on the same SGD, learning rate and momentum
+    as its baseline): the inner steps are plain steps at the scaling rule's rate, like
+    the single worker's, unless ``momentum`` is set.
 
     Parameters
     ----------"""
@@ -137,11 +140,17 @@ class Parle(ParallelStrategy):
         + """
     sync_every : int, default=25
         Steps ``L`` between synchronisations.
-    momentum : float in [0, 1), default=0.9
+    momentum : float in [0, 1), default=0.0
         Momentum of the inner steps, with dampening ``1 - momentum`` (the velocity
         is an average of gradients), so that the scaling rule's learning rate keeps
         its meaning: without it the effective step would be ``1 / (1 - momentum)``
-        times larger and analytic rules would overshoot.
+        times larger and analytic rules would overshoot.  Off by default: the rules
+        give the best step of plain SGD (``"optimal"``: about ``1 / lambda_1`` for
+        large batches), at which heavy-ball momentum ``mu`` only slows convergence,
+        to a factor ``sqrt(mu)`` per step at best (0.95 for 0.9), so at equal epochs
+        the model ended further from the optimum than the single worker's (5.5%
+        above its test MSE with momentum 0.9 on 100k x 30, noise 0.1, 2 epochs;
+        1.5% below without).
     average : float in [0, 1), default=0.75
         Weight ``alpha`` of the running average ``z``.
     coupling : float in [0, 1), default=0.01
@@ -173,7 +182,7 @@ class Parle(ParallelStrategy):
         n_workers=2,
         *,
         sync_every=25,
-        momentum=0.9,
+        momentum=0.0,
         average=0.75,
         coupling=0.01,
         coupling_growth=0.5,
