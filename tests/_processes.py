@@ -9,10 +9,8 @@ import time
 _PERSISTENT_HELPERS = (b"resource_tracker", b"loky")
 
 
-def child_processes(pid=None):
-    """``(pid, state)`` of the processes whose parent is ``pid`` (default: this process), zombies included."""
-    pid = os.getpid() if pid is None else pid
-    found = []
+def _process_table():
+    """``(pid, state, parent, session, cmdline)`` of every process, read from /proc."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -24,10 +22,24 @@ def child_processes(pid=None):
         except OSError:
             continue  # ended meanwhile
         # The command name (in parentheses) may contain spaces: fields start after it.
-        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
-        if int(parent) == pid and not any(helper in cmdline for helper in _PERSISTENT_HELPERS):
-            found.append((int(entry), state))
-    return found
+        state, parent, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
+        yield int(entry), state, int(parent), int(session), cmdline
+
+
+def _ours(cmdline):
+    return not any(helper in cmdline for helper in _PERSISTENT_HELPERS)
+
+
+def child_processes(pid=None):
+    """``(pid, state)`` of the processes whose parent is ``pid`` (default: this process), zombies included."""
+    pid = os.getpid() if pid is None else pid
+    return [(child, state) for child, state, parent, _, cmdline in _process_table() if parent == pid and _ours(cmdline)]
+
+
+def session_processes(session):
+    """Pids of the live processes of ``session`` (zombies and persistent helpers left out)."""
+    table = _process_table()
+    return [pid for pid, state, _, sid, cmdline in table if sid == session and state != "Z" and _ours(cmdline)]
 
 
 def wait_for_no_children(seconds=10.0):

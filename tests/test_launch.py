@@ -7,6 +7,7 @@ seconds (fresh interpreters import torch), hence few, small runs.
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import torch.multiprocessing as torch_mp
 from skgpu_kernel.parallel import launch
 from skgpu_kernel.parallel.launch import WorkerContext, resolve_backend, run_distributed, share_for_workers
 
-from ._processes import child_processes
+from ._processes import child_processes, session_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -227,8 +228,8 @@ SpawnProcess.start = start
 """
 
 
-def _start_sleeping_run(directory, prelude=""):
-    """A Python process running two sleeping workers, and the workers' pids once they run."""
+def _launch_sleeping_run(directory, prelude="", new_session=False):
+    """A Python process that runs two sleeping workers (which write their pids to ``directory``)."""
     # Ctrl-C in a terminal raises KeyboardInterrupt; a shell started in the background
     # (nohup ... &, some CI runners) passes SIGINT on as ignored, so restore Python's handler.
     script = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n" + prelude
@@ -240,9 +241,20 @@ def _start_sleeping_run(directory, prelude=""):
         """
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    process = subprocess.Popen(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
     )
+
+
+def _start_sleeping_run(directory, prelude=""):
+    """A Python process running two sleeping workers, and the workers' pids once they run."""
+    process = _launch_sleeping_run(directory, prelude)
     paths = [directory / f"{rank}.pid" for rank in range(2)]
     deadline = time.monotonic() + BOUND_SECONDS
     try:
@@ -275,6 +287,44 @@ def test_keyboard_interrupt_stops_workers(tmp_path, prelude):
     assert not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.slow
+def test_keyboard_interrupt_at_random_moments_under_load(tmp_path):
+    # Ctrl-C while Python imports, while the store starts, while workers spawn, while
+    # they run: the fit ends within seconds every time and leaves no process behind.
+    # A terminal sends SIGINT to the whole process group (workers included); `kill -INT`
+    # to the parent alone.  Two busy processes load the cores, as other jobs would.
+    moments = random.Random(0)
+    load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for run in range(12):
+            directory = tmp_path / str(run)
+            directory.mkdir()
+            process = _launch_sleeping_run(directory, new_session=True)
+            time.sleep(moments.uniform(0.2, 12.0))
+            started = sorted(path.name for path in directory.iterdir())
+            if run % 2:
+                process.send_signal(signal.SIGINT)
+            else:
+                os.killpg(process.pid, signal.SIGINT)
+            try:
+                _, stderr = process.communicate(timeout=20)
+            finally:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.communicate()
+            assert "KeyboardInterrupt" in stderr, (run, started, stderr[-2000:])
+            # A worker interrupted before the parent registered it (inside start()) ends
+            # by itself once its parent is gone: allow the orphan watch's delay.
+            deadline = time.monotonic() + 2 * launch._ORPHAN_POLL_SECONDS + 1
+            while session_processes(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not session_processes(process.pid), (run, started)
+    finally:
+        for busy in load:
+            busy.kill()
+            busy.wait()
+
+
 def test_workers_exit_when_their_parent_is_killed(tmp_path):
     process, pids = _start_sleeping_run(tmp_path)
     process.kill()  # no cleanup runs in the parent
@@ -289,6 +339,82 @@ def test_unpicklable_payload():
     with pytest.raises(TypeError, match="payload cannot be sent"):
         run_distributed(_raise_worker, {"f": lambda: None}, ["cpu", "cpu"])
     _assert_no_workers_left()
+
+
+# ----------------------------------------------------------------------------------
+# Main modules that spawned workers cannot import
+
+# A parallel fit as a user writes it in a script: definitions, then the fit, which
+# prints the coefficients (bitwise) and whether __main__.__file__ is as before the fit.
+_SCRIPT_DEFINITIONS = """
+import sys
+import numpy as np
+from skgpu_kernel import BufferedSGDRegressor
+from skgpu_kernel.parallel import DataParallel
+from skgpu_kernel.scaling import ConstantRule
+
+class MyRule(ConstantRule):
+    pass
+"""
+_SCRIPT_FIT = """
+file_before = getattr(sys.modules["__main__"], "__file__", None)
+rng = np.random.default_rng(0)
+X = rng.normal(size=(600, 4))
+y = X @ np.arange(1.0, 5.0) + 0.1 * rng.normal(size=600)
+rule = MyRule() if "main-rule" in sys.argv else ConstantRule()
+model = BufferedSGDRegressor(parallel=DataParallel(n_workers=2), scaling_rule=rule, n_epochs=2, random_state=0)
+model.fit(X, y)
+print(model.coef_.tobytes().hex(), getattr(sys.modules["__main__"], "__file__", None) == file_before)
+"""
+
+
+def _run_script(how, *args, tmp_path):
+    """Run the parallel fit script piped on stdin, as ``python -c``, or from a file."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    options = {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 4 * BOUND_SECONDS}
+    if how == "stdin":
+        return subprocess.run([sys.executable, "-", *args], input=_SCRIPT_DEFINITIONS + _SCRIPT_FIT, **options)
+    if how == "-c":
+        return subprocess.run([sys.executable, "-c", _SCRIPT_DEFINITIONS + _SCRIPT_FIT, *args], **options)
+    # A file needs the guard: the workers run it again, as __mp_main__.
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT_DEFINITIONS + "if __name__ == '__main__':\n" + textwrap.indent(_SCRIPT_FIT, "    "))
+    return subprocess.run([sys.executable, str(script), *args], **options)
+
+
+@pytest.fixture(scope="module")
+def coefficients_from_a_file(tmp_path_factory):
+    completed = _run_script("file", tmp_path=tmp_path_factory.mktemp("file"))
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout.split()[0]
+
+
+@pytest.mark.parametrize("how", ["stdin", "-c"])
+def test_parallel_fit_from_a_script_without_a_file(how, tmp_path, coefficients_from_a_file):
+    # Spawned workers would run the main module's file again: "<stdin>" is none.
+    completed = _run_script(how, tmp_path=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    coefficients, file_restored = completed.stdout.split()
+    assert coefficients == coefficients_from_a_file
+    assert file_restored == "True"
+
+
+@pytest.mark.parametrize(("how", "source"), [("stdin", "standard input"), ("-c", "a `python -c` command")])
+def test_objects_of_an_unimportable_main_module_fail_at_once(how, source, tmp_path):
+    completed = _run_script(how, "main-rule", tmp_path=tmp_path)
+    assert completed.returncode != 0
+    error = completed.stderr.strip().splitlines()[-1]
+    assert error.startswith("TypeError: the worker processes need MyRule, defined in the main module"), error
+    assert f"it was read from {source}" in error
+    assert "python script.py" in error  # what to do
+    assert "worker 0 failed" not in completed.stderr  # raised before any worker started
+
+
+def test_objects_of_a_main_script_file_reach_the_workers(tmp_path, coefficients_from_a_file):
+    # From a file, the workers run the script (as __mp_main__) and find MyRule in it.
+    completed = _run_script("file", "main-rule", tmp_path=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split()[0] == coefficients_from_a_file  # MyRule is a ConstantRule
 
 
 # ----------------------------------------------------------------------------------

@@ -18,12 +18,15 @@ receives each worker's final (pickled) return value, or its traceback.  Nothing 
 knows about models or losses.
 """
 
+import contextlib
 import inspect
 import itertools
 import math
+import multiprocessing.process
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -180,6 +183,108 @@ def _check_worker(worker):
         ) from None
 
 
+class _Discard:
+    """A file that forgets what is written to it."""
+
+    def write(self, data):
+        return len(data)
+
+
+class _MainReferenceFinder(pickle.Pickler):
+    """Pickles an object into nothing, noting what in it a worker would look up in ``__main__``.
+
+    Array and tensor contents are skipped: only the names that unpickling resolves
+    matter, and the training data may be large.
+    """
+
+    def __init__(self):
+        super().__init__(_Discard(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.found = []
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (torch.Tensor, np.ndarray)):
+            return (tuple, ())
+        owner = obj if isinstance(obj, type) or inspect.isroutine(obj) else type(obj)
+        if getattr(owner, "__module__", None) == "__main__":
+            self.found.append(getattr(owner, "__qualname__", repr(owner)))
+            return (tuple, ())
+        return NotImplemented
+
+
+def _main_references(obj):
+    """Qualified names of the ``__main__`` functions and classes that pickling ``obj`` refers to."""
+    finder = _MainReferenceFinder()
+    with contextlib.suppress(Exception):  # what cannot be pickled is reported when the workers start
+        finder.dump(obj)
+    return sorted(set(finder.found))
+
+
+def _main_script():
+    """What spawned workers do with the main module: ``(runs_it, description)``.
+
+    Spawned workers are fresh interpreters that import the main module again (by
+    module name, or by running its file) before they unpickle their work.  That is
+    impossible for a script piped on standard input (its ``__file__`` is
+    ``"<stdin>"``); a ``python -c`` command or an interactive session has no file,
+    and the workers run no main module at all.
+    """
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        return True, "the main module"  # python -m package.module: imported by name
+    path = getattr(main, "__file__", None)
+    if path is None:
+        source = "a `python -c` command" if sys.argv[:1] == ["-c"] else "an interactive session"
+        return False, source
+    if not os.path.isabs(path) and multiprocessing.process.ORIGINAL_DIR is not None:
+        path = os.path.join(multiprocessing.process.ORIGINAL_DIR, path)  # as multiprocessing resolves it
+    if os.path.isfile(path):
+        return True, "the main module"
+    return False, "standard input" if path.endswith("<stdin>") else f"{path!r}, which is not a file"
+
+
+# Serialises the moments in which __main__.__file__ is hidden from multiprocessing.
+_MAIN_FILE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _workers_skip_unreadable_main():
+    """Start workers as for a ``python -c`` command when the main module's file cannot be read.
+
+    multiprocessing would have every spawned worker run the main module's
+    ``__file__`` (``"<stdin>"`` for a piped script), and each would die at once.  The
+    workers need nothing from the main module (:func:`_check_main_references` made
+    sure of it), so they are told of none.
+    """
+    main = sys.modules.get("__main__")
+    runs_main, _ = _main_script()
+    if runs_main or getattr(main, "__file__", None) is None:
+        yield
+        return
+    with _MAIN_FILE_LOCK:
+        path = main.__file__
+        del main.__file__
+        try:
+            yield
+        finally:
+            main.__file__ = path
+
+
+def _check_main_references(group):
+    """Raise at once if spawned workers would need objects from a main module they cannot import."""
+    runs_main, source = _main_script()
+    if runs_main:
+        return
+    names = _main_references(group)
+    if names:
+        raise TypeError(
+            f"the worker processes need {', '.join(names)}, defined in the main module, which they cannot "
+            f"import: it was read from {source}, and spawned workers are fresh interpreters that import "
+            "whatever they run by name. Move these definitions to a module of their own and import it, or "
+            "save the script to a file and run it as `python script.py` (with the fit under "
+            '`if __name__ == "__main__":`).'
+        )
+
+
 def _check_timeout(timeout):
     if timeout is None:
         return None
@@ -244,8 +349,9 @@ def run_distributed(worker, payload, devices, timeout=600.0):
     Raises
     ------
     TypeError
-        ``devices`` is not a list, ``worker`` is not a picklable function, or
-        ``payload`` cannot be pickled for spawned workers.
+        ``devices`` is not a list, ``worker`` is not a picklable function,
+        ``payload`` cannot be pickled for spawned workers, or either refers to a
+        function or class of a main module that the workers cannot import.
     ValueError
         ``devices`` is empty or names something other than a CPU or an available GPU.
     RuntimeError
@@ -263,7 +369,10 @@ def run_distributed(worker, payload, devices, timeout=600.0):
     intra-op threads, so that workers do not oversubscribe the cores; a GPU worker
     calls ``torch.cuda.set_device`` before joining the group.  As with any spawned
     process, a script that calls ``run_distributed`` must do so under
-    ``if __name__ == "__main__":`` (the workers import the script's module).
+    ``if __name__ == "__main__":`` (the workers import the script's module).  A main
+    module without a file (a script piped on standard input, ``python -c``, an
+    interactive session) is not imported by the workers: ``worker`` and ``payload``
+    must then come from importable modules.
 
     Whatever happens (success, a failing worker, a timeout, ``KeyboardInterrupt``),
     no worker process outlives the call: workers still running are sent SIGTERM,
@@ -602,24 +711,13 @@ def _shutdown(processes, readers, graceful):
                 reader.close()
 
 
-def _run_spawned(worker, payload, devices, backend, timeout):
-    context = torch_mp.get_context("spawn")
-    world_size = len(devices)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    processes, readers = [], []
-    store = None
-    succeeded = False
-    try:
-        # The parent serves the store (a thread of this process); port 0 lets the OS
-        # pick a free port, so concurrent runs and other programs never collide.
-        store = dist.TCPStore(
-            _LOCALHOST,
-            0,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=_group_timeout(timeout) or timedelta(minutes=10),
-        )
-        group = _SpawnedGroup(world_size, backend, store.port, timeout, os.getpid(), worker, payload)
+def _start_workers(context, devices, group, processes, readers):
+    """Start one worker per device, appending each process and its result channel as it goes.
+
+    The caller's cleanup sees every worker that may have come to life, even when this
+    is interrupted half-way.
+    """
+    with _workers_skip_unreadable_main():
         for rank, device in enumerate(devices):
             # One one-way pipe per worker for its single report: the parent can wait on
             # the pipes and the process sentinels at once, and a message is never left
@@ -647,6 +745,28 @@ def _run_spawned(worker, payload, devices, backend, timeout):
                 # Only the child may hold the writing end: then a child that dies
                 # leaves the pipe at end-of-file, which wakes the parent.
                 writer.close()
+
+
+def _run_spawned(worker, payload, devices, backend, timeout):
+    _check_main_references((worker, payload))
+    context = torch_mp.get_context("spawn")
+    world_size = len(devices)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    processes, readers = [], []
+    store = None
+    succeeded = False
+    try:
+        # The parent serves the store (a thread of this process); port 0 lets the OS
+        # pick a free port, so concurrent runs and other programs never collide.
+        store = dist.TCPStore(
+            _LOCALHOST,
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=_group_timeout(timeout) or timedelta(minutes=10),
+        )
+        group = _SpawnedGroup(world_size, backend, store.port, timeout, os.getpid(), worker, payload)
+        _start_workers(context, devices, group, processes, readers)
         results = _collect(processes, readers, deadline, timeout)
         succeeded = True
         return results
