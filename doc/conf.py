@@ -2,13 +2,17 @@
 
 Build (from the repository root)::
 
-    python -m sphinx -b html doc doc/_build/html -W --keep-going
+    python -m sphinx -W --keep-going -b html doc doc/_build/html
+
+(as CI runs it, with ``-D plot_gallery=0`` added).
 
 Environment variables:
 
 ``SKGPU_DOC_RUN_EXAMPLES=1``
-    Execute the gallery examples (off by default: a plain build only renders their
-    source, so it needs neither a GPU nor the data sets the examples load).
+    Execute the gallery examples and show their plots (off by default: a plain build
+    only renders their source, so it needs neither a GPU nor the data sets the
+    examples load).  ``-D plot_gallery=1`` or ``-D plot_gallery=0`` on the command
+    line overrides it.
 ``SKGPU_DOC_INTERSPHINX=1``
     Link to the Python, NumPy, SciPy, scikit-learn and PyTorch docs.  Off by default
     because fetching the inventories needs network access.
@@ -41,7 +45,8 @@ templates_path = ["_templates"]
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 root_doc = "index"
 default_role = "literal"
-nitpicky = False
+# Every cross reference must resolve: with ``-W`` a broken one fails the build.
+nitpicky = True
 
 # -- autodoc / autosummary / numpydoc --------------------------------------------
 
@@ -67,6 +72,9 @@ if os.environ.get("SKGPU_DOC_INTERSPHINX", "0") == "1":
     }
 else:
     intersphinx_mapping = {}
+    # Without the inventories, references to these projects cannot resolve: they are
+    # rendered as unlinked code, and only they are exempt from the nitpicky check.
+    nitpick_ignore_regex = [(r"py:.*", r"(sklearn|numpy|scipy|torch|tracemalloc)(\..*)?")]
 
 # -- sphinx-gallery --------------------------------------------------------------
 
@@ -74,7 +82,9 @@ sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": "/plot_",
-    "plot_gallery": os.environ.get("SKGPU_DOC_RUN_EXAMPLES", "0") == "1",
+    # A string, as sphinx-gallery's own default ("True"): ``-D plot_gallery=0`` on the
+    # command line gives a string too, and Sphinx warns when the two types differ.
+    "plot_gallery": str(os.environ.get("SKGPU_DOC_RUN_EXAMPLES", "0") == "1"),
     "download_all_examples": False,
     "remove_config_comments": True,
     "within_subsection_order": "FileNameSortKey",
@@ -93,6 +103,9 @@ else:
         "navigation_with_keys": False,
         "show_toc_level": 2,
     }
+    # The installation page has no subpages: without this its left sidebar would be an
+    # empty "Section Navigation" box.
+    html_sidebars = {"install": []}
 
 html_title = f"skgpu_kernel {release}"
 html_static_path = []

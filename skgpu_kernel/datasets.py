@@ -80,7 +80,9 @@ def load_fashion_mnist(directory=None):
     Parameters
     ----------
     directory : str or Path, default=None
-        Folder with the four IDX files; defaults to :data:`FASHION_MNIST_DIR`.
+        Folder with the four IDX files; defaults to ``FASHION_MNIST_DIR``: the
+        ``SKGPU_FASHION_MNIST`` environment variable, else
+        ``/usr/share/datasets/fashion-mnist`` (Debian's ``dataset-fashion-mnist``).
 
     Returns
     -------

@@ -745,7 +745,7 @@ _COMMON_ATTRIBUTES = """
         scaling rule's schedule continues from.
     history_ : list of dict
         One record per epoch with the keys every estimator of the package shares
-        (:data:`skgpu_kernel.solvers.epochs.CORE_KEYS`): ``epoch``, ``n_steps``
+        (``skgpu_kernel.solvers.epochs.CORE_KEYS``): ``epoch``, ``n_steps``
         (updates made so far), ``train_loss`` (the mean squared residual of the
         centred targets over the epoch's batches, each measured before its step,
         plus the batches' shares of the penalty ``alpha a^T K a`` per sample), ``learning_rate`` (step

@@ -119,8 +119,9 @@ class RadialKernel(Kernel):
     (``k(x, x)`` is exact even for the Laplacian's square root), and each entry
     depends on its own pair of rows only.
 
-    Subclasses implement :meth:`_profile_from_sq_dists`, applied in place to a block
-    of squared distances divided by ``bandwidth ** 2``.
+    Subclasses implement ``_profile_from_sq_dists(self, scaled_sq_dists)``, applied in
+    place to a block of squared distances divided by ``bandwidth ** 2`` (clamped at
+    zero), which returns the kernel's values on that block.
 
     Parameters
     ----------
