@@ -262,7 +262,9 @@ def fingerprint(model):
     for name in SCALAR_ATTRIBUTES:
         if hasattr(model, name):
             value = getattr(model, name)
-            if name == "learning_rate_":
+            if value is None:  # e.g. a conjugate-gradient solve has no step size or critical batch
+                pass
+            elif name == "learning_rate_":
                 value = repr(float(value))
             elif name == "critical_batch_size_":
                 value = [float(each) for each in np.atleast_1d(value)]
