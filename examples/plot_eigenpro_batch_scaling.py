@@ -184,13 +184,13 @@ if out:
 # -------------------
 # **Iterations (left).**  The iteration counts hardly depend on the machine.
 # Without a preconditioner the critical batch is tiny, ``m* ~ 3``: going from
-# ``m = 1`` to ``m = 2`` halves the number of iterations (about 2260 to 1220),
+# ``m = 1`` to ``m = 2`` halves the number of iterations (about 2030 to 1080),
 # but the curve soon leaves the line of perfect scaling and flattens; from
 # ``m = 16`` to ``m = n = 600``, a batch 37 times larger, the count only falls
-# from about 350 to about 130.  Flattening the top 20 eigendirections raises the
+# from about 340 to about 130.  Flattening the top 20 eigendirections raises the
 # critical batch to ``m*(P) ~ 83``, and the preconditioned curve stays on its
 # linear-scaling line up to about ``m*(P)``: every doubling of the batch halves
-# the iterations, down to about 23 at ``m = 64``.  Beyond ``m*(P)`` it bends
+# the iterations, down to about 22 at ``m = 64``.  Beyond ``m*(P)`` it bends
 # away from the line (about 13 iterations at ``m = 128``, 5 at ``m = 600``,
 # where perfect scaling would give 2): a batch there is worth less than ``m``
 # single-sample steps.  The preconditioner also helps at ``m = 1``, where it
