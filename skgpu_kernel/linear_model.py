@@ -338,6 +338,7 @@ def _run_parallel(setup, plan, run, coefficients):
     result = SGDResult(
         n_epochs=run.n_epochs,
         n_steps=int(outcome["n_steps"]),
+        batch_size=run.batch_size,
         learning_rate=float(outcome["learning_rate"]),
         io_wait_seconds=0.0,
         seconds=sum(record["seconds"] for record in history),
@@ -606,7 +607,7 @@ class _BaseBufferedSGD(BaseEstimator):
         self.memory_budget_ = setup.budget
         self.scaling_rule_ = rule
         self._bmgd_plan = plan
-        self.batch_size_ = plan.batch_size
+        self.batch_size_ = result.batch_size
         self.buffer_size_ = plan.buffer_size
         self.critical_batch_size_ = plan.critical_batch_size
         self.spectrum_ = plan.spectrum
@@ -753,6 +754,8 @@ _COMMON_ATTRIBUTES = """
     t_ : int
         Updates taken; ``partial_fit`` continues the schedule from here.
     batch_size_ : int
+        Mini-batch of the last update: the planned one, halved once per
+        out-of-memory error of the device.
     buffer_size_ : int
     learning_rate_ : float
         Learning rate of the last update.

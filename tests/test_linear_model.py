@@ -18,6 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import BufferedSGDClassifier, BufferedSGDRegressor
 from skgpu_kernel.scaling import LEGW, ConstantRule, EigenProRule, ScalingRule
+from skgpu_kernel.solvers import sgd as sgd_solver
 
 from .conftest import RTOL
 
@@ -273,6 +274,65 @@ class _TruncatingRule(ScalingRule):
         if step == self.after:
             os.truncate(self.path, 1024)
         return 0.01
+
+
+def _steps_out_of_memory_above(monkeypatch, rows):
+    """Every BMGD step on more than ``rows`` rows fails as a device out of memory would."""
+    real_step = sgd_solver._step
+
+    def step(loss, coef, intercept, batch, *args):
+        if batch[0].shape[0] > rows:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_step(loss, coef, intercept, batch, *args)
+
+    monkeypatch.setattr(sgd_solver, "_step", step)
+
+
+def test_out_of_memory_halves_the_batch_and_goes_on(monkeypatch, capsys):
+    X, y = _regression(np.random.RandomState(0), n=3000)
+    settings = dict(scaling_rule=ConstantRule(0.02), n_epochs=3, tol=None, random_state=0)
+    planned_small = BufferedSGDRegressor(batch_size=50, **settings).fit(X, y)
+    _steps_out_of_memory_above(monkeypatch, 50)
+    halved = BufferedSGDRegressor(batch_size=200, verbose=1, **settings).fit(X, y)
+    out = capsys.readouterr().out
+    assert "out of memory: batch size halved to 100" in out and "halved to 50" in out
+    assert out.count("out of memory") == 2, "the halved batch is kept for the rest of the run"
+    assert halved.batch_size_ == 50 and halved.t_ == planned_small.t_ == 3 * 60
+    # Retried from the same row, on the same shuffle: the run a batch of 50 takes from the start.
+    np.testing.assert_array_equal(_parameters(halved), _parameters(planned_small))
+
+
+def test_out_of_memory_with_the_default_rule_scales_the_step_with_the_batch(monkeypatch):
+    X, y = _regression(np.random.RandomState(1), n=3000)
+    planned_small = BufferedSGDRegressor(batch_size=64, n_epochs=2, tol=None, random_state=0).fit(X, y)
+    _steps_out_of_memory_above(monkeypatch, 64)
+    halved = BufferedSGDRegressor(batch_size=256, n_epochs=2, tol=None, random_state=0).fit(X, y)
+    assert halved.batch_size_ == 64
+    assert halved.learning_rate_ == pytest.approx(planned_small.learning_rate_, rel=1e-12)
+    np.testing.assert_allclose(_parameters(halved), _parameters(planned_small), rtol=RTOL["float64"])
+
+
+def test_each_partial_fit_call_starts_from_the_planned_batch(monkeypatch, capsys):
+    X, y = _regression(np.random.RandomState(3), n=1000)
+    _steps_out_of_memory_above(monkeypatch, 50)
+    model = BufferedSGDRegressor(batch_size=100, verbose=1, random_state=0)
+    model.partial_fit(X, y).partial_fit(X, y)
+    assert capsys.readouterr().out.count("out of memory: batch size halved to 50") == 2
+    assert model.batch_size_ == 50 and model.t_ == 2 * 1000 // 50
+
+
+def test_out_of_memory_at_a_batch_of_one_and_other_errors_propagate(monkeypatch):
+    X, y = _regression(np.random.RandomState(2), n=200)
+    _steps_out_of_memory_above(monkeypatch, 0)
+    with pytest.raises(torch.OutOfMemoryError):
+        BufferedSGDRegressor(batch_size=8, n_epochs=1, random_state=0).fit(X, y)
+
+    def broken_step(*args):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    monkeypatch.setattr(sgd_solver, "_step", broken_step)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        BufferedSGDRegressor(batch_size=8, n_epochs=1, random_state=0).fit(X, y)
 
 
 def test_memmap_that_shrinks_during_fit_raises(tmp_path):

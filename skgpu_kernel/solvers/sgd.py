@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..device import throughput_saturation_batch
-from .epochs import EarlyStopping, EpochClock, epoch_record, format_record
+from .epochs import EarlyStopping, EpochClock, epoch_record, format_record, halved_batch
 from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "SGDRun",
     "apply_gradient",
     "batch_gradient",
+    "batch_rows",
     "buffer_batches",
     "check_finite_loss",
     "fit_buffered_sgd",
@@ -30,6 +31,7 @@ __all__ = [
     "linear_spectrum",
     "measure_sgd_capacity",
     "penalised_loss",
+    "round_order",
 ]
 
 
@@ -92,10 +94,15 @@ class SGDRun:
 
 @dataclass
 class SGDResult:
-    """What a run of :func:`fit_buffered_sgd` did and measured."""
+    """What a run of :func:`fit_buffered_sgd` did and measured.
+
+    ``batch_size`` is the mini-batch the run ended with: the planned one, or less
+    after out-of-memory errors halved it.
+    """
 
     n_epochs: int
     n_steps: int
+    batch_size: int
     learning_rate: float
     io_wait_seconds: float
     seconds: float
@@ -116,19 +123,28 @@ def buffer_batches(X, targets, weights, batch_size, shuffle, generator):
     ``generator`` (on the CPU, so that results do not depend on the device);
     the last batch may be smaller.
     """
-    rows = X.shape[0]
-    order = torch.randperm(rows, generator=generator).to(X.device) if shuffle else None
-    for start in range(0, rows, batch_size):
-        stop = min(start + batch_size, rows)
-        if order is None:
-            yield _row_range(X, start, stop), targets[start:stop], None if weights is None else weights[start:stop]
-        else:
-            batch = order[start:stop]
-            yield (
-                X.index_select(0, batch),
-                targets.index_select(0, batch),
-                None if weights is None else weights.index_select(0, batch),
-            )
+    order = round_order(X.shape[0], shuffle, generator, X.device)
+    for start in range(0, X.shape[0], batch_size):
+        yield batch_rows((X, targets, weights), order, start, start + batch_size)
+
+
+def round_order(rows, shuffle, generator, device):
+    """The visiting order of one round over ``rows`` rows: a permutation from ``generator``, or None (in order)."""
+    return torch.randperm(rows, generator=generator).to(device) if shuffle else None
+
+
+def batch_rows(buffer, order, start, stop):
+    """Positions ``start:stop`` of a round over ``buffer = (X, targets, weights)`` in ``order`` (None: in order)."""
+    X, targets, weights = buffer
+    stop = min(stop, X.shape[0])
+    if order is None:
+        return _row_range(X, start, stop), targets[start:stop], None if weights is None else weights[start:stop]
+    batch = order[start:stop]
+    return (
+        X.index_select(0, batch),
+        targets.index_select(0, batch),
+        None if weights is None else weights.index_select(0, batch),
+    )
 
 
 def check_finite_loss(loss_sum, step, rate):
@@ -172,7 +188,8 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
         ``validation(coef, intercept) -> float``, larger is better; the stopping
         criterion then uses it and the best coefficients are kept.
     log : callable or None
-        Receives one progress line per pass (:func:`~skgpu_kernel.solvers.epochs.format_record`).
+        Receives one progress line per pass (:func:`~skgpu_kernel.solvers.epochs.format_record`)
+        and a line for each halving of the batch.
 
     Returns
     -------
@@ -183,23 +200,29 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
     ValueError
         When the loss becomes non-finite (the step size diverges).  ``coef`` is
         then invalid; callers keep their previous coefficients.
+
+    Notes
+    -----
+    A step that runs out of device memory is retried from the same row with half
+    the batch, and the rest of the run keeps the halved batch (the scaling rule
+    gives its learning rate at that size).
     """
     stopping = None if run.tol is None else EarlyStopping(run.tol, run.n_iter_no_change)
     clock = EpochClock(coef.device)
-    step, history, total_io_wait = run.start_step, [], 0.0
+    progress, history, total_io_wait = _Progress(run.start_step, run.batch_size), [], 0.0
     started = time.perf_counter()
     for epoch in range(run.n_epochs):
         clock.start()
         with open_pass(epoch) as buffers:
-            loss_sum, n_seen, step = _train_pass(coef, intercept, buffers, run, generator, step)
+            loss_sum, n_seen = _train_pass(coef, intercept, buffers, run, generator, progress, log)
             io_wait = float(buffers.io_wait_seconds)
         total_io_wait += io_wait
         seconds = clock.seconds()
         record = epoch_record(
             epoch + 1,
-            step,
+            progress.step,
             penalised_loss(loss_sum, n_seen, coef, run.alpha),
-            run.learning_rate(step - 1, run.batch_size),
+            run.learning_rate(progress.step - 1, progress.batch_size),
             seconds,
             None if validation is None else float(validation(coef, intercept)),
             io_wait_seconds=io_wait,
@@ -212,29 +235,52 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
             break
     if stopping is not None:
         stopping.restore_best((coef, intercept))
+    steps = progress.step - run.start_step
     return SGDResult(
         n_epochs=len(history),
-        n_steps=step - run.start_step,
-        learning_rate=run.learning_rate(step - 1, run.batch_size) if step > run.start_step else math.nan,
+        n_steps=steps,
+        batch_size=progress.batch_size,
+        learning_rate=run.learning_rate(progress.step - 1, progress.batch_size) if steps else math.nan,
         io_wait_seconds=total_io_wait,
         seconds=time.perf_counter() - started,
         history=history,
     )
 
 
-def _train_pass(coef, intercept, buffers, run, generator, step):
-    """One pass: ``n_rounds`` rounds of mini-batch steps on each buffer; the summed loss, rows seen and step."""
+@dataclass
+class _Progress:
+    """Where a run stands: the index of its next update and its mini-batch (halved on out-of-memory)."""
+
+    step: int
+    batch_size: int
+
+
+def _train_pass(coef, intercept, buffers, run, generator, progress, log):
+    """One pass: ``n_rounds`` rounds of mini-batch steps on each buffer; the summed loss and the rows seen."""
     loss_sum = torch.zeros((), dtype=coef.dtype, device=coef.device)
     n_seen, rate = 0, math.nan
-    for X, targets, weights in buffers:
+    for buffer in buffers:
+        rows, device = buffer[0].shape[0], buffer[0].device
         for _ in range(run.n_rounds):
-            for batch in buffer_batches(X, targets, weights, run.batch_size, run.shuffle, generator):
-                rate = run.learning_rate(step, batch[0].shape[0])
-                loss_sum += _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
-                step += 1
-            n_seen += X.shape[0]
-            check_finite_loss(loss_sum, step, rate)
-    return loss_sum, n_seen, step
+            order, start = round_order(rows, run.shuffle, generator, device), 0
+            while start < rows:
+                # The step's allocations (the batch's rows, scores, gradients) all come
+                # before its in-place update, so a step that fails left the model as it was.
+                try:
+                    batch = batch_rows(buffer, order, start, start + progress.batch_size)
+                    rate = run.learning_rate(progress.step, batch[0].shape[0])
+                    batch_loss = _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
+                except (torch.OutOfMemoryError, RuntimeError) as error:
+                    progress.batch_size = halved_batch(error, progress.batch_size, device)
+                    if log is not None:
+                        log(f"out of memory: batch size halved to {progress.batch_size}")
+                    continue
+                loss_sum += batch_loss
+                start += batch[0].shape[0]
+                progress.step += 1
+            n_seen += rows
+            check_finite_loss(loss_sum, progress.step, rate)
+    return loss_sum, n_seen
 
 
 def _should_stop(stopping, record, coefficients, log):
