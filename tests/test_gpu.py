@@ -7,6 +7,7 @@ out-of-memory errors, pinned staging and side streams, mixed GPU and CPU devices
 pickles read where there is no GPU, and the memory a fit leaves behind.
 """
 
+import contextlib
 import gc
 import os
 import pickle
@@ -87,15 +88,25 @@ def test_capacity_and_memory_budget_are_measured_on_cuda(tmp_path, monkeypatch):
     assert sgd.device_.startswith("cuda") and sgd.throughput_probe_
 
 
+@contextlib.contextmanager
+def _allocator_limit(limit_bytes):
+    """CUDA's caching allocator refuses more than ``limit_bytes`` inside the block (a GPU others share)."""
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(limit_bytes / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+
+
 def test_out_of_memory_on_cuda_halves_the_batch_and_goes_on(capsys):
     rng = np.random.RandomState(1)
     X = rng.randn(40000, 20).astype(np.float32)
     y = np.sin(X[:, 0]) + 0.1 * rng.randn(40000)
     # The allocator refuses more than 2 GB while the budget claims 40 GB: a step of
     # 16384 rows against all 40000 columns (2.6 GB per block) cannot be allocated.
-    torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(2e9 / torch.cuda.get_device_properties(0).total_memory)
-    try:
+    with _allocator_limit(2e9):
         model = AdaptiveKernelRegressor(
             device="cuda",
             solver="eigenpro",
@@ -105,12 +116,33 @@ def test_out_of_memory_on_cuda_halves_the_batch_and_goes_on(capsys):
             n_epochs=2,
             verbose=1,
         ).fit(X, y)
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-        torch.cuda.empty_cache()
     assert "out of memory: batch size halved to 8192" in capsys.readouterr().out
     assert model.batch_size_ < 16384
     assert model.score(X[:5000], y[:5000]) > 0.8
+
+
+def test_out_of_memory_on_cuda_halves_the_buffered_sgd_batch(capsys):
+    rng = np.random.RandomState(2)
+    n, d = 200_000, 1000
+    X = rng.randn(n, d).astype(np.float32)
+    y = (X[:, :10] @ rng.randn(10) + 0.1 * rng.randn(n)).astype(np.float32)
+    # The data (800 MB) stays on the device and a step gathers its batch's rows: with
+    # room for the data and three quarters of it more, a batch of every row cannot be
+    # gathered and half of them can.
+    with _allocator_limit(torch.cuda.memory_allocated() + 1.75 * X.nbytes):
+        model = BufferedSGDRegressor(
+            device="cuda",
+            memory_budget="40GB",
+            batch_size=n,
+            buffer_size=n,
+            n_epochs=2,
+            tol=None,
+            verbose=1,
+            random_state=0,
+        ).fit(X, y)
+    assert "out of memory: batch size halved to 100000" in capsys.readouterr().out
+    assert model.batch_size_ <= n // 2
+    assert model.score(X[:20000], y[:20000]) > 0.9
 
 
 def test_prefetcher_staging_and_side_stream_give_the_in_memory_model(tmp_path):
