@@ -10,10 +10,13 @@ Usage::
 
     OPENBLAS_CORETYPE=Haswell python benchmarks/check_unchanged.py [--write FILE]
 
-``--write FILE`` writes the fingerprints as JSON.  Without it they are compared with
-``unchanged_baseline.json`` next to this script: one line per fit (``OK name`` or
-``DIFF name: what differs``), exit status 1 if any fit differs, 0 otherwise.  The
-line above them names the ``skgpu_kernel`` that was imported.
+``--write FILE`` writes the fingerprints as JSON, with the machine they were made on.
+Without it they are compared with ``unchanged_baseline.json`` next to this script:
+one line per fit (``OK name`` or ``DIFF name: what differs``), exit status 1 if any
+fit differs, 0 otherwise.  The lines above them name the ``skgpu_kernel`` that was
+imported and, when the baseline comes from another machine, both machines: another
+CPU (AVX-512 against AVX2 kernels, say) rounds the same products differently, so
+there every fit differs in the last bits and only a baseline made here can tell.
 
 Make the baseline from a clean checkout of the commit the refactor starts from, such
 as a worktree ``git worktree add --detach /work/base HEAD``, with ``PYTHONPATH``
@@ -48,6 +51,7 @@ from skgpu_kernel import (
     BufferedSGDClassifier,
     BufferedSGDRegressor,
 )
+from skgpu_kernel._probe_store import device_identity
 from skgpu_kernel.parallel import Parle
 
 # History keys a fit may change on purpose, per fit name.  The refactor makes
@@ -67,6 +71,8 @@ CHANGED_ON_PURPOSE = {
 RENAMED_HISTORY_KEYS = {"train_mse": "train_loss"}
 
 BASELINE = Path(__file__).with_name("unchanged_baseline.json")
+# The baseline's entry naming the machine it was made on (every other entry is a fit).
+MACHINE_KEY = "_machine"
 
 # Fitted attributes recorded (and compared exactly) when the estimator has them.
 SCALAR_ATTRIBUTES = (
@@ -273,6 +279,13 @@ def fingerprint(model):
     return {"coefficients": coefficients, "scalars": scalars, "history": history}
 
 
+def machine():
+    """What the fingerprints depend on besides the code: CPU, its vector kernels, threads, library versions."""
+    torch.set_num_threads(N_THREADS)
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{device_identity(torch.device('cpu'))}, {capability} kernels, numpy {np.__version__}"
+
+
 def run_fits(prefix=""):
     """Fingerprints of every fit whose name starts with ``prefix``, by name, with torch's threads fixed."""
     torch.set_num_threads(N_THREADS)
@@ -365,10 +378,13 @@ def main():
     print(f"skgpu_kernel from {Path(skgpu_kernel.__file__).parent}", flush=True)
     current = run_fits(args.only)
     if args.write:
-        Path(args.write).write_text(json.dumps(current, indent=1) + "\n")
+        Path(args.write).write_text(json.dumps({MACHINE_KEY: machine(), **current}, indent=1) + "\n")
         print(f"wrote {len(current)} fingerprints to {args.write}")
         return 0
     baseline = json.loads(BASELINE.read_text())
+    made_on = baseline.pop(MACHINE_KEY, "an unrecorded machine")
+    if made_on != machine():
+        print(f"note: the baseline was made on {made_on}; this is {machine()}", flush=True)
     missing = [name for name in baseline if name.startswith(args.only) and name not in current]
     for name in missing:
         print(f"DIFF {name}: not run")
