@@ -23,7 +23,6 @@ __all__ = [
     "SGDRun",
     "apply_gradient",
     "batch_gradient",
-    "batch_rows",
     "buffer_batches",
     "check_finite_loss",
     "fit_buffered_sgd",
@@ -31,7 +30,6 @@ __all__ = [
     "linear_spectrum",
     "measure_sgd_capacity",
     "penalised_loss",
-    "round_order",
 ]
 
 
@@ -123,17 +121,17 @@ def buffer_batches(X, targets, weights, batch_size, shuffle, generator):
     ``generator`` (on the CPU, so that results do not depend on the device);
     the last batch may be smaller.
     """
-    order = round_order(X.shape[0], shuffle, generator, X.device)
+    order = _round_order(X.shape[0], shuffle, generator, X.device)
     for start in range(0, X.shape[0], batch_size):
-        yield batch_rows((X, targets, weights), order, start, start + batch_size)
+        yield _batch_rows((X, targets, weights), order, start, start + batch_size)
 
 
-def round_order(rows, shuffle, generator, device):
+def _round_order(rows, shuffle, generator, device):
     """The visiting order of one round over ``rows`` rows: a permutation from ``generator``, or None (in order)."""
     return torch.randperm(rows, generator=generator).to(device) if shuffle else None
 
 
-def batch_rows(buffer, order, start, stop):
+def _batch_rows(buffer, order, start, stop):
     """Positions ``start:stop`` of a round over ``buffer = (X, targets, weights)`` in ``order`` (None: in order)."""
     X, targets, weights = buffer
     stop = min(stop, X.shape[0])
@@ -262,12 +260,12 @@ def _train_pass(coef, intercept, buffers, run, generator, progress, log):
     for buffer in buffers:
         rows, device = buffer[0].shape[0], buffer[0].device
         for _ in range(run.n_rounds):
-            order, start = round_order(rows, run.shuffle, generator, device), 0
+            order, start = _round_order(rows, run.shuffle, generator, device), 0
             while start < rows:
                 # The step's allocations (the batch's rows, scores, gradients) all come
                 # before its in-place update, so a step that fails left the model as it was.
                 try:
-                    batch = batch_rows(buffer, order, start, start + progress.batch_size)
+                    batch = _batch_rows(buffer, order, start, start + progress.batch_size)
                     rate = run.learning_rate(progress.step, batch[0].shape[0])
                     batch_loss = _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
                 except (torch.OutOfMemoryError, RuntimeError) as error:
