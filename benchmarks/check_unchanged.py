@@ -281,7 +281,7 @@ def fingerprint(model):
 
 def machine():
     """What the fingerprints depend on besides the code: CPU, its vector kernels, threads, library versions."""
-    torch.set_num_threads(N_THREADS)
+    torch.set_num_threads(N_THREADS)  # the fits' thread count, whichever runs first
     capability = torch.backends.cpu.get_cpu_capability()
     return f"{device_identity(torch.device('cpu'))}, {capability} kernels, numpy {np.__version__}"
 
@@ -382,9 +382,9 @@ def main():
         print(f"wrote {len(current)} fingerprints to {args.write}")
         return 0
     baseline = json.loads(BASELINE.read_text())
-    made_on = baseline.pop(MACHINE_KEY, "an unrecorded machine")
-    if made_on != machine():
-        print(f"note: the baseline was made on {made_on}; this is {machine()}", flush=True)
+    made_on, here = baseline.pop(MACHINE_KEY, "an unrecorded machine"), machine()
+    if made_on != here:
+        print(f"note: the baseline was made on {made_on}; this is {here}", flush=True)
     missing = [name for name in baseline if name.startswith(args.only) and name not in current]
     for name in missing:
         print(f"DIFF {name}: not run")
