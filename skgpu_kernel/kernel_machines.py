@@ -561,7 +561,10 @@ default="gaussian"
         ``q`` is ``k + 1``).  ``"auto"`` takes at least the smallest ``k`` whose
         preconditioned critical batch reaches twice the batch capacity, and flattens
         up to half the subsample's directions (at most 1000, only those resolvable
-        in ``dtype``), which costs little per step and improves accuracy per epoch.
+        in ``dtype``), which costs little per step and improves accuracy per epoch,
+        but never beyond the first ``k`` whose preconditioned critical batch reaches
+        the training rows (past it the flattened directions converge by less than
+        a factor e per epoch).
         ``0`` turns preconditioning off.
     subsample_size : int or "auto", default="auto"
         Nystrom subsample for the eigensystem: ``min(n, 2000)`` up to 100k samples,

@@ -237,12 +237,17 @@ class SpectralSettings:
     diagonal_shift : float, default=0.0
         Added to every diagonal entry ``k(x, x)``: the penalty's share of one
         sample's curvature (``alpha`` for EigenPro 2, whose system is ``K + alpha I``).
+    rows_per_epoch : int or None, default=None
+        Training rows one epoch visits.  ``n_components="auto"`` flattens no further
+        than the first ``k`` whose preconditioned critical batch reaches it (see
+        ``plan_preconditioner``); None sets no such limit.
     """
 
     n_components: object = "auto"
     damping: float = 0.95
     eigenvalue_shift: float = 0.0
     diagonal_shift: float = 0.0
+    rows_per_epoch: int | None = None
 
 
 @dataclass
@@ -281,6 +286,15 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     on Fashion-MNIST, 20k points, test accuracy rose from 87.9% with the 63
     directions the batch needed to 88.4% with 940 (mean of two seeds, batch 256).
 
+    Flattening stops, whatever the capacity asks, at the first ``k`` whose
+    preconditioned critical batch ``m*(P)`` reaches ``spectral.rows_per_epoch``
+    (``n``).  Below ``m*(P)`` the step is ``m / beta_P``, so a step contracts the
+    flattened directions by ``m / m*(P)`` and an epoch of ``n / m`` steps by about
+    ``n / m*(P)`` e-folds, whatever the batch: beyond ``m*(P) = n`` the top of the
+    spectrum no longer converges within an epoch.  float32's resolution rarely
+    allows that far; float64's does (2700 rows in 5 dimensions, 5 epochs: R^2 0.982
+    at ``m*(P) = 2125``, 0.918 at 7648 and 0.06 at 400402 with 1000 directions).
+
     Returns
     -------
     PreconditionerPlan
@@ -316,6 +330,9 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
         target = CRITICAL_BATCH_MARGIN * capacity
         needed = choose_n_components(eigenvalues, beta_at, target, damping, candidates)
         n_components = max(needed, min(candidates, subsample_size // 2))
+        if spectral.rows_per_epoch is not None:
+            within_epoch = choose_n_components(eigenvalues, beta_at, spectral.rows_per_epoch, damping, candidates)
+            n_components = min(n_components, within_epoch)
     else:
         n_components = candidates
     preconditioner = EigenProPreconditioner(eigenvalues, eigenvectors, n_components, damping, X.dtype, X.device)

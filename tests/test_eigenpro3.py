@@ -145,7 +145,11 @@ def test_budgets_too_small_are_named():
 def test_iterative_projection_tracks_the_exact_one(budget):
     X, y, X_test, _ = _problem(seed=4, n=3000)
     params = dict(bandwidth=BANDWIDTH, n_centers=400, n_epochs=4, batch_size=128, early_stopping=False, dtype="float64")
-    params["random_state"] = 0
+    # 200 components put m*(P) at 49526 for 3000 rows: the iteration moves slowly and the
+    # two projections stay within 0.4%.  "auto" now stops at m*(P) = n (96 components),
+    # where both fit faster (loss 0.397 against 0.444 after 4 epochs) and the iterative
+    # projection lags the exact one by 3.5% after 4 epochs and 2% after 12.
+    params.update(n_components=200, random_state=0)
     # 2.5 MB leaves no room for the 2.56 MB Gram matrix and factor (nor for K(Z, Z)):
     # "auto" then projects iteratively with kernel rows recomputed per iteration.
     iterative = AdaptiveKernelRegressor(solver="eigenpro", projection="iterative", memory_budget=budget, **params).fit(

@@ -118,3 +118,26 @@ def test_plan_widens_the_critical_batch_to_the_target(data):
     # One sample is below the critical batch: the analytic step 1 / beta_P interpolates it.
     step = eigenpro_step_size(1, plan.beta_preconditioned, plan.top_eigenvalue_preconditioned)
     assert step == pytest.approx(1 / plan.beta_preconditioned)
+
+
+def test_auto_flattening_stops_where_the_critical_batch_reaches_an_epoch(rng):
+    # float64 resolves the whole spectrum of a smooth kernel: without the epoch limit
+    # "auto" flattens half the subsample, and m*(P) then exceeds the rows many times.
+    data = torch.as_tensor(rng.uniform(-1, 1, (600, 3)))
+    kernel, rows = Gaussian(bandwidth=2.0), 600
+    unlimited = plan_preconditioner(kernel, data, 400, 30, SpectralSettings("auto", 0.95), column_block=64)
+    flattened = unlimited.preconditioner.n_components
+    assert flattened == min(max_usable_components(unlimited.eigenvalues, torch.float64), 200)
+    assert unlimited.critical_batch_preconditioned > 10 * rows
+
+    spectral = SpectralSettings("auto", 0.95, rows_per_epoch=rows)
+    limited = plan_preconditioner(kernel, data, 400, 30, spectral, column_block=64)
+    k = limited.preconditioner.n_components
+    assert 0 < k < flattened
+    assert limited.critical_batch_preconditioned >= rows
+    one_fewer = SpectralSettings(k - 1, 0.95, rows_per_epoch=rows)
+    assert plan_preconditioner(kernel, data, 400, 30, one_fewer, column_block=64).critical_batch_preconditioned < rows
+    # An explicit n_components is flattened as asked.
+    explicit = SpectralSettings(flattened, 0.95, rows_per_epoch=rows)
+    as_asked = plan_preconditioner(kernel, data, 400, 30, explicit, column_block=64)
+    assert as_asked.preconditioner.n_components == flattened

@@ -286,7 +286,7 @@ class _EigenPro2Path(_Path):
         # by alpha / n and every diagonal entry by alpha.
         ridge = self.ridge()
         spectral = SpectralSettings(
-            self.settings.n_components, self.settings.damping, ridge / self.problem.n_rows, ridge
+            self.settings.n_components, self.settings.damping, ridge / self.problem.n_rows, ridge, self.problem.n_rows
         )
         return plan_preconditioner(
             self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
@@ -435,7 +435,9 @@ class _EigenPro3Path(_Path):
             probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
         shift = self.ridge() / self.problem.n_rows
-        spectral = SpectralSettings(self.settings.n_components, self.settings.damping, shift, shift)
+        spectral = SpectralSettings(
+            self.settings.n_components, self.settings.damping, shift, shift, self.problem.n_rows
+        )
         return plan_preconditioner(
             self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
         )
