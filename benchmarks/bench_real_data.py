@@ -57,8 +57,9 @@ Usage::
     OPENBLAS_CORETYPE=Haswell python benchmarks/bench_real_data.py [--write benchmarks/RESULTS.md]
 
 Quick check: ``--max-train 2000 --datasets Computers DNA``.  Other options:
-``--skip`` (rows to leave out: ours, ours_cache32, ours_loo, ours_centers, ours_centers_alpha0,
-ours_bandwidth5, nystroem, exact),
+``--dtype float64`` (our rows in another training dtype), ``--skip`` (rows to leave
+out: ours, ours_cache32, ours_loo, ours_centers, ours_centers_alpha0, ours_bandwidth5,
+nystroem, exact),
 ``--device`` (default auto), ``--exact-max-train``.
 """
 
@@ -310,6 +311,8 @@ def dataset_rows(name, args):
                 )
             )
     for skip_key, method, params in variants:
+        if args.dtype is not None:
+            params, method = {**params, "dtype": args.dtype}, f"{method}, dtype={args.dtype}"
         if skip_key not in args.skip:
             rows.append(
                 (method, "ours", _row(f"{name}: {method}", run_ours, name, args.max_train, args.device, params))
@@ -406,6 +409,9 @@ def main():
     )
     parser.add_argument("--exact-max-train", type=int, default=16_000, help="largest training set for SVC/KernelRidge")
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--dtype", choices=["float32", "float64"], default=None, help="training dtype of our rows (default: theirs)"
+    )
     parser.add_argument("--write", help="append the table to this markdown file")
     args = parser.parse_args()
     names = [name for text in args.datasets for name in text.split(",") if name]

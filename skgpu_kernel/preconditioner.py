@@ -210,6 +210,26 @@ def warn_if_reduced(requested, usable):
         )
 
 
+# An explicit n_components whose critical batch m*(P) exceeds this many epochs of rows
+# is flattened as asked, with a warning: an epoch then contracts the flattened
+# directions by under a quarter e-fold (see plan_preconditioner).
+_EPOCHS_TO_WARN = 4.0
+
+
+def warn_if_beyond_epoch(n_components, critical_batch, rows_per_epoch):
+    """Warn when an explicit ``n_components`` puts ``m*(P)`` far beyond the rows of an epoch."""
+    if rows_per_epoch is None or critical_batch <= _EPOCHS_TO_WARN * rows_per_epoch:
+        return
+    warnings.warn(
+        f"n_components={n_components} puts the preconditioned critical batch at {critical_batch:.0f}, "
+        f"{critical_batch / rows_per_epoch:.0f} times the {rows_per_epoch} training rows: an epoch contracts "
+        f"the flattened directions by about {rows_per_epoch / critical_batch:.2g} e-folds, so they converge "
+        "slowly. n_components='auto' flattens no further than a critical batch of the training rows.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 # At the critical batch m*(P) the linear step m / beta_P puts the top preconditioned
 # direction at the edge of stability (the batch operator's top eigenvalue is about
 # beta_P + (m - 1) lambda_1' = 2 beta_P), and the Nystrom estimate of lambda_1' is
@@ -338,11 +358,14 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     preconditioner = EigenProPreconditioner(eigenvalues, eigenvectors, n_components, damping, X.dtype, X.device)
     beta_preconditioned = beta_at(n_components)
     top = preconditioner.top_eigenvalue
+    critical_batch_preconditioned = beta_preconditioned / top if top > 0 else math.inf
+    if spectral.n_components != "auto":
+        warn_if_beyond_epoch(n_components, critical_batch_preconditioned, spectral.rows_per_epoch)
     return PreconditionerPlan(
         preconditioner=preconditioner,
         eigenvalues=eigenvalues,
         beta=beta,
         beta_preconditioned=beta_preconditioned,
         critical_batch=beta / eigenvalues[0] if eigenvalues[0] > 0 else math.inf,
-        critical_batch_preconditioned=beta_preconditioned / top if top > 0 else math.inf,
+        critical_batch_preconditioned=critical_batch_preconditioned,
     )

@@ -137,7 +137,8 @@ def test_auto_flattening_stops_where_the_critical_batch_reaches_an_epoch(rng):
     assert limited.critical_batch_preconditioned >= rows
     one_fewer = SpectralSettings(k - 1, 0.95, rows_per_epoch=rows)
     assert plan_preconditioner(kernel, data, 400, 30, one_fewer, column_block=64).critical_batch_preconditioned < rows
-    # An explicit n_components is flattened as asked.
+    # An explicit n_components is flattened as asked, with a warning that says why it is slow.
     explicit = SpectralSettings(flattened, 0.95, rows_per_epoch=rows)
-    as_asked = plan_preconditioner(kernel, data, 400, 30, explicit, column_block=64)
+    with pytest.warns(RuntimeWarning, match=rf"n_components={flattened} puts the preconditioned critical batch"):
+        as_asked = plan_preconditioner(kernel, data, 400, 30, explicit, column_block=64)
     assert as_asked.preconditioner.n_components == flattened
