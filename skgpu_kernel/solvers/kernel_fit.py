@@ -237,6 +237,13 @@ class _Path:
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
         return self.settings.alpha / float(self.data.weights.max())
 
+    def spectral_settings(self, eigenvalue_shift, diagonal_shift):
+        """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
+        settings = self.settings
+        return SpectralSettings(
+            settings.n_components, settings.damping, eigenvalue_shift, diagonal_shift, self.problem.n_rows
+        )
+
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""
         if np.all(weights == weights[0]):
@@ -285,9 +292,7 @@ class _EigenPro2Path(_Path):
         # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
         # by alpha / n and every diagonal entry by alpha.
         ridge = self.ridge()
-        spectral = SpectralSettings(
-            self.settings.n_components, self.settings.damping, ridge / self.problem.n_rows, ridge, self.problem.n_rows
-        )
+        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
         return plan_preconditioner(
             self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
         )
@@ -435,9 +440,7 @@ class _EigenPro3Path(_Path):
             probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
         shift = self.ridge() / self.problem.n_rows
-        spectral = SpectralSettings(
-            self.settings.n_components, self.settings.damping, shift, shift, self.problem.n_rows
-        )
+        spectral = self.spectral_settings(shift, shift)
         return plan_preconditioner(
             self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
         )
