@@ -52,7 +52,7 @@ from skgpu_kernel import (
     BufferedSGDRegressor,
 )
 from skgpu_kernel._probe_store import device_identity
-from skgpu_kernel.parallel import Parle
+from skgpu_kernel.parallel import AdaptiveSGD, DataParallel, Parle
 
 # History keys a fit may change on purpose, per fit name.  The refactor makes
 # parallel fits add the L2 penalty to train_loss as the single-process loop does.
@@ -213,6 +213,48 @@ def sgd_parallel_parle(tmp):
     return BufferedSGDRegressor(parallel=Parle(n_workers=2), **SGD).fit(*regression())
 
 
+def ep2_loo(tmp):
+    # alpha="auto" on a regressor: the leave-one-out penalty, then EigenPro 2 on (K + alpha I).
+    return AdaptiveKernelRegressor(**{**EP2, "alpha": "auto"}).fit(*regression())
+
+
+def cg_full_kernel(tmp):
+    # A positive alpha with every point a center on few rows: CG with K(X, X)'s own factor.
+    return AdaptiveKernelRegressor(**{**EP2, "alpha": 1.0, "n_epochs": 20}).fit(*regression(n=600))
+
+
+def cg_centers(tmp):
+    return AdaptiveKernelRegressor(**{**EP3, "n_epochs": 20}, solver="cg", alpha=0.1).fit(*regression())
+
+
+def cg_centers_loo(tmp):
+    # solver="auto" with centers picks CG, and alpha="auto" the leave-one-out penalty.
+    return AdaptiveKernelRegressor(**{**EP3, "n_epochs": 20, "alpha": "auto"}).fit(*regression())
+
+
+def cg_centers_early_stopping(tmp):
+    parameters = {**EP3, "n_epochs": 20}
+    return AdaptiveKernelClassifier(**parameters, solver="cg", alpha=0.1, early_stopping=True).fit(*classification())
+
+
+def sgd_early_stopping(tmp):
+    return BufferedSGDRegressor(**{**SGD, "n_epochs": 8}, early_stopping=True).fit(*regression())
+
+
+def sgd_tol(tmp):
+    # tol on the training loss stops before n_epochs.
+    return BufferedSGDRegressor(**{**SGD, "n_epochs": 30}, tol=1e-2).fit(*regression())
+
+
+def sgd_parallel_data(tmp):
+    return BufferedSGDRegressor(parallel=DataParallel(n_workers=2), **SGD).fit(*regression())
+
+
+def sgd_parallel_adaptive(tmp):
+    # AdaptiveSGD's merges depend on the workers' timing; one worker keeps the fit deterministic.
+    return BufferedSGDRegressor(parallel=AdaptiveSGD(n_workers=1), **SGD).fit(*regression())
+
+
 FITS = (
     ep2_plain,
     ep2_early_stopping,
@@ -231,6 +273,15 @@ FITS = (
     sgd_partial_fit,
     sgd_classifier,
     sgd_parallel_parle,
+    ep2_loo,
+    cg_full_kernel,
+    cg_centers,
+    cg_centers_loo,
+    cg_centers_early_stopping,
+    sgd_early_stopping,
+    sgd_tol,
+    sgd_parallel_data,
+    sgd_parallel_adaptive,
 )
 
 
@@ -255,7 +306,7 @@ def plain(value):
 
 
 def is_timing(key):
-    return "seconds" in key or key == "samples_per_second"
+    return "seconds" in key or key.endswith("samples_per_second")
 
 
 def fingerprint(model):
