@@ -23,8 +23,8 @@ Rows per data set, each fit in its own child process (its peak memory is its own
 * ``ours``: ``AdaptiveKernelRegressor(random_state=0)`` / ``AdaptiveKernelClassifier
   (random_state=0)``, package defaults (every training point a center: EigenPro 2);
 * ``ours, kernel cache in float32``: the defaults with EigenPro 2's kernel cache
-  stored in float32 instead of float16 (the planner's ``CACHE_16BIT`` set to False in
-  the child process), to measure the 16-bit storage; the same as the defaults where
+  stored in float32 instead of float16 (the estimator's storage policy ``_cache_16bit``
+  set to False in the child process), to measure the 16-bit storage; the same as the defaults where
   no cache is used (CG, EigenPro 3);
 * ``ours alpha='loo'``: the same with the ridge penalty chosen by leave-one-out;
 * ``ours n_centers=10000`` for the data sets with n >= 20000 rows (n counts the rows
@@ -170,7 +170,7 @@ def _task(name):
 # --- rows, each run in a child process ---------------------------------------------------------
 
 
-# A key of run_ours' params that sets skgpu_kernel.planning.kernel.CACHE_16BIT in the child.
+# A key of run_ours' params that sets the estimator's cache storage policy (_cache_16bit).
 CACHE_16BIT = "_cache_16bit"
 
 
@@ -182,11 +182,10 @@ def run_ours(name, max_train, device, params):
     task = _task(name)
     estimator = AdaptiveKernelRegressor if task == "regression" else AdaptiveKernelClassifier
     params = dict(params)
-    if CACHE_16BIT in params:  # the planner's storage policy, measured here against float32
-        import skgpu_kernel.planning.kernel as kernel_plans
-
-        kernel_plans.CACHE_16BIT = params.pop(CACHE_16BIT)
+    cache_16bit = params.pop(CACHE_16BIT, None)
     model = estimator(random_state=0, device=device, **params)
+    if cache_16bit is not None:  # the planner's storage policy, measured here against float32
+        model._cache_16bit = cache_16bit
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tic = time.perf_counter()

@@ -19,6 +19,7 @@ PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 __all__ = [
     "CPU_READ_ENTRIES",
     "CPU_WIDE_COLUMNS",
+    "DeviceCopier",
     "KernelCache",
     "cache_kernel_rows",
     "csr_to_torch",
@@ -370,3 +371,17 @@ def measure_batch_capacity(kernel, X, centers, n_outputs, max_batch, column_bloc
 
 # Columns of K a capacity probe evaluates per row.
 PROBE_COLUMNS = 8192
+
+
+class DeviceCopier:
+    """Copies host arrays to the compute device and dtype, centring features if asked."""
+
+    def __init__(self, device, dtype, offset):
+        self.device, self.dtype = device, dtype
+        self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
+
+    def __call__(self, array, center=True):
+        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
+        if center and self.offset is not None:
+            tensor = tensor - self.offset
+        return tensor

@@ -20,12 +20,13 @@ import os
 import queue
 import threading
 import time
-import warnings
 import weakref
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+
+from ._warnings import warn_user
 
 __all__ = [
     "BufferPrefetcher",
@@ -995,11 +996,10 @@ class BufferPrefetcher:
         if thread is not None:
             thread.join(_JOIN_SECONDS)
             if thread.is_alive():
-                warnings.warn(
+                warn_user(
                     f"The prefetch thread {thread.name} is still reading after {_JOIN_SECONDS:.0f} s; "
                     "it will stop after its current read.",
                     RuntimeWarning,
-                    stacklevel=2,
                 )
         if pipeline.cuda:
             for event in pipeline.slot_events:

@@ -10,12 +10,12 @@ import math
 import os
 import re
 import time
-import warnings
 from dataclasses import dataclass
 
 import torch
 
 from ._probe_store import device_identity, locked_probe_store
+from ._warnings import warn_user
 
 __all__ = [
     "ProbeSettings",
@@ -99,7 +99,7 @@ def prediction_device(spec):
     try:
         return resolve_device(spec)
     except ValueError:
-        warnings.warn(f"device={spec!r} is not available here; predicting on the CPU.", RuntimeWarning, stacklevel=4)
+        warn_user(f"device={spec!r} is not available here; predicting on the CPU.", RuntimeWarning)
         return torch.device("cpu")
 
 
@@ -203,11 +203,10 @@ def resolve_memory_budget(spec, device):
     if budget is None:
         return int(_DEFAULT_BUDGET_FRACTION[device.type] * free)
     if budget > free:
-        warnings.warn(
+        warn_user(
             f"memory_budget of {budget / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB free on {device}; "
             "blocks planned for it may not fit.",
             RuntimeWarning,
-            stacklevel=3,
         )
     return budget
 

@@ -9,7 +9,6 @@ prefetched buffers, or the parallel workers) -> store numpy fitted attributes.
 
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
@@ -27,6 +26,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
+from ._warnings import warn_user
 from .blockwise import PREDICT_ROWS, map_row_blocks
 from .buffer import BufferPrefetcher, as_row_source, is_out_of_core, map_ranges, plan_passes
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -572,8 +572,7 @@ class _BaseBufferedSGD(BaseEstimator):
             buffers, spectrum, probe, batch_size=self.batch_size, n_rounds=self.n_rounds, n_epochs=self.n_epochs
         )
         for message in plan.warnings:
-            # Frames: _plan, _fit, fit, scikit-learn's _fit_context wrapper, the caller.
-            warnings.warn(message, UserWarning, stacklevel=5)
+            warn_user(message, UserWarning)
         return plan
 
     def _solve(self, setup, plan, rule):

@@ -17,12 +17,12 @@ one sample under preconditioning is ``1 / k_P(x, x)``.  In the paper's notation
 """
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ._warnings import warn_user
 from .blockwise import kernel_diagonal_max, kernel_matmul, widened
 
 __all__ = [
@@ -202,11 +202,10 @@ class EigenProPreconditioner:
 def warn_if_reduced(requested, usable):
     """Warn when fewer components than requested can be flattened."""
     if requested > usable:
-        warnings.warn(
+        warn_user(
             f"n_components={requested} reduced to {usable}: the remaining eigenvalues of the "
             "subsample kernel matrix are too small to resolve in the training dtype.",
             RuntimeWarning,
-            stacklevel=3,
         )
 
 
@@ -220,13 +219,12 @@ def warn_if_beyond_epoch(n_components, critical_batch, rows_per_epoch):
     """Warn when an explicit ``n_components`` puts ``m*(P)`` far beyond the rows of an epoch."""
     if rows_per_epoch is None or critical_batch <= _EPOCHS_TO_WARN * rows_per_epoch:
         return
-    warnings.warn(
+    warn_user(
         f"n_components={n_components} puts the preconditioned critical batch at {critical_batch:.0f}, "
         f"{critical_batch / rows_per_epoch:.0f} times the {rows_per_epoch} training rows: an epoch contracts "
         f"the flattened directions by about {rows_per_epoch / critical_batch:.2g} e-folds, so they converge "
         "slowly. n_components='auto' flattens no further than a critical batch of the training rows.",
         RuntimeWarning,
-        stacklevel=3,
     )
 
 

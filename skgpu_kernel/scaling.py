@@ -52,7 +52,6 @@ References
 """
 
 import math
-import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
@@ -61,6 +60,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ._warnings import warn_user
 from .preconditioner import eigenpro_step_size
 
 __all__ = [
@@ -763,11 +763,10 @@ def warn_if_warmup_fills_run(rule, context):
         return
     warmup_epochs = rule._warmup(context)[0]
     if warmup_epochs >= context.n_epochs:
-        warnings.warn(
+        warn_user(
             f"{rule!r} warms up over {warmup_epochs:.3g} epochs at batch size {context.batch_size}, no shorter "
             f"than the {context.n_epochs:g}-epoch run: the learning rate never reaches its peak"
             + (" and never decays" if rule.decay is not None else "")
             + ". Shorten the warm-up or train for more epochs.",
             UserWarning,
-            stacklevel=3,
         )

@@ -318,7 +318,7 @@ def _eigenpro2_problem(**changes):
 )
 def test_eigenpro2_cache_decisions(budget, changes, settings, allow_16bit, expected):
     problem = _eigenpro2_problem(**changes)
-    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings), allow_16bit)
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings, cache_16bit=allow_16bit))
     assert layout.cache_itemsize == expected
     assert layout.cached == (expected > 0)
     n_cached = problem.n_rows + problem.n_validation

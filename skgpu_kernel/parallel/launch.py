@@ -40,6 +40,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
+from .._warnings import warn_user
+
 __all__ = ["WorkerContext", "resolve_backend", "run_distributed", "share_for_workers"]
 
 # Seconds a worker gets to exit on its own after reporting its result (tearing down
@@ -696,11 +698,10 @@ def _shutdown(processes, readers, graceful):
                 process.join(max(0.0, end - time.monotonic()))
             stuck = [rank for rank, process in enumerate(processes) if process.exitcode is None]
             if stuck:
-                warnings.warn(
+                warn_user(
                     f"worker(s) {stuck} reported their result but did not exit within {_EXIT_SECONDS:g} s; "
                     "terminated them.",
                     RuntimeWarning,
-                    stacklevel=4,
                 )
     finally:
         # Also after a KeyboardInterrupt during the graceful wait.

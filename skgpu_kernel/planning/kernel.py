@@ -18,9 +18,9 @@ Nothing allocates a tensor or reads a clock.
 import dataclasses
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
 
+from .._warnings import warn_user
 from ..blockwise import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..preconditioner import CRITICAL_BATCH_MARGIN
@@ -164,12 +164,25 @@ class KernelProblem:
 
 @dataclass(frozen=True)
 class KernelSettings:
-    """The user's parameters that the planners read (``"auto"`` or a value each)."""
+    """The user's parameters that the planners read (``"auto"`` or a value each).
+
+    ``cache_16bit`` is the storage policy of EigenPro 2's cache rather than a user
+    parameter: whether a float32 fit may store ``K(X, X)`` in float16 (for kernels
+    with values in [-1, 1]) when float32 does not fit.  The alternative is to
+    evaluate every epoch's kernel, 20 times slower on Fashion-MNIST.  Measured on
+    the real-data benchmark against a float32 cache (benchmarks/RESULTS.md): the
+    regressors' test errors agree within 0.06%, the classifiers' within their
+    spread over seeds (LetterRecognition, seeds 0-3: 0.0278-0.0338 in float16,
+    0.0285-0.0328 in float32, the early-stopping epoch differing), and the fits were
+    10-25% faster.  float32 is kept where it fits.  The benchmark turns it off to
+    measure that comparison.
+    """
 
     batch_size: object = "auto"
     subsample_size: object = "auto"
     cache_kernel: object = "auto"
     projection: str = "auto"
+    cache_16bit: bool = True
 
 
 class TrainingMemoryPlan:
@@ -330,16 +343,6 @@ def temporary_centers_for(problem, projection, centers_cached):
 CACHE_FILL_ROWS = 2048
 CACHE_FILL_COLUMNS = 2048
 
-# Whether EigenPro 2 may store the cache of a float32 fit in float16 (for kernels with
-# values in [-1, 1]) when float32 does not fit: the alternative is to evaluate every
-# epoch's kernel, 20 times slower on Fashion-MNIST.  Measured on the real-data
-# benchmark against a float32 cache (benchmarks/RESULTS.md): the regressors' test
-# errors agree within 0.06%, the classifiers' within their spread over seeds
-# (LetterRecognition, seeds 0-3: 0.0278-0.0338 in float16, 0.0285-0.0328 in float32,
-# the early-stopping epoch differing), and the fits were 10-25% faster.  float32 is
-# kept where it fits.
-CACHE_16BIT = True
-
 
 @dataclass(frozen=True)
 class EigenPro2Layout:
@@ -373,7 +376,7 @@ class EigenPro2Layout:
         return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
 
 
-def plan_eigenpro2_layout(problem, budget, device, settings, allow_16bit=True):
+def plan_eigenpro2_layout(problem, budget, device, settings):
     """Stage 1 of an EigenPro 2 fit (every training row a center).
 
     Parameters
@@ -382,8 +385,8 @@ def plan_eigenpro2_layout(problem, budget, device, settings, allow_16bit=True):
     budget : int
     device : torch.device
     settings : KernelSettings
-    allow_16bit : bool, default=True
-        float16 storage of the cache is allowed (see :func:`plan_kernel_cache`).
+        ``settings.cache_16bit`` allows float16 storage of the cache (see
+        :func:`plan_kernel_cache`).
 
     Returns
     -------
@@ -392,7 +395,7 @@ def plan_eigenpro2_layout(problem, budget, device, settings, allow_16bit=True):
     n = problem.n_rows
     subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
     memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
-    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, allow_16bit)
+    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_16bit)
     layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
     limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
     return dataclasses.replace(layout, memory_limit=limit)
@@ -670,10 +673,9 @@ def _requested_batch(settings, capacity, critical_batch_preconditioned, problem,
     if settings.batch_size == "auto":
         return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit)
     if capacity > memory_limit:
-        warnings.warn(
+        warn_user(
             f"batch_size={capacity} does not fit memory_budget next to the fixed costs; using {memory_limit}.",
             UserWarning,
-            stacklevel=5,
         )
         return memory_limit
     return capacity

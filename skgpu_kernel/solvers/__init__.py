@@ -1,6 +1,6 @@
 """Iteration loops on tensors: no scikit-learn, no input validation."""
 
-from .eigenpro import EigenProResult, fit_eigenpro
-from .eigenpro3 import EigenPro3Result, fit_eigenpro3
+from .eigenpro import KernelLoopResult, fit_eigenpro
+from .eigenpro3 import fit_eigenpro3
 
-__all__ = ["EigenPro3Result", "EigenProResult", "fit_eigenpro", "fit_eigenpro3"]
+__all__ = ["KernelLoopResult", "fit_eigenpro", "fit_eigenpro3"]

@@ -76,13 +76,13 @@ References
 """
 
 import math
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 
+from .._warnings import warn_user
 from .eigenpro3 import ExactProjection
 from .epochs import EarlyStopping, EpochClock, epoch_record, format_record
 
@@ -544,12 +544,11 @@ class _Monitor:
                 self.best_coef.copy_(coef)
             return False
         coef.copy_(self.best_coef)
-        warnings.warn(
+        warn_user(
             f"Conjugate gradients on the centers stopped: the objective grew to {train_loss:.4g} from "
             f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best coefficients. "
             "Use float64 or a larger alpha.",
             RuntimeWarning,
-            stacklevel=4,
         )
         return True
 

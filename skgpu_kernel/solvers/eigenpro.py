@@ -20,19 +20,39 @@ import torch
 from ..blockwise import KernelCache, kernel_matmul
 from .epochs import EpochGuard, StoppingRule, halved_batch
 
-__all__ = ["EigenProResult", "KernelTrainingData", "LoopSettings", "chunked_permutation", "fit_eigenpro"]
+__all__ = ["KernelLoopResult", "KernelTrainingData", "LoopSettings", "chunked_permutation", "fit_eigenpro"]
 
 
 @dataclass
-class EigenProResult:
-    """What a run of :func:`fit_eigenpro` decided and measured."""
+class KernelLoopResult:
+    """What a kernel loop (EigenPro 2, EigenPro 3 or conjugate gradients) did and measured.
+
+    Attributes
+    ----------
+    coef : Tensor of shape (p, l)
+    n_epochs : int
+        Epochs (CG: iterations, one pass over the data each) run.
+    n_steps : int
+        Updates made (CG: iterations).
+    batch_size : int or None
+        The batch the loop ended with (after any out-of-memory halving); None for CG.
+    learning_rate : float or None
+        Step size of the last update; None for CG.
+    history : list of dict
+    n_projections : int
+        Projections onto the centers (EigenPro 3; 0 otherwise).
+    converged : bool or None
+        Whether CG met its tolerance; None for the EigenPro loops.
+    """
 
     coef: torch.Tensor
     n_epochs: int
     n_steps: int
-    batch_size: int
-    learning_rate: float
+    batch_size: int | None
+    learning_rate: float | None
     history: list = field(default_factory=list)
+    n_projections: int = 0
+    converged: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
 
     Returns
     -------
-    EigenProResult
+    KernelLoopResult
     """
     X, Y = data.X, data.Y
     n = X.shape[0]
@@ -191,7 +211,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
 
-    return EigenProResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, loop.first_step))
+    return KernelLoopResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, loop.first_step))
 
 
 # Later epochs visit the (once shuffled) rows in chunks of this many consecutive

@@ -36,7 +36,6 @@ whether ``K(X, Z)`` is cached.
 """
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -45,30 +44,17 @@ from ..blockwise import cache_kernel_rows
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
 from ..planning.kernel import shard_bounds
+from .eigenpro import KernelLoopResult
 from .epochs import halved_batch
 
 __all__ = [
     "CenterShards",
-    "EigenPro3Result",
     "ExactProjection",
     "InMemoryBatches",
     "IterativeProjection",
     "StreamedBatches",
     "fit_eigenpro3",
 ]
-
-
-@dataclass
-class EigenPro3Result:
-    """What a run of :func:`fit_eigenpro3` decided and measured."""
-
-    coef: torch.Tensor
-    n_epochs: int
-    n_steps: int
-    batch_size: int
-    learning_rate: float
-    n_projections: int
-    history: list = field(default_factory=list)
 
 
 class CenterShards:
@@ -495,7 +481,7 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
 
     Returns
     -------
-    EigenPro3Result
+    KernelLoopResult
     """
     main = shards.main
     n, n_outputs = batches.n_rows, coef.shape[1]
@@ -561,7 +547,7 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
         if guard.rolled_back:
             projector.accumulated.zero_()
 
-    return EigenPro3Result(
+    return KernelLoopResult(
         coef=coef,
         batch_size=batch_size,
         n_projections=projector.n_projections,

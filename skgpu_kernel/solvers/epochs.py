@@ -32,10 +32,10 @@ Loops add their own keys after these (``io_wait_seconds``,
 
 import math
 import time
-import warnings
 
 import torch
 
+from .._warnings import warn_user
 from ..device import is_out_of_memory, synchronize
 
 __all__ = [
@@ -150,23 +150,21 @@ class EpochGuard:
             self.step = self._anchor_step
             del self.history[self._anchor_epoch :]
             if self._halvings >= _MAX_STEP_HALVINGS:
-                warnings.warn(
+                warn_user(
                     "EigenPro iteration kept diverging after "
                     f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
                     "coefficients. Check the bandwidth, the scale of the data and the scaling rule.",
                     RuntimeWarning,
-                    stacklevel=3,
                 )
                 return False
             self._halvings += 1
             self.rollback *= 0.5
-            warnings.warn(
+            warn_user(
                 f"Training diverged in epoch {self.epoch + 1} (mean loss {train_loss:.3g}, lowest "
                 f"{self._anchor_loss:.3g}); resuming from the start of epoch {self._anchor_epoch + 1} with the "
                 f"scaling rule's step size halved ({self.rollback:g} times the rule's, "
                 f"{self.rollback * rate_at(self.step):.4g} at the next update).",
                 RuntimeWarning,
-                stacklevel=3,
             )
             self.epoch, self._anchor_loss = self._anchor_epoch, math.inf
             return True

@@ -1,129 +1,119 @@
-"""One fit pipeline for both EigenPro paths: layout, measure, plan, solve.
+"""The kernel machines' one fit pipeline: policy, penalty, split, kernel, centers, then a path.
 
-The estimator shell validates the input, shuffles the rows, chooses the centers
-and hands over host arrays with the resolved runtime (devices, dtype, budget).
-This module copies the data to the device, asks the planners of
-:mod:`skgpu_kernel.planning.kernel` for every decision, measures what those need
-(the device's batch capacity and the kernel's spectrum), runs the EigenPro 2 or
-EigenPro 3 loop and returns what the shell stores.  The two paths share every
-step and differ only in their layout, plan and loop (:class:`_EigenPro2Path`,
-:class:`_EigenPro3Path`).  No scikit-learn and no input validation here.
+The estimator shell validates the input and hands over host arrays
+(:class:`KernelFitInput`), the resolved runtime (:class:`KernelRuntime`: devices,
+dtype, budget, random state) and its parameters (:class:`KernelFitParameters`).
+This module makes every further decision once, in order:
+
+1. the policy (:func:`~skgpu_kernel.planning.kernel_policy.plan_kernel_fit`): the
+   solver, how ``alpha`` is resolved, whether to hold out a validation split;
+2. the leave-one-out ``alpha`` when the policy asks for it (a measurement on the
+   device, :func:`choose_alpha`), which settles the rest of the policy;
+3. the validation split, the intercept, the kernel on the training rows, the
+   shuffle, the centers and the warm start;
+4. one path of :mod:`skgpu_kernel.solvers.kernel_paths` (EigenPro 2, EigenPro 3
+   or CG),
+
+and returns one :class:`KernelFitResult` for the shell to store.  Random draws
+happen in a fixed order (validation split, shuffle, then a streamed fit's seed),
+so that a seed gives the same model whatever the path.
 """
 
 import copy
-import dataclasses
-import math
-import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..blockwise import KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
-from ..buffer import as_row_source
-from ..device import is_out_of_memory, synchronize
-from ..parallel.distributed import agree
-from ..planning import kernel as kernel_plans
-from ..planning.kernel import (
-    BETA_PROBE_ROWS,
-    CACHE_FILL_COLUMNS,
-    CG_ROW_BLOCK,
-    PROJECTION_JITTER,
-    PROJECTION_MAX_ITERATIONS,
-    PROJECTION_TOL,
-    KernelProblem,
-    KernelSettings,
-    auto_subsample_size,
-    plan_eigenpro2,
-    plan_eigenpro2_layout,
-    plan_eigenpro3,
-    plan_eigenpro3_layout,
-)
-from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
-from ..regularization import LOO_MAX_ROWS, select_alpha
-from ..scaling import ScheduleContext, warn_if_warmup_fills_run
-from .centers_cg import CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
-from .eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
-from .eigenpro3 import (
-    CenterShards,
-    ExactProjection,
-    InMemoryBatches,
-    IterativeProjection,
-    StreamedBatches,
-    fit_eigenpro3,
-)
+from .._warnings import warn_user
+from ..blockwise import DeviceCopier
+from ..buffer import is_out_of_core
+from ..kernels import make_kernel
+from ..planning.kernel import KernelProblem, KernelSettings, auto_subsample_size
+from ..planning.kernel_policy import KernelFitRequest, plan_kernel_fit
+from ..regularization import LOO_MAX_ROWS, LOO_MIN_COVERAGE, select_alpha
+from ..splits import holdout_split
+from .eigenpro import KernelLoopResult
+from .kernel_paths import KernelFitSettings, KernelHostData, KernelRuntime, run_path
 
-# Relative residual of the preconditioned normal equations at which CG stops: far
-# below the statistical error of any model it fits, near float32's resolution.
-CG_TOL = 1e-6
-
-__all__ = ["DeviceCopier", "KernelFit", "KernelFitSettings", "KernelHostData", "KernelRuntime", "fit_kernel_model"]
+__all__ = [
+    "KernelContinuation",
+    "KernelFitInput",
+    "KernelFitParameters",
+    "KernelFitResult",
+    "KernelRuntime",
+    "choose_alpha",
+    "fit_kernel_model",
+]
 
 
 @dataclass(frozen=True)
-class KernelHostData:
-    """Host arrays of a kernel fit, validated and split by the shell.
+class KernelContinuation:
+    """What a warm start continues from: the previous fit's coefficients, centers and shuffle."""
+
+    dual_coef: np.ndarray
+    centers: np.ndarray
+    training_order: np.ndarray
+
+
+@dataclass(frozen=True)
+class KernelFitInput:
+    """The validated host data of a kernel fit.
 
     Parameters
     ----------
     X : ndarray or memory map of shape (n, d)
-        Training rows (unshuffled; ``order`` is the shuffle).
     Y : ndarray of shape (n, l)
+        Float targets (the classifier's class codes), not centred.
     weights : ndarray of shape (n,)
-    order : ndarray of shape (n,)
-        The seeded permutation of the rows.
-    validation : tuple (X_val, Y_val) or None
+        Positive sample weights (zero-weight rows already dropped).
+    stratify : ndarray of shape (n,) or None
+        Class indices the validation split is stratified by.
     centers : ndarray of shape (p, d) or None
-        EigenPro 3's centers (float64); None puts a center at every training row.
-    coef_init : Tensor or None
-        Warm-start coefficients in the order of the centers.
-    centers_from_data : bool
-        The centers are the first ``p`` shuffled training rows.
-    streamed : bool
-        ``X`` is a memory-mapped file read in buffers.
+        The user's validated centers (float64).
+    n_centers : int or None
+        Centers to draw from the shuffled training rows.
+    continuation : KernelContinuation or None
+        The previous fit, when ``warm_start`` continues it.
     """
 
     X: object
     Y: np.ndarray
     weights: np.ndarray
-    order: np.ndarray
-    validation: tuple | None
-    centers: np.ndarray | None
-    coef_init: torch.Tensor | None
-    centers_from_data: bool = True
-    streamed: bool = False
+    stratify: np.ndarray | None = None
+    centers: np.ndarray | None = None
+    n_centers: int | None = None
+    continuation: KernelContinuation | None = None
+
+    @property
+    def uses_centers(self):
+        return self.centers is not None or self.n_centers is not None
 
 
 @dataclass(frozen=True)
-class KernelRuntime:
-    """Resolved facts of the run: devices, precision, memory, randomness, process group.
+class KernelFitParameters:
+    """The estimator's parameters, as the pipeline reads them (kernel unresolved, scaling rule resolved).
 
-    ``rng`` is the fit's ``RandomState``, read once more when streamed data needs a
-    seed; ``generator`` seeds the epoch permutations; ``group`` is the
-    ``torch.distributed`` group the centers are sharded over (or None).
+    ``classifier`` says which kind of estimator asks; ``cache_16bit`` is the
+    storage policy of EigenPro 2's cache (see
+    :class:`~skgpu_kernel.planning.kernel.KernelSettings`).
     """
 
-    devices: list
-    dtype: torch.dtype
-    budget: int
-    rng: np.random.RandomState
-    generator: torch.Generator
-    group: object = None
-    first_step: int = 0
-    epochs_done: int = 0
-    log: Callable | None = None
-
-
-@dataclass(frozen=True)
-class KernelFitSettings:
-    """The estimator's parameters that the pipeline uses, resolved (kernel and scaling rule as objects)."""
-
     kernel: object
-    bandwidth: float | None
-    offset: np.ndarray | None
-    planning: KernelSettings
+    bandwidth: object
+    kernel_params: dict | None
+    solver: str
+    alpha: object
+    early_stopping: object
+    classifier: bool
+    distributed: bool
+    batch_size: object
+    subsample_size: object
+    cache_kernel: object
+    projection: str
+    fit_intercept: bool
+    validation_fraction: float
     n_components: object
     damping: float
     scaling_rule: object
@@ -132,426 +122,238 @@ class KernelFitSettings:
     n_iter_no_change: int
     validation_score: Callable
     name: str
-    alpha: float = 0.0
-    stop_on_train_loss: bool = False
-    solver: str = "eigenpro"
+    cache_16bit: bool = True
+
+    @property
+    def request(self):
+        """What the policy planner reads."""
+        return KernelFitRequest(
+            self.solver, self.alpha, self.early_stopping, self.classifier, self.distributed, LOO_MIN_COVERAGE
+        )
+
+    @property
+    def planning(self):
+        """What the layout planners read."""
+        sizes = (self.batch_size, self.subsample_size)
+        return KernelSettings(*sizes, self.cache_kernel, self.projection, self.cache_16bit)
 
 
-@dataclass
-class KernelFit:
-    """What a fit decided and produced, for the shell to store."""
+@dataclass(frozen=True)
+class KernelFitResult:
+    """Everything a kernel fit decided and produced, for the shell to store.
 
+    Attributes
+    ----------
+    loop : KernelLoopResult
+        The coefficients (in the order of ``centers``), epochs, steps, history.
+    solver : {"eigenpro", "cg"}
+    alpha : float
+    alpha_selection : AlphaSelection or None
+    early_stopping : bool
+    kernel : Kernel
+    bandwidth : float or None
+    offset : ndarray or None
+    intercept : ndarray of shape (l,)
+    order : ndarray
+        The shuffle of the training rows.
+    centers : ndarray
+    plan : KernelFitPlan or None
+        None for CG, which plans no batch.
+    spectrum : PreconditionerPlan or None
+    throughputs : dict
+    device_cache : tuple
+        ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    """
+
+    loop: KernelLoopResult
+    solver: str
+    alpha: float
+    alpha_selection: object
+    early_stopping: bool
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    intercept: np.ndarray
+    order: np.ndarray
+    centers: np.ndarray
     plan: object
     spectrum: object
     throughputs: dict
-    result: object
-    centers: np.ndarray
     device_cache: tuple
-    solver: str = "eigenpro"
 
 
-def fit_kernel_model(data, runtime, settings):
-    """Plan and run an EigenPro 2 (``data.centers`` None) or EigenPro 3 fit.
+def fit_kernel_model(data, runtime, parameters):
+    """Resolve and run a kernel fit: EigenPro 2, EigenPro 3 or CG.
 
     Parameters
     ----------
-    data : KernelHostData
+    data : KernelFitInput
     runtime : KernelRuntime
-    settings : KernelFitSettings
+    parameters : KernelFitParameters
 
     Returns
     -------
-    KernelFit
+    KernelFitResult
     """
-    if data.centers is not None and settings.solver == "cg":
-        return _fit_centers_by_cg(data, runtime, settings)
-    path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
-    layout = path.layout()
-    capacity, throughputs = path.capacity(layout)
-    spectrum = path.spectrum(layout, capacity)
-    n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, settings.bandwidth)
-    plan = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned, settings.planning))
-    n = path.problem.n_rows
-    steps_per_epoch = math.ceil(n / plan.batch_size)
-    learning_rate_for = _learning_rate_function(settings.scaling_rule, spectrum, settings.n_epochs)
-    warn_if_warmup_fills_run(
-        settings.scaling_rule, _schedule_context(spectrum, plan.batch_size, steps_per_epoch, settings.n_epochs)
+    kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
+    streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
+    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, parameters.request)
+    selection = None
+    if policy.alpha is None:
+        centred = data.Y - _intercept(parameters.fit_intercept, data.Y, data.weights)
+        offset = _kernel_offset(kernel, data.X)
+        selection = choose_alpha(data.X, centred, data.weights, kernel, offset, runtime, policy.loo_min_coverage)
+        policy = policy.with_alpha(selection.alpha)
+    X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    intercept = _intercept(parameters.fit_intercept, Y, weights)
+    if validation is not None:  # the bandwidth rule reads the rows the model is fitted on
+        kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
+    offset = _kernel_offset(kernel, X)
+    order = runtime.rng.permutation(X.shape[0])
+    if data.uses_centers or policy.solver == "cg":  # CG takes every training point as a center
+        centers = _centers(data, X, order) if data.uses_centers else X[order].astype(np.float64)
+        coef_init = _continued_center_coef(data.continuation, centers)
+    else:
+        centers, coef_init = None, _continued_coef(data.continuation, X, order)
+    host = KernelHostData(
+        X, Y - intercept, weights, order, validation, centers, coef_init, data.centers is None, streamed
     )
-    if runtime.log is not None:
-        runtime.log(
-            f"[{settings.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
-            f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
-            f"components, scaling rule {settings.scaling_rule!r}, step size "
-            f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
-        )
-    loop = LoopSettings(
-        batch_size=plan.batch_size,
-        learning_rate_for=learning_rate_for,
-        n_epochs=settings.n_epochs,
-        first_step=runtime.first_step,
-        tol=settings.tol,
-        n_iter_no_change=settings.n_iter_no_change,
-        log=runtime.log,
-        stop_on_train_loss=settings.stop_on_train_loss,
+    settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
+    outcome = run_path(policy.solver, host, runtime, settings)
+    return KernelFitResult(
+        loop=outcome.result,
+        solver=policy.solver,
+        alpha=policy.alpha,
+        alpha_selection=selection,
+        early_stopping=policy.early_stopping,
+        kernel=kernel,
+        bandwidth=bandwidth,
+        offset=offset,
+        intercept=intercept,
+        order=order,
+        centers=outcome.centers,
+        plan=outcome.plan,
+        spectrum=outcome.spectrum,
+        throughputs=outcome.throughputs,
+        device_cache=outcome.device_cache,
     )
-    preconditioner = spectrum.preconditioner if n_components else None
-    result = path.solve(layout, plan, preconditioner, loop)
-    return KernelFit(plan, spectrum, throughputs, result, path.centers_host, path.device_cache(result.coef))
 
 
-class _Path:
-    """Steps shared by the two paths: the device copier, the problem, the probe's fallbacks."""
-
-    def __init__(self, data, runtime, settings):
-        self.data, self.runtime, self.settings = data, runtime, settings
-        self.kernel, self.device = settings.kernel, runtime.devices[0]
-        self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
-        self.itemsize = torch.finfo(runtime.dtype).bits // 8
-
-    def prepare(self, plan):
-        """Allocate what the plan keeps for the whole fit; returns the plan as carried out."""
-        return plan
-
-    def problem_with(self, **sizes):
-        """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
-        X, Y = self.data.X, self.data.Y
-        return KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, **sizes)
-
-    def device_cache(self, coef):
-        """``(device, prepared centers, coefficients, offset)``: what predictions after fit reuse."""
-        return (self.device, self.centers_dev, coef, self.to_device.offset)
-
-    def given_capacity(self):
-        """The user's batch (bounded by n), or None when it is to be measured."""
-        batch_size = self.settings.planning.batch_size
-        return None if batch_size == "auto" else min(batch_size, self.problem.n_rows)
-
-    def validation_tensors(self):
-        if self.data.validation is None:
-            return None
-        X_val, Y_val = self.data.validation
-        return self.to_device(X_val), self.to_device(Y_val, center=False)
-
-    def ridge(self):
-        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
-        return self.settings.alpha / float(self.data.weights.max())
-
-    def spectral_settings(self, eigenvalue_shift, diagonal_shift):
-        """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
-        settings = self.settings
-        return SpectralSettings(
-            settings.n_components, settings.damping, eigenvalue_shift, diagonal_shift, self.problem.n_rows
-        )
-
-    def weights_tensor(self, weights):
-        """Normalised sample weights on the device, or None when all are equal."""
-        if np.all(weights == weights[0]):
-            return None
-        return self.to_device(weights / weights.max(), center=False)
-
-
-class _EigenPro2Path(_Path):
-    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
-
-    def __init__(self, data, runtime, settings):
-        super().__init__(data, runtime, settings)
-        X = data.X
-        n_validation = 0 if data.validation is None else data.validation[0].shape[0]
-        self.problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
-        self.X_dev = self.to_device(X[data.order])
-        self.centers_dev = self.kernel.prepare_centers(self.X_dev)
-        self.centers_host = None
-
-    def where(self):
-        return f"device={self.device}"
-
-    def layout(self):
-        planning = self.settings.planning
-        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, planning, kernel_plans.CACHE_16BIT)
-
-    def capacity(self, layout):
-        given = self.given_capacity()
-        if given is not None:
-            return given, {}
-        if layout.cached:
-            # Steps read their kernel rows: an epoch reads the cache once whatever the
-            # batch, so no throughput is probed (see planning.kernel.cached_batch_limit).
-            return layout.memory_limit, {}
-        return measure_batch_capacity(
-            self.kernel,
-            self.X_dev,
-            self.centers_dev,
-            self.problem.n_outputs,
-            layout.memory_limit,
-            layout.column_block,
-            layout.subsample_size,
-        )
-
-    def spectrum(self, layout, capacity):
-        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
-        # by alpha / n and every diagonal entry by alpha.
-        ridge = self.ridge()
-        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
-        return plan_preconditioner(
-            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
-        )
-
-    def plan(self, layout, capacity, critical_batch, planning):
-        return plan_eigenpro2(layout, capacity, critical_batch, planning)
-
-    def solve(self, layout, plan, preconditioner, loop):
-        data, runtime = self.data, self.runtime
-        Y_dev = self.to_device(data.Y[data.order], center=False)
-        weights = self.weights_tensor(data.weights[data.order])
-        validation, caches = self.validation, self.caches
-        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
-        if validation is not None:
-            X_val, Y_val = validation
-
-            def score(coef):
-                if caches[1] is not None:
-                    predictions = caches[1].matmul(slice(None), coef)
-                else:
-                    predictions = kernel_matmul_rows(
-                        self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
-                    )
-                return self.settings.validation_score(predictions, Y_val)
-
-            loop = _with_validation(loop, score)
-        coef = data.coef_init
-        fresh = coef is None
-        coef = torch.zeros(self.problem.n_rows, self.problem.n_outputs, dtype=runtime.dtype) if fresh else coef
-        coef = coef.to(self.device, runtime.dtype)
-        generator = runtime.generator
-        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
-        self.centers_host = data.X[data.order]
-        return result
-
-    def prepare(self, plan):
-        """Fill the kernel cache the plan asks for; without device memory for it, compute blocks per batch.
-
-        The budget is planned from the memory free when the fit starts; a device that
-        is shared (or fragmented) may still refuse the allocation, which is then
-        reported and the fit goes on without the cache.
-        """
-        self.validation, self.caches = self.validation_tensors(), (None, None)
-        if not plan.cached:
-            return plan
-        try:
-            self.caches = self._caches(plan, self.validation)
-        except (torch.OutOfMemoryError, RuntimeError) as error:
-            if not is_out_of_memory(error):
-                raise
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            warnings.warn(
-                f"The kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}: "
-                "kernel blocks are computed per batch instead. Lower memory_budget or set cache_kernel=False.",
-                RuntimeWarning,
-                stacklevel=5,
-            )
-            return dataclasses.replace(plan, cached=False, cache_itemsize=0)
-        return plan
-
-    def _caches(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
-        tic = time.perf_counter()
-        storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
-        blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        train = cache_kernel_rows(self.kernel, self.X_dev, self.centers_dev, storage, *blocks, symmetric=True)
-        held_out = None
-        if validation is not None:
-            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks)
-        synchronize(self.device)
-        if self.runtime.log is not None:
-            rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
-            self.runtime.log(
-                f"[{self.settings.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
-                f"{time.perf_counter() - tic:.1f} s"
-            )
-        return KernelCache(train, self.runtime.dtype), (
-            None if held_out is None else KernelCache(held_out, self.runtime.dtype)
-        )
-
-
-class _EigenPro3Path(_Path):
-    """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
-
-    def __init__(self, data, runtime, settings):
-        super().__init__(data, runtime, settings)
-        X, group = data.X, runtime.group
-        n_shards = group.size() if group is not None else len(runtime.devices)
-        self.problem = self.problem_with(
-            n_centers=data.centers.shape[0],
-            n_shards=n_shards,
-            centers_from_data=data.centers_from_data,
-            streamed=data.streamed,
-        )
-        self.centers_host = data.centers
-        self.Z_dev = self.to_device(data.centers)
-        self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
-        self.X_dev = None if self.problem.streamed else self.to_device(X[data.order])
-
-    def where(self):
-        group = self.runtime.group
-        rank = f" (rank {group.rank()} of {group.size()})" if group is not None else ""
-        return f"devices={[str(device) for device in self.runtime.devices]}{rank}"
-
-    def layout(self):
-        runtime, planning = self.runtime, self.settings.planning
-        layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
-        # Ranks may see different free memory; they must take the same path.
-        choices = agree(layout.choices, runtime.group, self.device)
-        if tuple(choices) != layout.choices:
-            layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning, choices)
-        return layout
-
-    def capacity(self, layout):
-        given = self.given_capacity()
-        if given is not None:
-            return given, {}
-        if layout.cached:
-            # A step on cached K(X, Z) reads its rows instead of evaluating the kernel,
-            # so a larger batch costs no more per row: the batch is limited by memory
-            # (and by the critical batch), not by a throughput probe.
-            return layout.memory_limit, {}
-        probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
-        capacity, throughputs = measure_batch_capacity(
-            self.kernel,
-            probe_rows,
-            self.centers_dev,
-            self.problem.n_outputs,
-            layout.memory_limit,
-            layout.column_block,
-            layout.subsample_size,
-        )
-        # Ranks time their own devices; they must agree on the batch to stay in step.
-        (capacity,) = agree([capacity], self.runtime.group, self.device)
-        return capacity, throughputs
-
-    def spectrum(self, layout, capacity):
-        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
-        # the preconditioned beta also on training rows outside it.
-        data = self.data
-        if self.X_dev is not None:
-            probe_rows = self.X_dev[:BETA_PROBE_ROWS]
-        else:
-            probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
-        # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
-        shift = self.ridge() / self.problem.n_rows
-        spectral = self.spectral_settings(shift, shift)
-        return plan_preconditioner(
-            self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
-        )
-
-    def plan(self, layout, capacity, critical_batch, planning):
-        return plan_eigenpro3(layout, capacity, critical_batch, planning)
-
-    def solve(self, layout, plan, preconditioner, loop):
-        runtime = self.runtime
-        shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, group=runtime.group)
-        if plan.cached:
-            shards.cache(self.X_dev, plan.row_block)
-        projection = self._projection(plan, shards, preconditioner)
-        batches = self._batches(plan)
-        validation = self.validation_tensors()
-        if validation is not None:
-            X_val, Y_val = validation
-
-            def score(coef):
-                predictions = torch.cat(
-                    [
-                        shards.apply(shards.blocks(X_val[start : start + plan.row_block]), coef)
-                        for start in range(0, X_val.shape[0], plan.row_block)
-                    ]
-                )
-                return self.settings.validation_score(predictions, Y_val)
-
-            loop = _with_validation(loop, score)
-        coef_init = self.data.coef_init
-        shape = (self.problem.n_centers, self.problem.n_outputs)
-        coef = torch.zeros(shape, dtype=runtime.dtype) if coef_init is None else coef_init
-        coef = coef.to(self.device, runtime.dtype)
-        return fit_eigenpro3(self.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
-
-    def _projection(self, plan, shards, preconditioner):
-        runtime = self.runtime
-        if plan.projection == "exact":
-            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(runtime.dtype).eps)
-            return ExactProjection(self.kernel, self.Z_dev, jitter, runtime.dtype)
-        if plan.cached and self.problem.centers_from_data:
-            center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
-        else:
-            center_shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, runtime.group)
-            if plan.cache_centers:
-                center_shards.cache(self.Z_dev, plan.row_block)
-        return IterativeProjection(
-            center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
-        )
-
-    def _batches(self, plan):
-        data, runtime = self.data, self.runtime
-        if plan.streamed:
-            sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
-            if not np.all(data.weights == data.weights[0]):
-                sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
-            seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
-            offset = self.to_device.offset
-            return StreamedBatches(sources, self.device, runtime.dtype, offset, plan.buffer_rows, seed)
-        order = data.order
-        Y_dev = self.to_device(data.Y[order], center=False)
-        return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
-
-
-@dataclass
-class CentersCGResult:
-    """What the conjugate-gradient solve of the centers produced, in the loops' result fields."""
-
-    coef: torch.Tensor
-    n_epochs: int
-    n_steps: int
-    history: list
-    converged: bool
-    batch_size: None = None
-    learning_rate: None = None
-
-
-def _fit_centers_by_cg(data, runtime, settings):
-    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches)."""
-    device, kernel = runtime.devices[0], settings.kernel
-    to_device = DeviceCopier(device, runtime.dtype, settings.offset)
-    centers = to_device(data.centers)
-    X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
-    weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
-    rows = KernelRowBlocks(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
-    # tol=None asks for every iteration up to the bound, as it asks for every epoch.
-    cg = CGSettings(
-        max_iterations=settings.n_epochs,
-        tol=0.0 if settings.tol is None else CG_TOL,
-        log=runtime.log,
-        # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
-        # above it, and the objective judges progress (as the EigenPro loops' tol does).
-        objective_tol=None if runtime.dtype == torch.float64 else settings.tol,
-        objective_patience=settings.n_iter_no_change,
+def _problem(data, runtime, kernel, streamed):
+    """The sizes the policy plans with: every row, the kernel's own temporary blocks, the centers' shards."""
+    n_rows, n_features = data.X.shape
+    n_centers = None
+    if data.uses_centers:
+        n_centers = min(data.n_centers, n_rows) if data.centers is None else data.centers.shape[0]
+    n_shards = runtime.group.size() if runtime.group is not None else len(runtime.devices)
+    return KernelProblem(
+        n_rows,
+        n_features,
+        data.Y.shape[1],
+        torch.finfo(runtime.dtype).bits // 8,
+        kernel.extra_blocks,
+        n_centers=n_centers,
+        n_shards=n_shards,
+        streamed=streamed,
     )
-    if runtime.log is not None:
-        runtime.log(f"[{settings.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg")
-    coef_init = None if data.coef_init is None else data.coef_init.to(device)
-    solved = fit_centers_cg(kernel, rows, centers, settings.alpha, cg, coef_init)
-    coef = solved.coef.to(runtime.dtype)
-    if data.validation is not None and solved.history:
-        X_val, Y_val = to_device(data.validation[0]), to_device(data.validation[1], center=False)
-        predictions = center_kernel_block(kernel, centers)(X_val) @ coef
-        solved.history[-1]["validation_score"] = float(settings.validation_score(predictions, Y_val))
-    n = len(solved.history)
-    result = CentersCGResult(coef, n, n, solved.history, solved.converged)
-    prepared = kernel.prepare_centers(centers)
-    return KernelFit(None, None, {}, result, data.centers, (device, prepared, coef, to_device.offset), "cg")
+
+
+def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
+    return KernelFitSettings(
+        kernel=kernel,
+        bandwidth=bandwidth,
+        offset=offset,
+        planning=parameters.planning,
+        n_components=parameters.n_components,
+        damping=parameters.damping,
+        scaling_rule=parameters.scaling_rule,
+        n_epochs=parameters.n_epochs,
+        tol=parameters.tol,
+        n_iter_no_change=parameters.n_iter_no_change,
+        validation_score=_with_intercept(parameters.validation_score, intercept),
+        name=parameters.name,
+        alpha=alpha,
+    )
+
+
+def _split(data, early_stopping, validation_fraction, rng):
+    """``(X, Y, weights, validation)``: the training rows and the held-out ``(X_val, Y_val)`` (or None)."""
+    if not early_stopping:
+        return data.X, data.Y, data.weights, None
+    train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
+    return data.X[train], data.Y[train], data.weights[train], (data.X[held_out], data.Y[held_out])
+
+
+def _intercept(fit_intercept, Y, weights):
+    return np.average(Y, axis=0, weights=weights) if fit_intercept else np.zeros(Y.shape[1])
+
+
+def _kernel_offset(kernel, X):
+    """The feature means subtracted before a translation-invariant kernel (rounding of distances), or None."""
+    return X.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
+
+
+def _streams(X, n_outputs, runtime):
+    """Whether EigenPro 3 streams ``X``: a memory-mapped file whose device copy would take over half the budget."""
+    itemsize = torch.finfo(runtime.dtype).bits // 8
+    return is_out_of_core(X, itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), runtime.budget)
+
+
+def _centers(data, X, order):
+    """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
+    if data.centers is not None:
+        return data.centers
+    n, n_centers = X.shape[0], data.n_centers
+    if n_centers > n:
+        warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
+        n_centers = n
+    return np.asarray(X[order[:n_centers]], dtype=np.float64)
+
+
+def _continued_center_coef(continuation, centers):
+    """Previous coefficients when warm starting on the same centers, or None for a fresh fit."""
+    if continuation is None:
+        return None
+    previous = continuation.centers
+    if previous.shape != centers.shape or not np.array_equal(centers.astype(previous.dtype, copy=False), previous):
+        raise ValueError(
+            "warm_start=True continues from the previous coefficients, which belong to the previous "
+            "centers: fit must be called with the same centers (same X, n_centers and random_state, or "
+            "the same centers array). Set warm_start=False to fit new centers."
+        )
+    return torch.as_tensor(continuation.dual_coef)
+
+
+def _continued_coef(continuation, X, order):
+    """Previous coefficients rearranged to ``order`` (every training row a center), or None for a fresh fit."""
+    if continuation is None:
+        return None
+    previous = continuation.training_order
+    if previous.shape[0] != X.shape[0] or not np.array_equal(
+        X[previous].astype(continuation.centers.dtype, copy=False), continuation.centers
+    ):
+        raise ValueError(
+            "warm_start=True continues from the previous centers, which are the previous "
+            "training points: fit must be called with the same X (and the same "
+            "early-stopping split). Set warm_start=False to fit new data."
+        )
+    position_in_previous = np.empty_like(previous)
+    position_in_previous[previous] = np.arange(previous.shape[0])
+    return torch.as_tensor(continuation.dual_coef[position_in_previous[order]])
+
+
+def _with_intercept(validation_score, intercept):
+    """The validation score of predictions made without the intercept (the loops fit centred targets)."""
+
+    def score(predictions, targets):
+        shift = torch.as_tensor(intercept, dtype=predictions.dtype, device=predictions.device)
+        return validation_score(predictions + shift, targets)
+
+    return score
 
 
 def choose_alpha(X, Y, weights, kernel, offset, runtime, min_coverage=0.0):
-    """``alpha="auto"``: :func:`~skgpu_kernel.regularization.select_alpha` on seeded random rows.
+    """The leave-one-out ``alpha``: :func:`~skgpu_kernel.regularization.select_alpha` on seeded random rows.
 
     At most ``LOO_MAX_ROWS`` rows are scored.  Beyond that the chosen ``alpha`` is
     kept as it is rather than scaled with the number of rows: on the real-data
@@ -587,64 +389,3 @@ def choose_alpha(X, Y, weights, kernel, offset, runtime, min_coverage=0.0):
         auto_subsample_size(len(rows)),
         min_coverage,
     )
-
-
-def _with_validation(loop, score):
-    return dataclasses.replace(loop, validation=score)
-
-
-def _learning_rate_function(scaling_rule, spectrum, n_epochs):
-    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
-
-    def learning_rate_for(step, batch_size, steps_per_epoch):
-        return scaling_rule(step, _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs))
-
-    return learning_rate_for
-
-
-def _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs):
-    return ScheduleContext(
-        batch_size,
-        steps_per_epoch,
-        n_epochs,
-        beta=spectrum.beta_preconditioned,
-        top_eigenvalue=spectrum.top_eigenvalue_preconditioned,
-    )
-
-
-def _warn_if_degenerate_kernel(spectrum, subsample_size, dtype, bandwidth):
-    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
-    if subsample_size < 2 or not np.all(np.isfinite(spectrum.eigenvalues)):
-        return  # a kernel returning inf/NaN is reported by the solver as an error
-    eigenvalues = spectrum.eigenvalues
-    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
-    if eigenvalues[0] * subsample_size <= 1.05 * spectrum.beta:
-        warnings.warn(
-            f"{described} matrix is numerically the identity: samples do not see each other, and "
-            "predictions away from the training points are close to zero. The bandwidth is "
-            "probably too small for the distances in the data.",
-            UserWarning,
-            stacklevel=6,
-        )
-    elif max_usable_components(eigenvalues, dtype) == 0:
-        warnings.warn(
-            f"{described} is numerically constant on the data in {dtype}: the model can fit "
-            "little more than a constant. The bandwidth is probably too large for the "
-            "distances in the data.",
-            UserWarning,
-            stacklevel=6,
-        )
-
-
-class DeviceCopier:
-    """Copies host arrays to the compute device and dtype, centring features if asked."""
-
-    def __init__(self, device, dtype, offset):
-        self.device, self.dtype = device, dtype
-        self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
-
-    def __call__(self, array, center=True):
-        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
-        if center and self.offset is not None:
-            tensor = tensor - self.offset
-        return tensor

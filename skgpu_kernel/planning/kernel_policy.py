@@ -1,0 +1,157 @@
+"""What kind of kernel fit to run: the solver, the penalty and the held-out split.
+
+One pure planner, :func:`plan_kernel_fit`, turns the estimator's choices (each
+``"auto"`` or a value) and the problem's sizes into a :class:`KernelFitPolicy`.
+The policy is made in two stages because one decision depends on a measurement:
+when the penalty is chosen by leave-one-out, the fit pipeline measures it and
+calls :meth:`KernelFitPolicy.with_alpha`, which settles the rest (the solver with
+every point a center, whether to hold out a validation split).  Both stages read
+the same :class:`~skgpu_kernel.planning.kernel.KernelProblem` that the layout
+planners then size the fit with.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from .kernel import KernelProblem, plan_alpha, plan_centers_solver, plan_full_kernel_solver
+
+__all__ = ["AUTO_VALIDATION_MIN_SAMPLES", "KernelFitPolicy", "KernelFitRequest", "plan_kernel_fit"]
+
+# early_stopping="auto" holds out a validation split from this many samples on
+# (smaller fits stop on the training loss).
+AUTO_VALIDATION_MIN_SAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class KernelFitRequest:
+    """The estimator's parameters that choose the kind of fit.
+
+    Parameters
+    ----------
+    solver : {"auto", "cg", "eigenpro"}
+    alpha : float, "auto" or "loo"
+    early_stopping : bool or "auto"
+    classifier : bool
+    distributed : bool
+        ``distributed=True``: the centers are to be sharded over the ranks of a process group.
+    min_coverage : float
+        The Nystrom coverage ``alpha="auto"`` asks of a regressor with every point
+        a center before it trusts the leave-one-out criterion.
+    """
+
+    solver: str
+    alpha: object
+    early_stopping: object
+    classifier: bool
+    distributed: bool
+    min_coverage: float
+
+
+@dataclass(frozen=True)
+class KernelFitPolicy:
+    """How a kernel fit runs, as far as it is known before any measurement.
+
+    Attributes
+    ----------
+    problem : KernelProblem
+        The sizes of every training row (before any validation split).
+    budget : int
+    request : KernelFitRequest
+    solver : {"eigenpro", "cg"}
+        With every point a center, provisional until :attr:`alpha` is known.
+    alpha_mode : {"given", "zero", "loo"}
+    alpha : float or None
+        None while the leave-one-out criterion is still to be measured.
+    loo_min_coverage : float
+        With ``alpha_mode="loo"``: the share of the kernel's trace the Nystrom
+        features must capture for the criterion to be scored (0: always).
+    early_stopping : bool or None
+        Whether to hold out a validation split; None until :attr:`alpha` is known.
+    """
+
+    problem: KernelProblem
+    budget: int
+    request: KernelFitRequest
+    solver: str
+    alpha_mode: str
+    alpha: float | None = None
+    loo_min_coverage: float = 0.0
+    early_stopping: bool | None = None
+
+    @property
+    def uses_centers(self):
+        return self.problem.n_centers is not None
+
+    @property
+    def streamed(self):
+        return self.problem.streamed
+
+    def with_alpha(self, alpha):
+        """The policy once ``alpha`` is known: the solver and the held-out split settled."""
+        solver = self.solver
+        if not self.uses_centers:
+            solver = plan_full_kernel_solver(self.problem, self.budget, self.request.solver, alpha)
+        early_stopping = self.request.early_stopping
+        if early_stopping == "auto":
+            # Without a penalty EigenPro heads for the interpolant, so held-out data
+            # decides when to stop; a penalised loss, or CG's exact solve, converges by itself.
+            exact_or_streamed = solver == "cg" or self.streamed
+            early_stopping = not exact_or_streamed and alpha == 0 and self.problem.n_rows >= AUTO_VALIDATION_MIN_SAMPLES
+        return dataclasses.replace(self, solver=solver, alpha=float(alpha), early_stopping=bool(early_stopping))
+
+
+def plan_kernel_fit(problem, budget, request):
+    """The policy of a kernel fit: solver, how ``alpha`` is resolved, the held-out split.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        Every training row; ``n_centers`` set when the model has centers, ``n_shards``
+        the devices or ranks they would be split over, ``streamed`` when ``X`` is
+        read from its file in buffers.
+    budget : int
+    request : KernelFitRequest
+
+    Returns
+    -------
+    KernelFitPolicy
+        Complete (``alpha`` and ``early_stopping`` set) unless ``alpha_mode`` is
+        ``"loo"``: then the caller measures ``alpha`` and calls ``with_alpha``.
+
+    Raises
+    ------
+    ValueError
+        Combinations that cannot run: a held-out split of streamed data, several
+        devices without centers, a penalty that only CG takes where CG cannot run.
+    """
+    uses_centers = problem.n_centers is not None
+    if problem.streamed and request.early_stopping is True:
+        raise ValueError(
+            "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
+            "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
+        )
+    if not uses_centers and (problem.n_shards > 1 or request.distributed):
+        raise ValueError(
+            "A list of devices or distributed=True shards the centers of EigenPro 3: set n_centers or "
+            "centers (with every training point a center, the model is trained on one device)."
+        )
+    solver = _centers_solver(problem, budget, request) if uses_centers else "eigenpro"
+    alpha_mode, value = plan_alpha(request.alpha, uses_centers, solver, request.classifier, request.min_coverage)
+    policy = KernelFitPolicy(problem, budget, request, solver, alpha_mode)
+    if alpha_mode == "loo":
+        return dataclasses.replace(policy, loo_min_coverage=value)
+    return policy.with_alpha(0.0 if alpha_mode == "zero" else value)
+
+
+def _centers_solver(problem, budget, request):
+    """CG or EigenPro 3 for a model on centers; a given ``alpha > 0`` must get CG."""
+    solver = plan_centers_solver(problem, budget, request.solver)[0]
+    alpha = request.alpha
+    if solver == "eigenpro" and not isinstance(alpha, str) and alpha > 0:
+        sharded_or_streamed = problem.n_shards > 1 or problem.streamed
+        where = "sharded centers or streamed data" if sharded_or_streamed else "its p x p factors do not fit"
+        raise ValueError(
+            f"alpha={alpha} with centers is solved by solver='cg', which cannot run here ({where} "
+            "memory_budget); EigenPro 3's SGD has no penalty. Use alpha=0, fewer centers or a larger budget."
+        )
+    return solver

@@ -1,0 +1,573 @@
+"""The three paths of a kernel fit: EigenPro 2, EigenPro 3 and conjugate gradients on centers.
+
+:func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model` resolves the fit (policy,
+penalty, split, kernel, centers) and hands each path the same
+:class:`KernelHostData` and :class:`KernelFitSettings`; :func:`run_path` runs the
+path and returns one :class:`PathOutcome`.  The two EigenPro paths share every
+stage (layout, measured capacity, spectrum, plan, loop) and differ in what each
+stage does; CG needs no spectrum and no batch.  No scikit-learn and no input
+validation here.
+"""
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .._warnings import warn_user
+from ..blockwise import DeviceCopier, KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
+from ..buffer import as_row_source
+from ..device import is_out_of_memory, synchronize
+from ..parallel.distributed import agree
+from ..planning.kernel import (
+    BETA_PROBE_ROWS,
+    CACHE_FILL_COLUMNS,
+    CG_ROW_BLOCK,
+    PROJECTION_JITTER,
+    PROJECTION_MAX_ITERATIONS,
+    PROJECTION_TOL,
+    KernelProblem,
+    KernelSettings,
+    plan_eigenpro2,
+    plan_eigenpro2_layout,
+    plan_eigenpro3,
+    plan_eigenpro3_layout,
+)
+from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
+from ..scaling import ScheduleContext, warn_if_warmup_fills_run
+from .centers_cg import CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
+from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
+from .eigenpro3 import (
+    CenterShards,
+    ExactProjection,
+    InMemoryBatches,
+    IterativeProjection,
+    StreamedBatches,
+    fit_eigenpro3,
+)
+
+# Relative residual of the preconditioned normal equations at which CG stops: far
+# below the statistical error of any model it fits, near float32's resolution.
+CG_TOL = 1e-6
+
+__all__ = ["CG_TOL", "KernelFitSettings", "KernelHostData", "PathOutcome", "run_path"]
+
+
+@dataclass(frozen=True)
+class KernelHostData:
+    """Host arrays of a kernel fit, split and shuffled by the pipeline.
+
+    Parameters
+    ----------
+    X : ndarray or memory map of shape (n, d)
+        Training rows (unshuffled; ``order`` is the shuffle).
+    Y : ndarray of shape (n, l)
+        Centred targets.
+    weights : ndarray of shape (n,)
+    order : ndarray of shape (n,)
+        The seeded permutation of the rows.
+    validation : tuple (X_val, Y_val) or None
+    centers : ndarray of shape (p, d) or None
+        The centers of EigenPro 3 and CG (float64); None puts a center at every
+        training row (EigenPro 2).
+    coef_init : Tensor or None
+        Warm-start coefficients in the order of the centers.
+    centers_from_data : bool
+        The centers are the first ``p`` shuffled training rows.
+    streamed : bool
+        ``X`` is a memory-mapped file read in buffers.
+    """
+
+    X: object
+    Y: np.ndarray
+    weights: np.ndarray
+    order: np.ndarray
+    validation: tuple | None
+    centers: np.ndarray | None
+    coef_init: torch.Tensor | None
+    centers_from_data: bool = True
+    streamed: bool = False
+
+
+@dataclass(frozen=True)
+class KernelRuntime:
+    """Resolved facts of the run: devices, precision, memory, randomness, process group.
+
+    ``rng`` is the fit's ``RandomState`` (the validation split, the shuffle and a
+    streamed fit's seed are drawn from it, in that order); ``generator`` seeds the
+    epoch permutations; ``group`` is the ``torch.distributed`` group the centers
+    are sharded over (or None).
+    """
+
+    devices: list
+    dtype: torch.dtype
+    budget: int
+    rng: np.random.RandomState
+    generator: torch.Generator
+    group: object = None
+    first_step: int = 0
+    epochs_done: int = 0
+    log: Callable | None = None
+
+
+@dataclass(frozen=True)
+class KernelFitSettings:
+    """What every path reads: the resolved kernel and penalty, and the user's loop parameters."""
+
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    planning: KernelSettings
+    n_components: object
+    damping: float
+    scaling_rule: object
+    n_epochs: int
+    tol: float | None
+    n_iter_no_change: int
+    validation_score: Callable
+    name: str
+    alpha: float = 0.0
+
+
+@dataclass(frozen=True)
+class PathOutcome:
+    """What a path decided and produced.
+
+    ``plan`` and ``spectrum`` are None for CG, which has neither; ``device_cache``
+    is ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    """
+
+    result: KernelLoopResult
+    plan: object
+    spectrum: object
+    throughputs: dict
+    centers: np.ndarray
+    device_cache: tuple
+
+
+def run_path(solver, data, runtime, settings):
+    """Run the path of ``solver`` (``"eigenpro"``: EigenPro 2 or 3 by ``data.centers``; ``"cg"``)."""
+    if solver == "cg":
+        return _CGPath(data, runtime, settings).run()
+    path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
+    return _run_eigenpro(path)
+
+
+def _run_eigenpro(path):
+    """Layout, measured capacity, spectrum, plan, then the path's loop."""
+    runtime, settings = path.runtime, path.settings
+    layout = path.layout()
+    capacity, throughputs = path.capacity(layout)
+    spectrum = path.spectrum(layout, capacity)
+    n_components = spectrum.preconditioner.n_components
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, settings.bandwidth)
+    plan, prepared = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned))
+    n = path.problem.n_rows
+    steps_per_epoch = math.ceil(n / plan.batch_size)
+    learning_rate_for = _learning_rate_function(settings.scaling_rule, spectrum, settings.n_epochs)
+    warn_if_warmup_fills_run(
+        settings.scaling_rule, _schedule_context(spectrum, plan.batch_size, steps_per_epoch, settings.n_epochs)
+    )
+    if runtime.log is not None:
+        runtime.log(
+            f"[{settings.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
+            f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
+            f"components, scaling rule {settings.scaling_rule!r}, step size "
+            f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
+        )
+    loop = LoopSettings(
+        batch_size=plan.batch_size,
+        learning_rate_for=learning_rate_for,
+        n_epochs=settings.n_epochs,
+        first_step=runtime.first_step,
+        tol=settings.tol,
+        n_iter_no_change=settings.n_iter_no_change,
+        log=runtime.log,
+        stop_on_train_loss=True,
+    )
+    preconditioner = spectrum.preconditioner if n_components else None
+    result = path.solve(layout, plan, prepared, preconditioner, loop)
+    return PathOutcome(result, plan, spectrum, throughputs, path.centers_host(), path.device_cache(result.coef))
+
+
+class _Path:
+    """What every path starts from: the device copier, the kernel, the penalty on the loops' scale."""
+
+    def __init__(self, data, runtime, settings):
+        self.data, self.runtime, self.settings = data, runtime, settings
+        self.kernel, self.device = settings.kernel, runtime.devices[0]
+        self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
+        self.itemsize = torch.finfo(runtime.dtype).bits // 8
+
+    def problem_with(self, **sizes):
+        """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
+        X, Y = self.data.X, self.data.Y
+        return KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, **sizes)
+
+    def validation_tensors(self):
+        if self.data.validation is None:
+            return None
+        X_val, Y_val = self.data.validation
+        return self.to_device(X_val), self.to_device(Y_val, center=False)
+
+    def weights_tensor(self, weights):
+        """Normalised sample weights on the device, or None when all are equal."""
+        if np.all(weights == weights[0]):
+            return None
+        return self.to_device(weights / weights.max(), center=False)
+
+
+class _EigenProPath(_Path):
+    """Stages both EigenPro paths share: the user's batch, the penalty's scale, spectral settings."""
+
+    def prepare(self, plan):
+        """Allocate what the plan keeps for the whole fit: ``(plan as carried out, what solve reads)``."""
+        return plan, None
+
+    def device_cache(self, coef):
+        return (self.device, self.centers_dev, coef, self.to_device.offset)
+
+    def given_capacity(self):
+        """The user's batch (bounded by n), or None when it is to be measured."""
+        batch_size = self.settings.planning.batch_size
+        return None if batch_size == "auto" else min(batch_size, self.problem.n_rows)
+
+    def measured_capacity(self, layout, probe_rows):
+        """The batch capacity: the user's batch, the memory limit of a cached kernel, or a throughput probe."""
+        given = self.given_capacity()
+        if given is not None:
+            return given, {}
+        if layout.cached:
+            # Steps read their kernel rows: an epoch reads the cache once whatever the
+            # batch, so a larger batch costs no more per row and no throughput is probed
+            # (see planning.kernel.cached_batch_limit).
+            return layout.memory_limit, {}
+        return measure_batch_capacity(
+            self.kernel,
+            probe_rows,
+            self.centers_dev,
+            self.problem.n_outputs,
+            layout.memory_limit,
+            layout.column_block,
+            layout.subsample_size,
+        )
+
+    def ridge(self):
+        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
+        return self.settings.alpha / float(self.data.weights.max())
+
+    def spectral_settings(self, eigenvalue_shift, diagonal_shift):
+        """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
+        settings = self.settings
+        return SpectralSettings(
+            settings.n_components, settings.damping, eigenvalue_shift, diagonal_shift, self.problem.n_rows
+        )
+
+    def starting_coef(self, n_coefficients):
+        """The warm start's coefficients, or zeros, on the device."""
+        coef = self.data.coef_init
+        if coef is None:
+            coef = torch.zeros(n_coefficients, self.problem.n_outputs, dtype=self.runtime.dtype)
+        return coef.to(self.device, self.runtime.dtype)
+
+
+class _EigenPro2Path(_EigenProPath):
+    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
+
+    def __init__(self, data, runtime, settings):
+        super().__init__(data, runtime, settings)
+        n_validation = 0 if data.validation is None else data.validation[0].shape[0]
+        self.problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
+        self.X_dev = self.to_device(data.X[data.order])
+        self.centers_dev = self.kernel.prepare_centers(self.X_dev)
+
+    def where(self):
+        return f"device={self.device}"
+
+    def centers_host(self):
+        return self.data.X[self.data.order]
+
+    def layout(self):
+        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.planning)
+
+    def capacity(self, layout):
+        return self.measured_capacity(layout, self.X_dev)
+
+    def spectrum(self, layout, capacity):
+        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
+        # by alpha / n and every diagonal entry by alpha.
+        ridge = self.ridge()
+        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
+        return plan_preconditioner(
+            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
+        )
+
+    def plan(self, layout, capacity, critical_batch):
+        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.planning)
+
+    def solve(self, layout, plan, prepared, preconditioner, loop):
+        validation, caches = prepared
+        data = self.data
+        Y_dev = self.to_device(data.Y[data.order], center=False)
+        weights = self.weights_tensor(data.weights[data.order])
+        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
+        if validation is not None:
+            X_val, Y_val = validation
+
+            def score(coef):
+                if caches[1] is not None:
+                    predictions = caches[1].matmul(slice(None), coef)
+                else:
+                    predictions = kernel_matmul_rows(
+                        self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
+                    )
+                return self.settings.validation_score(predictions, Y_val)
+
+            loop = dataclasses.replace(loop, validation=score)
+        fresh = data.coef_init is None
+        coef = self.starting_coef(self.problem.n_rows)
+        generator = self.runtime.generator
+        return fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
+
+    def prepare(self, plan):
+        """Fill the kernel cache the plan asks for; without device memory for it, compute blocks per batch.
+
+        The budget is planned from the memory free when the fit starts; a device that
+        is shared (or fragmented) may still refuse the allocation, which is then
+        reported and the fit goes on without the cache.  Returns the plan as carried
+        out and ``(validation tensors, (train cache, validation cache))``.
+        """
+        validation = self.validation_tensors()
+        if not plan.cached:
+            return plan, (validation, (None, None))
+        try:
+            return plan, (validation, self._caches(plan, validation))
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            if not is_out_of_memory(error):
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            warn_user(
+                f"The kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}: "
+                "kernel blocks are computed per batch instead. Lower memory_budget or set cache_kernel=False.",
+                RuntimeWarning,
+            )
+            return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, (None, None))
+
+    def _caches(self, plan, validation):
+        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
+        tic = time.perf_counter()
+        storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
+        blocks = (plan.row_block, CACHE_FILL_COLUMNS)
+        train = cache_kernel_rows(self.kernel, self.X_dev, self.centers_dev, storage, *blocks, symmetric=True)
+        held_out = None
+        if validation is not None:
+            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks)
+        synchronize(self.device)
+        if self.runtime.log is not None:
+            rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
+            self.runtime.log(
+                f"[{self.settings.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
+                f"{time.perf_counter() - tic:.1f} s"
+            )
+        return KernelCache(train, self.runtime.dtype), (
+            None if held_out is None else KernelCache(held_out, self.runtime.dtype)
+        )
+
+
+class _EigenPro3Path(_EigenProPath):
+    """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
+
+    def __init__(self, data, runtime, settings):
+        super().__init__(data, runtime, settings)
+        X, group = data.X, runtime.group
+        n_shards = group.size() if group is not None else len(runtime.devices)
+        self.problem = self.problem_with(
+            n_centers=data.centers.shape[0],
+            n_shards=n_shards,
+            centers_from_data=data.centers_from_data,
+            streamed=data.streamed,
+        )
+        self.Z_dev = self.to_device(data.centers)
+        self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
+        self.X_dev = None if self.problem.streamed else self.to_device(X[data.order])
+
+    def where(self):
+        group = self.runtime.group
+        rank = f" (rank {group.rank()} of {group.size()})" if group is not None else ""
+        return f"devices={[str(device) for device in self.runtime.devices]}{rank}"
+
+    def centers_host(self):
+        return self.data.centers
+
+    def layout(self):
+        runtime, planning = self.runtime, self.settings.planning
+        layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
+        # Ranks may see different free memory; they must take the same path.
+        choices = agree(layout.choices, runtime.group, self.device)
+        if tuple(choices) != layout.choices:
+            layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning, choices)
+        return layout
+
+    def capacity(self, layout):
+        probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
+        capacity, throughputs = self.measured_capacity(layout, probe_rows)
+        if self.given_capacity() is None and not layout.cached:
+            # Ranks time their own devices; they must agree on the batch to stay in step.
+            (capacity,) = agree([capacity], self.runtime.group, self.device)
+        return capacity, throughputs
+
+    def spectrum(self, layout, capacity):
+        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
+        # the preconditioned beta also on training rows outside it.
+        data = self.data
+        if self.X_dev is not None:
+            probe_rows = self.X_dev[:BETA_PROBE_ROWS]
+        else:
+            probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
+        # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
+        shift = self.ridge() / self.problem.n_rows
+        spectral = self.spectral_settings(shift, shift)
+        return plan_preconditioner(
+            self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
+        )
+
+    def plan(self, layout, capacity, critical_batch):
+        return plan_eigenpro3(layout, capacity, critical_batch, self.settings.planning)
+
+    def solve(self, layout, plan, prepared, preconditioner, loop):
+        runtime = self.runtime
+        shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, group=runtime.group)
+        if plan.cached:
+            shards.cache(self.X_dev, plan.row_block)
+        projection = self._projection(plan, shards, preconditioner)
+        batches = self._batches(plan)
+        validation = self.validation_tensors()
+        if validation is not None:
+            X_val, Y_val = validation
+
+            def score(coef):
+                predictions = torch.cat(
+                    [
+                        shards.apply(shards.blocks(X_val[start : start + plan.row_block]), coef)
+                        for start in range(0, X_val.shape[0], plan.row_block)
+                    ]
+                )
+                return self.settings.validation_score(predictions, Y_val)
+
+            loop = dataclasses.replace(loop, validation=score)
+        coef = self.starting_coef(self.problem.n_centers)
+        return fit_eigenpro3(self.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
+
+    def _projection(self, plan, shards, preconditioner):
+        runtime = self.runtime
+        if plan.projection == "exact":
+            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(runtime.dtype).eps)
+            return ExactProjection(self.kernel, self.Z_dev, jitter, runtime.dtype)
+        if plan.cached and self.problem.centers_from_data:
+            center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
+        else:
+            center_shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, runtime.group)
+            if plan.cache_centers:
+                center_shards.cache(self.Z_dev, plan.row_block)
+        return IterativeProjection(
+            center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
+        )
+
+    def _batches(self, plan):
+        data, runtime = self.data, self.runtime
+        if plan.streamed:
+            sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
+            if not np.all(data.weights == data.weights[0]):
+                sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
+            seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
+            offset = self.to_device.offset
+            return StreamedBatches(sources, self.device, runtime.dtype, offset, plan.buffer_rows, seed)
+        order = data.order
+        Y_dev = self.to_device(data.Y[order], center=False)
+        return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
+
+
+class _CGPath(_Path):
+    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches)."""
+
+    def run(self):
+        data, runtime, settings, kernel = self.data, self.runtime, self.settings, self.kernel
+        to_device, device = self.to_device, self.device
+        centers = to_device(data.centers)
+        X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
+        weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
+        rows = KernelRowBlocks(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
+        if runtime.log is not None:
+            runtime.log(f"[{settings.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg")
+        coef_init = None if data.coef_init is None else data.coef_init.to(device)
+        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init)
+        coef = solved.coef.to(runtime.dtype)
+        history = solved.history
+        if data.validation is not None and history:
+            # CG heads for the exact solution: the held-out rows score the model it ends with.
+            X_val, Y_val = self.validation_tensors()
+            predictions = center_kernel_block(kernel, centers)(X_val) @ coef
+            history[-1] = {**history[-1], "validation_score": float(settings.validation_score(predictions, Y_val))}
+        n = len(history)
+        result = KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
+        device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
+        return PathOutcome(result, None, None, {}, data.centers, device_cache)
+
+    def _cg_settings(self):
+        settings, dtype = self.settings, self.runtime.dtype
+        # tol=None asks for every iteration up to the bound, as it asks for every epoch.
+        return CGSettings(
+            max_iterations=settings.n_epochs,
+            tol=0.0 if settings.tol is None else CG_TOL,
+            log=self.runtime.log,
+            # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
+            # above it, and the objective judges progress (as the EigenPro loops' tol does).
+            objective_tol=None if dtype == torch.float64 else settings.tol,
+            objective_patience=settings.n_iter_no_change,
+        )
+
+
+def _learning_rate_function(scaling_rule, spectrum, n_epochs):
+    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
+
+    def learning_rate_for(step, batch_size, steps_per_epoch):
+        return scaling_rule(step, _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs))
+
+    return learning_rate_for
+
+
+def _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs):
+    return ScheduleContext(
+        batch_size,
+        steps_per_epoch,
+        n_epochs,
+        beta=spectrum.beta_preconditioned,
+        top_eigenvalue=spectrum.top_eigenvalue_preconditioned,
+    )
+
+
+def _warn_if_degenerate_kernel(spectrum, subsample_size, dtype, bandwidth):
+    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
+    if subsample_size < 2 or not np.all(np.isfinite(spectrum.eigenvalues)):
+        return  # a kernel returning inf/NaN is reported by the solver as an error
+    eigenvalues = spectrum.eigenvalues
+    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
+    if eigenvalues[0] * subsample_size <= 1.05 * spectrum.beta:
+        warn_user(
+            f"{described} matrix is numerically the identity: samples do not see each other, and "
+            "predictions away from the training points are close to zero. The bandwidth is "
+            "probably too small for the distances in the data.",
+            UserWarning,
+        )
+    elif max_usable_components(eigenvalues, dtype) == 0:
+        warn_user(
+            f"{described} is numerically constant on the data in {dtype}: the model can fit "
+            "little more than a constant. The bandwidth is probably too large for the "
+            "distances in the data.",
+            UserWarning,
+        )
