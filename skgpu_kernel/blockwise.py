@@ -27,6 +27,8 @@ __all__ = [
     "kernel_matmul",
     "kernel_matmul_rows",
     "kernel_predict",
+    "linear_predict",
+    "linear_scores",
     "map_row_blocks",
     "measure_batch_capacity",
     "widened",
@@ -268,6 +270,40 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
         device,
         dtype,
         offset=offset,
+    )
+
+
+def linear_scores(X, coef, intercept):
+    """``X W + b`` for a dense or sparse (COO) ``X``."""
+    if X.is_sparse:
+        return torch.sparse.mm(X, coef) + intercept
+    return torch.addmm(intercept, X, coef)
+
+
+def linear_predict(rows, coef_matrix, intercept, device, dtype):
+    """Scores ``X W + b`` of host ``rows`` in planned row blocks, in ``dtype``.
+
+    Parameters
+    ----------
+    rows : ndarray, scipy CSR matrix or anything sliced by row ranges, of shape (n, d)
+    coef_matrix : ndarray of shape (l, d)
+    intercept : ndarray of shape (l,) or scalar
+    device : torch.device
+    dtype : torch.dtype
+
+    Returns
+    -------
+    ndarray of shape (n, l)
+    """
+    coef = torch.as_tensor(coef_matrix.T.copy(), dtype=dtype).to(device)
+    intercept = torch.as_tensor(np.atleast_1d(intercept), dtype=dtype).to(device)
+    return map_row_blocks(
+        rows,
+        lambda block: linear_scores(block, coef, intercept),
+        coef_matrix.shape[0],
+        PREDICT_ROWS[device.type],
+        device,
+        dtype,
     )
 
 

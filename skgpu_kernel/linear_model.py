@@ -1,14 +1,13 @@
 """Buffered mini-batch SGD (BMGD) linear models: thin scikit-learn shells.
 
-fit = validate (or open an out-of-core source) -> resolve runtime (device, dtype,
-memory budget, seeds, validation split) -> plan (:mod:`skgpu_kernel.planning.sgd`:
-buffers, then the batch from the spectrum and the throughput measured on sampled
-rows) -> run the solver (:func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd` on
-prefetched buffers, or the parallel workers) -> store numpy fitted attributes.
+fit = validate (or open an out-of-core source) and encode the targets -> resolve
+the runtime (device, dtype, memory budget, seed, parallel workers) -> call
+:func:`~skgpu_kernel.solvers.bmgd_fit.fit_bmgd_model`, which splits, measures,
+plans and runs BMGD in this process or on the workers -> store its result as numpy
+fitted attributes.
 """
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
@@ -26,25 +25,12 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
-from ._warnings import warn_user
-from .blockwise import PREDICT_ROWS, map_row_blocks
-from .buffer import BufferPrefetcher, as_row_source, is_out_of_core, map_ranges, plan_passes
+from .blockwise import linear_predict
+from .buffer import as_row_source, is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
-from .parallel.launch import run_distributed, share_for_workers
-from .parallel.strategies import AdaptiveSGD, ParallelStrategy
-from .parallel.worker import TrainingJob, source_spec, train_worker
-from .planning.sgd import (
-    SGDProblem,
-    ThroughputProbe,
-    plan_bmgd,
-    plan_buffers,
-    sample_ranges,
-    step_spectrum,
-    validation_split,
-)
-from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule, warn_if_warmup_fills_run
-from .solvers.losses import make_loss
-from .solvers.sgd import SGDResult, SGDRun, fit_buffered_sgd, linear_scores, linear_spectrum, measure_sgd_capacity
+from .parallel.strategies import ParallelStrategy
+from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
+from .solvers.bmgd_fit import BMGDContinuation, BMGDInput, BMGDRuntime, BMGDSettings, fit_bmgd_model
 
 __all__ = ["BufferedSGDClassifier", "BufferedSGDRegressor"]
 
@@ -71,57 +57,6 @@ class _Targets:
     single: bool = False
 
 
-@dataclass(frozen=True)
-class _Setup:
-    """A fit's runtime, resolved once: device facts, row sources and split, seeds and starting point."""
-
-    targets: _Targets
-    loss: object
-    device: torch.device
-    dtype: torch.dtype
-    budget: int
-    alpha: float
-    strategy: ParallelStrategy | None
-    worker_devices: list | None
-    sources: list
-    dtypes: list
-    train_segments: list
-    validation_ranges: list | None
-    check_finite: bool
-    problem: SGDProblem
-    seed: int
-    passes_done: int
-    rng: np.random.RandomState
-    generator: torch.Generator
-    warm: bool
-    continuing: bool
-    incremental: bool
-    start_step: int
-    prefetch: bool
-    # The precision of the stored coefficients: float32 for float32 X, else float64.
-    output_dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class _ParallelFacts:
-    """What only parallel fits report; the merge records are AdaptiveSGD's (one row per merge)."""
-
-    n_workers: int
-    communication_bytes: int
-    merge_weights: np.ndarray | None = None
-    worker_batch_sizes: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """What a solver run gave back; ``parallel`` only for parallel fits."""
-
-    result: SGDResult
-    coef: torch.Tensor
-    intercept: torch.Tensor
-    parallel: _ParallelFacts | None = None
-
-
 class _RowSlices:
     """Row slicing ``X[start:stop]`` over a :class:`~skgpu_kernel.buffer.RowSource`."""
 
@@ -131,221 +66,6 @@ class _RowSlices:
 
     def __getitem__(self, rows):
         return self.source.read([(rows.start, min(rows.stop, self.source.n_rows))])
-
-
-class _StreamedPasses:
-    """Every pass of a fit read by one prefetcher, buffer after buffer.
-
-    The first buffer of a pass then loads while the last buffer of the previous pass
-    trains, instead of each pass starting with a wait.  Features are checked for
-    NaN and infinity as buffers arrive (sources not validated in memory).
-    """
-
-    def __init__(self, prefetcher, buffers_per_pass, check_finite):
-        self.prefetcher = prefetcher
-        self.buffers = iter(prefetcher)
-        self.buffers_per_pass = buffers_per_pass
-        self.check_finite = check_finite
-
-    def open(self, epoch):
-        return _PassView(self)
-
-    def close(self):
-        self.prefetcher.close()
-
-
-class _PassView:
-    """The buffers of one pass out of :class:`_StreamedPasses`, with its own I/O wait."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.wait_before = stream.prefetcher.io_wait_seconds
-
-    @property
-    def io_wait_seconds(self):
-        return self.stream.prefetcher.io_wait_seconds - self.wait_before
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, error_type, *exc_info):
-        if error_type is not None:
-            self.stream.close()
-
-    def __iter__(self):
-        for _ in range(self.stream.buffers_per_pass):
-            X, targets, *weights = next(self.stream.buffers)
-            if self.stream.check_finite:
-                _check_finite(X)
-            yield X, targets, weights[0] if weights else None
-
-
-class _ResidentPasses:
-    """Passes over data that fits in one buffer, loaded once for all passes."""
-
-    io_wait_seconds = 0.0
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-
-    def open(self, epoch):
-        return self
-
-    def close(self):
-        return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return None
-
-    def __iter__(self):
-        yield self.tensors
-
-
-def _open_passes(setup, plan, run):
-    """The passes of a single-process fit: the data resident in one buffer, or one prefetcher streaming them all."""
-    segments = setup.train_segments
-    if plan.resident:
-        X, targets, *weights = _read(setup.sources, setup.dtypes, segments, setup.device, setup.check_finite)
-        return _ResidentPasses((X, targets, weights[0] if weights else None))
-    # Chunk order reshuffled per pass, continuing the passes of earlier calls.
-    plans = plan_passes(segments, plan.buffer_size, setup.seed, setup.passes_done, run.n_epochs, run.shuffle)
-    buffers = [buffer for plan_ in plans for buffer in plan_]
-    prefetcher = BufferPrefetcher(setup.sources, buffers, setup.device, setup.dtypes, setup.prefetch)
-    return _StreamedPasses(prefetcher, len(plans[0]), setup.check_finite)
-
-
-def _read(sources, dtypes, ranges, device, check_finite=False):
-    """The rows ``ranges`` of every source, as tensors on ``device``."""
-    with BufferPrefetcher(sources, [ranges], device, dtypes, prefetch=False) as buffers:
-        tensors = next(iter(buffers))
-    if check_finite:
-        _check_finite(tensors[0])
-    return tensors
-
-
-def _row_sources(data, targets, dtype):
-    """Row sources of X, the targets and the weights, with the dtype each is read in."""
-    sources = [data.source, as_row_source(targets.values, "y")]
-    dtypes = [dtype, dtype if targets.values.dtype.kind == "f" else torch.int64]
-    if data.weights is not None:
-        sources.append(as_row_source(data.weights, "sample_weight"))
-        dtypes.append(dtype)
-    return sources, dtypes
-
-
-def _check_finite(X):
-    values = X.coalesce().values() if X.is_sparse else X
-    if values.numel() == 0:
-        return
-    # Extremes propagate NaN and show infinities; on the CPU this is far faster
-    # than an element-wise isfinite over the whole buffer.
-    low, high = torch.aminmax(values)
-    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
-        raise ValueError("Input X contains NaN or infinity.")
-
-
-def _parallel_facts(outcome, strategy, n_workers):
-    """What the workers reported beyond the model and its history."""
-    if not isinstance(strategy, AdaptiveSGD):
-        return _ParallelFacts(n_workers, int(outcome["bytes"]))
-    history = outcome["history"]
-    return _ParallelFacts(
-        n_workers,
-        int(outcome["bytes"]),
-        merge_weights=np.array([record["merge_weights"] for record in history]),
-        worker_batch_sizes=np.array([record["worker_batch_sizes"] for record in history]),
-    )
-
-
-def _starting_coefficients(setup, fitted):
-    """``(coef, intercept)`` on the device: the fitted ``(coef_matrix, intercept_)`` when warm, else zeros."""
-    if fitted is None:
-        shape = (setup.problem.n_features, setup.problem.n_outputs)
-        coef = torch.zeros(shape, dtype=setup.dtype, device=setup.device)
-        return coef, torch.zeros(shape[1], dtype=setup.dtype, device=setup.device)
-    coef = torch.as_tensor(fitted[0].T.copy(), dtype=setup.dtype).to(setup.device)
-    return coef, torch.as_tensor(np.asarray(fitted[1], dtype=np.float64), dtype=setup.dtype).to(setup.device)
-
-
-def _linear_decision(rows, coef_matrix, intercept, device, dtype):
-    """Scores ``X W + b`` of ``rows`` (anything sliced by row ranges) in planned row blocks, in ``dtype``."""
-    device = prediction_device(device)
-    dtype = resolve_dtype(dtype)
-    coef = torch.as_tensor(coef_matrix.T.copy(), dtype=dtype).to(device)
-    intercept = torch.as_tensor(np.atleast_1d(intercept), dtype=dtype).to(device)
-    scores = map_row_blocks(
-        rows,
-        lambda block: linear_scores(block, coef, intercept),
-        coef_matrix.shape[0],
-        PREDICT_ROWS[device.type],
-        device,
-        dtype,
-    )
-    return scores
-
-
-def _describe(setup, plan, run):
-    """The decisions line ``verbose`` prints before training."""
-    where = f"device={setup.device}, dtype={str(setup.dtype).removeprefix('torch.')}"
-    if setup.strategy is not None:
-        where += f", {type(setup.strategy).__name__} on {[str(device) for device in setup.worker_devices]}"
-    return f"{where}, {plan.describe()}, first learning rate {run.learning_rate(run.start_step, run.batch_size):.4g}"
-
-
-def _run_single(setup, plan, run, coefficients, score, log):
-    """BMGD in this process on resident or streamed passes; ``score(scores, targets)`` on the validation rows."""
-    coef, intercept = coefficients
-    passes = _open_passes(setup, plan, run)
-    try:
-        validation = None
-        if score is not None:
-            X_val, T_val = _read(
-                setup.sources[:2], setup.dtypes[:2], setup.validation_ranges, setup.device, setup.check_finite
-            )
-
-            def validation(coef, intercept):
-                return score(linear_scores(X_val, coef, intercept), T_val)
-
-        result = fit_buffered_sgd(coef, intercept, passes.open, run, setup.generator, validation, log)
-    finally:
-        passes.close()
-    return _Outcome(result, coef, intercept)
-
-
-def _run_parallel(setup, plan, run, coefficients):
-    """Train on the strategy's worker processes (or as this rank of a torchrun group)."""
-    job = TrainingJob(
-        run=run,
-        sources=[source_spec(source.data, share_for_workers) for source in setup.sources],
-        dtypes=[str(dtype).removeprefix("torch.") for dtype in setup.dtypes],
-        coef=coefficients[0].cpu().numpy(),
-        intercept=coefficients[1].cpu().numpy(),
-        buffer_size=plan.buffer_size,
-        prefetch=setup.prefetch,
-        seed=setup.seed,
-        first_pass=setup.passes_done,
-        segments=setup.train_segments,
-        strategy=setup.strategy,
-    )
-    devices = [str(device) for device in setup.worker_devices]
-    outcome = run_distributed(train_worker, job, devices, timeout=setup.strategy.timeout)[0]
-    distributed = torch.distributed.is_initialized()
-    n_workers = torch.distributed.get_world_size() if distributed else len(devices)
-    history = outcome["history"]
-    result = SGDResult(
-        n_epochs=run.n_epochs,
-        n_steps=int(outcome["n_steps"]),
-        batch_size=run.batch_size,
-        learning_rate=float(outcome["learning_rate"]),
-        io_wait_seconds=0.0,
-        seconds=sum(record["seconds"] for record in history),
-        history=history,
-    )
-    parallel = _parallel_facts(outcome, setup.strategy, n_workers)
-    return _Outcome(result, torch.as_tensor(outcome["coef"]), torch.as_tensor(outcome["intercept"]), parallel)
 
 
 class _BaseBufferedSGD(BaseEstimator):
@@ -424,23 +144,26 @@ class _BaseBufferedSGD(BaseEstimator):
         self.verbose = verbose
         self.parallel = parallel
 
-    # --- fit: validate -> resolve runtime -> plan -> solve -> store -----------------
+    # --- fit: validate -> fit_bmgd_model -> store -----------------------------------
 
     def _fit(self, X, y, sample_weight, *, incremental, classes=None):
         continuing = incremental and hasattr(self, "coef_")
         data = self._open_data(X, y, sample_weight, reset=not continuing)
         try:
-            setup = self._resolve_runtime(data, incremental, continuing, classes)
+            targets = self._encode_targets(data.y, incremental, classes)
+            data = self._with_class_weights(data, targets, incremental)
+            bmgd_input = BMGDInput(
+                data.source, targets.values, targets.n_outputs, data.weights, data.check_finite, data.nonzeros_per_row
+            )
+            continuation = self._continuation(continuing)
+            runtime = self._resolve_runtime(continuation)
             # The rule is resolved on every call, so that set_params between partial_fit
             # calls takes effect; sizes and spectrum stay those of the first call.
-            rule = resolve_scaling_rule(self.scaling_rule)
-            plan = self._bmgd_plan if continuing else self._plan(setup)
-            if not continuing:
-                warn_if_warmup_fills_run(rule, plan.context)
-            outcome = self._solve(setup, plan, rule)
+            settings = self._fit_settings(incremental)
+            fit = fit_bmgd_model(bmgd_input, runtime, settings, continuation)
         finally:
             data.source.close()
-        self._store_fit(setup, plan, rule, outcome)
+        self._store_fit(runtime, settings.scaling_rule, fit, (targets, output_dtype(data.source.dtype), continuing))
         return self
 
     def _open_data(self, X, y, sample_weight, reset):
@@ -488,123 +211,71 @@ class _BaseBufferedSGD(BaseEstimator):
                 f"{self.n_features_in_} features as input."
             )
 
-    def _resolve_runtime(self, data, incremental, continuing, classes):
-        """Targets, loss, device facts, parallel workers, seeds, validation split and row sources."""
-        targets = self._encode_targets(data.y, incremental, classes)
-        data = self._with_class_weights(data, targets, incremental)
+    def _continuation(self, continuing):
+        """The previous fit when ``warm_start`` or a later ``partial_fit`` call continues it, else None."""
+        if not (continuing or (self.warm_start and hasattr(self, "coef_"))):
+            return None
+        return BMGDContinuation(
+            self._coef_matrix(),
+            self.intercept_,
+            self._seed,
+            self._passes_done,
+            plan=self._bmgd_plan if continuing else None,
+            start_step=self.t_ if continuing else 0,
+        )
+
+    def _resolve_runtime(self, continuation):
+        """Device facts, parallel workers and the seed of this call."""
         device = resolve_device(self.device)
-        dtype = resolve_dtype(self.dtype)
-        budget = resolve_memory_budget(self.memory_budget, device)
         strategy = worker_devices = None
+        budget = resolve_memory_budget(self.memory_budget, device)
         if self.parallel is not None:
-            if self.early_stopping:
-                raise ValueError(
-                    "early_stopping needs one validation split seen by one process; it is not available with "
-                    "parallel=. Set early_stopping=False (tol does not apply to parallel fits either)."
-                )
             strategy = clone(self.parallel)
             worker_devices = strategy.resolve_devices(device)
-        n_rows, n_features = data.source.shape
-        warm = continuing or (self.warm_start and hasattr(self, "coef_"))
-        if warm and self._coef_matrix().shape != (targets.n_outputs, n_features):
-            raise ValueError(
-                f"warm_start continues from coefficients of shape {self._coef_matrix().shape}, but the data "
-                f"needs {(targets.n_outputs, n_features)}. Set warm_start=False to fit new data."
-            )
-        seed = self._seed if warm else int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        passes_done = self._passes_done if warm else 0
-        rng = np.random.RandomState([seed, passes_done, 0])
-        generator = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        train_segments, validation_ranges = [(0, n_rows)], None
-        if self.early_stopping and not incremental:
-            train_segments, validation_ranges = validation_split(n_rows, self.validation_fraction, rng)
-        sources, dtypes = _row_sources(data, targets, dtype)
-        problem = SGDProblem(
-            n_train=sum(stop - start for start, stop in train_segments),
-            n_features=n_features,
-            n_outputs=targets.n_outputs,
-            itemsize=torch.finfo(dtype).bits // 8,
-            nonzeros_per_row=data.nonzeros_per_row,
-            weighted=data.weights is not None,
-        )
-        return _Setup(
-            targets=targets,
-            loss=make_loss(self.loss, targets.n_outputs, getattr(self, "epsilon", 0.1)),
+        if continuation is not None:
+            seed = continuation.seed
+        else:
+            seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        return BMGDRuntime(
             device=device,
-            dtype=dtype,
+            dtype=resolve_dtype(self.dtype),
             budget=budget,
-            alpha=float(self.alpha) if self.penalty == "l2" else 0.0,
+            seed=seed,
+            prefetch=self.prefetch,
             strategy=strategy,
             worker_devices=worker_devices,
-            sources=sources,
-            dtypes=dtypes,
-            train_segments=train_segments,
-            validation_ranges=validation_ranges,
-            check_finite=data.check_finite,
-            problem=problem,
-            seed=seed,
-            passes_done=passes_done,
-            rng=rng,
-            generator=generator,
-            warm=warm,
-            continuing=continuing,
-            incremental=incremental,
-            start_step=self.t_ if continuing else 0,
-            prefetch=self.prefetch,
-            output_dtype=output_dtype(data.source.dtype),
+            log=print if self.verbose else None,
         )
 
-    def _plan(self, setup):
-        """Buffers, then the spectrum and throughput measured on sampled rows, then the batch."""
-        problem, device = setup.problem, setup.device
-        buffers = plan_buffers(problem, setup.budget, device.type, self.buffer_size, self.batch_size)
-        ranges = map_ranges(setup.train_segments, sample_ranges(problem.n_train, setup.rng))
-        sample = _read(setup.sources, setup.dtypes, ranges, device, setup.check_finite)
-        raw = linear_spectrum(sample[0], sample[2] if problem.weighted else None, self.fit_intercept, setup.generator)
-        spectrum = step_spectrum(*raw, setup.loss.curvature, setup.alpha)
-        probe = None
-        if buffers.probe_max_batch is not None:
-            key = ("sgd", device.type, device.index, setup.dtype, problem.n_features, problem.n_outputs)
-            key += (sample[0].is_sparse, type(setup.loss))
-            capacity = measure_sgd_capacity(sample[0], problem.n_outputs, setup.loss, buffers.probe_max_batch, key)
-            probe = ThroughputProbe(*capacity)
-        plan = plan_bmgd(
-            buffers, spectrum, probe, batch_size=self.batch_size, n_rounds=self.n_rounds, n_epochs=self.n_epochs
-        )
-        for message in plan.warnings:
-            warn_user(message, UserWarning)
-        return plan
-
-    def _solve(self, setup, plan, rule):
-        """Run the plan: in this process, or on the parallel strategy's workers."""
-        run = SGDRun(
-            loss=setup.loss,
-            rule=rule,
-            context=plan.context,
-            n_rounds=self.n_rounds,
-            n_epochs=1 if setup.incremental else self.n_epochs,
-            alpha=setup.alpha,
+    def _fit_settings(self, incremental):
+        return BMGDSettings(
+            loss=self.loss,
+            epsilon=getattr(self, "epsilon", 0.1),
+            alpha=float(self.alpha) if self.penalty == "l2" else 0.0,
             fit_intercept=self.fit_intercept,
+            scaling_rule=resolve_scaling_rule(self.scaling_rule),
+            batch_size=self.batch_size,
+            buffer_size=self.buffer_size,
+            n_rounds=self.n_rounds,
+            n_epochs=self.n_epochs,
             shuffle=self.shuffle,
-            start_step=setup.start_step,
-            tol=None if setup.incremental else self.tol,
+            tol=self.tol,
+            early_stopping=self.early_stopping,
+            validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
+            validation_score=self._validation_score,
+            name=type(self).__name__,
+            incremental=incremental,
         )
-        coefficients = _starting_coefficients(setup, (self._coef_matrix(), self.intercept_) if setup.warm else None)
-        if self.verbose:
-            print(f"[{type(self).__name__}] {_describe(setup, plan, run)}")
-        if setup.strategy is not None:
-            return _run_parallel(setup, plan, run, coefficients)
-        score = None if setup.validation_ranges is None else self._validation_score
-        return _run_single(setup, plan, run, coefficients, score, print if self.verbose else None)
 
-    def _store_fit(self, setup, plan, rule, outcome):
+    def _store_fit(self, runtime, scaling_rule, fit, stored):
         """Every fitted attribute of a fit or partial_fit call, in one place."""
-        result = outcome.result
-        self.device_ = str(setup.device)
+        targets, out, continuing = stored
+        result, plan = fit.result, fit.plan
+        self.device_ = str(runtime.device)
         self.dtype_ = np.dtype(self.dtype)
-        self.memory_budget_ = setup.budget
-        self.scaling_rule_ = rule
+        self.memory_budget_ = runtime.budget
+        self.scaling_rule_ = scaling_rule
         self._bmgd_plan = plan
         self.batch_size_ = result.batch_size
         self.buffer_size_ = plan.buffer_size
@@ -612,27 +283,27 @@ class _BaseBufferedSGD(BaseEstimator):
         self.spectrum_ = plan.spectrum
         self.throughput_probe_ = {} if plan.probe is None else plan.probe.throughputs
         self.batch_capacity_ = None if plan.probe is None else plan.probe.largest_batch
-        self._seed = setup.seed
-        self._passes_done = setup.passes_done + result.n_epochs
+        self._seed = runtime.seed
+        self._passes_done = fit.passes_done
         self.n_iter_ = result.n_epochs
-        self.t_ = setup.start_step + result.n_steps
+        self.t_ = fit.n_steps_total
         self.learning_rate_ = result.learning_rate
         self.io_wait_fraction_ = result.io_wait_seconds / max(result.seconds, 1e-12)
-        self.history_ = [*self.history_, *result.history] if setup.continuing else result.history
-        self.parallel_ = setup.strategy
-        if outcome.parallel is not None:
-            self.n_workers_ = outcome.parallel.n_workers
-            self.communication_bytes_ = outcome.parallel.communication_bytes
-            if outcome.parallel.merge_weights is not None:
-                self.merge_weights_ = outcome.parallel.merge_weights
-                self.worker_batch_sizes_ = outcome.parallel.worker_batch_sizes
-        if setup.targets.classes is not None:
-            self.classes_ = setup.targets.classes
-        self._single_target = setup.targets.single
+        self.history_ = [*self.history_, *result.history] if continuing else result.history
+        self.parallel_ = runtime.strategy
+        if fit.parallel is not None:
+            self.n_workers_ = fit.parallel.n_workers
+            self.communication_bytes_ = fit.parallel.communication_bytes
+            if fit.parallel.merge_weights is not None:
+                self.merge_weights_ = fit.parallel.merge_weights
+                self.worker_batch_sizes_ = fit.parallel.worker_batch_sizes
+        if targets.classes is not None:
+            self.classes_ = targets.classes
+        self._single_target = targets.single
         # Computed in dtype, stored in the input's precision as scikit-learn's linear models do.
-        coef = outcome.coef.T.cpu().numpy().astype(setup.output_dtype, copy=False)
-        self.coef_ = coef[0] if setup.targets.single else coef
-        self.intercept_ = outcome.intercept.cpu().numpy().astype(setup.output_dtype, copy=False)
+        coef = fit.coef.T.cpu().numpy().astype(out, copy=False)
+        self.coef_ = coef[0] if targets.single else coef
+        self.intercept_ = fit.intercept.cpu().numpy().astype(out, copy=False)
 
     # --- prediction -----------------------------------------------------------------
 
@@ -649,7 +320,8 @@ class _BaseBufferedSGD(BaseEstimator):
         # and the coefficients are (a float32 fit), float64 otherwise.
         out = np.promote_types(output_dtype((rows if source is None else source).dtype), self.coef_.dtype)
         try:
-            return _linear_decision(rows, self._coef_matrix(), self.intercept_, self.device, self.dtype_).astype(out)
+            device, dtype = prediction_device(self.device), resolve_dtype(self.dtype_)
+            return linear_predict(rows, self._coef_matrix(), self.intercept_, device, dtype).astype(out)
         finally:
             if source is not None:
                 source.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..blockwise import linear_scores
 from ..device import throughput_saturation_batch
 from .epochs import EarlyStopping, EpochClock, epoch_record, format_record, halved_batch
 from .losses import HuberLoss, SquaredLoss
@@ -26,7 +27,6 @@ __all__ = [
     "buffer_batches",
     "check_finite_loss",
     "fit_buffered_sgd",
-    "linear_scores",
     "linear_spectrum",
     "measure_sgd_capacity",
     "penalised_loss",
@@ -105,13 +105,6 @@ class SGDResult:
     io_wait_seconds: float
     seconds: float
     history: list = field(default_factory=list)
-
-
-def linear_scores(X, coef, intercept):
-    """``X W + b`` for a dense or sparse (COO) ``X``."""
-    if X.is_sparse:
-        return torch.sparse.mm(X, coef) + intercept
-    return torch.addmm(intercept, X, coef)
 
 
 def buffer_batches(X, targets, weights, batch_size, shuffle, generator):
