@@ -23,7 +23,7 @@ from ._validation import check_representable, check_sample_weight, class_weighte
 from .blockwise import DeviceCopier, kernel_predict
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
-from .parallel.distributed import default_process_group
+from .process_group import default_process_group
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.kernel_fit import (
     KernelContinuation,

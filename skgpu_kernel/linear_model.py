@@ -384,9 +384,12 @@ default="optimal"
         Load the next buffer in a background thread (on a CUDA side stream from pinned
         memory) while the current one trains.  False loads buffers on demand.
     tol : float or None, default=1e-3
-        Stop when the training loss (or the validation score with early stopping) has
-        not improved by more than ``tol`` for ``n_iter_no_change`` passes, the rule
-        of every estimator of the package.  None disables.
+        Stop when the validation score (with early stopping), else the training
+        loss as a fraction of the first pass's, has not improved by more than
+        ``tol`` for ``n_iter_no_change`` passes: the rule of every estimator of the
+        package (:mod:`skgpu_kernel.planning.stopping`), free of the targets' scale.
+        Parallel workers judge it after every pass on the workers' mean loss
+        (AdaptiveSGD: at the first merge of each pass).  None disables.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the rows (random blocks of rows, so that
         reads stay sequential) and keep the coefficients of the best validation score.
@@ -415,8 +418,8 @@ default="optimal"
         Train with several workers (torch.distributed processes: gloo on CPUs, NCCL
         between GPUs); see :mod:`skgpu_kernel.parallel`.  None trains in this
         process.  Inside an initialised process group (``torchrun``) the fit joins
-        it instead of spawning, each rank reading its own shard.  Early stopping
-        and ``tol`` apply to single-worker fits only.
+        it instead of spawning, each rank reading its own shard.  ``tol`` applies
+        to parallel fits too; early stopping (one held-out split) does not.
 """
 
 _COMMON_ATTRIBUTES = """

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..buffer import BufferPrefetcher, RangeMap, as_row_source, map_ranges, plan_pass, plan_passes
-from ..solvers.epochs import EpochClock, epoch_record
+from ..solvers.epochs import EpochClock, Stopping, epoch_record
 from ..solvers.sgd import apply_gradient, batch_gradient, buffer_batches, check_finite_loss, penalised_loss
 from .strategies import AdaptiveSGD, DataParallel, Parle
 
@@ -222,6 +222,7 @@ def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
     step, rate, history = run.start_step, math.nan, []
     callback = job.strategy.callback
     clock = EpochClock(coef.device)
+    stopping = Stopping(run.stopping)
     with prefetcher:
         for epoch, batches in passes:
             clock.start()
@@ -250,6 +251,9 @@ def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
             seconds = clock.seconds()
             train_loss = penalised_loss(loss_total, rows_total, coef, run.alpha)
             history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
+            # The all-reduced loss of the shared model: every rank judges the same record.
+            if stopping.should_stop(history[-1]):
+                break
     return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
 
 
@@ -270,6 +274,7 @@ def _parle(context, job, sources, dtypes, coef, intercept, generator):
     velocity = [torch.zeros_like(coef), torch.zeros_like(intercept)]
     step, rate, history, local_steps = run.start_step, math.nan, [], 0
     callback = strategy.callback
+    stopping = Stopping(run.stopping)
 
     def synchronise():
         nonlocal coupling
@@ -319,11 +324,22 @@ def _parle(context, job, sources, dtypes, coef, intercept, generator):
             # The penalty of the inner iterate, where this worker measured its losses.
             train_loss = penalised_loss(loss_total, rows_total, inner[0], run.alpha)
             history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
+            if _workers_stop(stopping, history[-1], traffic, context.world_size):
+                break
     if local_steps % strategy.sync_every:
         synchronise()  # every rank has taken the same number of steps, so all reach this together
     coef.copy_(reference[0])
     intercept.copy_(reference[1])
     return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
+
+
+def _workers_stop(stopping, record, traffic, world_size):
+    """The stopping rule on the workers' mean training loss of a pass (each measured its own shard)."""
+    if stopping.plan.monitor == "none":
+        return False
+    losses = torch.tensor([record["train_loss"]], dtype=torch.float64)
+    mean = float(traffic.all_reduce(losses)[0]) / world_size
+    return stopping.should_stop({**record, "train_loss": mean})
 
 
 def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
@@ -428,6 +444,7 @@ class _Merges:
         self.batch = min(max(job.run.batch_size, self.low), self.high)
         self.traffic = _Traffic()
         self.history, self.done = [], 0
+        self.stopping, self.epochs_judged = Stopping(job.run.stopping), 0
         self._reset()
 
     def _reset(self):
@@ -482,3 +499,13 @@ class _Merges:
             self.batch = max(self.batch - self.job.strategy.batch_step, self.low)
         self.done += 1
         self._reset()
+        self._judge(claims)
+
+    def _judge(self, claims):
+        """The stopping rule, at the first merge of each epoch (merges are in step on every rank)."""
+        record = self.history[-1]
+        if math.floor(record["epoch"]) <= self.epochs_judged:
+            return
+        self.epochs_judged = math.floor(record["epoch"])
+        if self.stopping.should_stop(record):
+            claims.n_merges = self.done

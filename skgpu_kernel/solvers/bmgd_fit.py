@@ -39,6 +39,7 @@ from ..planning.sgd import (
     step_spectrum,
     validation_split,
 )
+from ..planning.stopping import plan_stopping
 from ..scaling import warn_if_warmup_fills_run
 from .losses import make_loss
 from .sgd import SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
@@ -198,7 +199,7 @@ def fit_bmgd_model(data, runtime, settings, continuation=None):
     else:
         plan, start_step = _plan(rows, runtime, settings, (rng, generator)), 0
         warn_if_warmup_fills_run(settings.scaling_rule, plan.context)
-    run = _sgd_run(rows.loss, plan, settings, start_step)
+    run = _sgd_run(rows, plan, settings, start_step)
     coef, intercept = _starting_coefficients(rows.problem, runtime, continuation)
     if runtime.log is not None:
         runtime.log(f"[{settings.name}] {_describe(runtime, plan, run)}")
@@ -282,10 +283,12 @@ def _plan(rows, runtime, settings, randomness):
     return plan
 
 
-def _sgd_run(loss, plan, settings, start_step):
+def _sgd_run(rows, plan, settings, start_step):
     """How the loop steps and stops: ``partial_fit`` takes one pass and never stops early."""
+    validation = rows.validation_ranges is not None
+    tol = None if settings.incremental else settings.tol
     return SGDRun(
-        loss=loss,
+        loss=rows.loss,
         rule=settings.scaling_rule,
         context=plan.context,
         n_rounds=settings.n_rounds,
@@ -294,8 +297,7 @@ def _sgd_run(loss, plan, settings, start_step):
         fit_intercept=settings.fit_intercept,
         shuffle=settings.shuffle,
         start_step=start_step,
-        tol=None if settings.incremental else settings.tol,
-        n_iter_no_change=settings.n_iter_no_change,
+        stopping=plan_stopping(tol, settings.n_iter_no_change, validation),
     )
 
 

@@ -83,8 +83,9 @@ from typing import Protocol
 import torch
 
 from .._warnings import warn_user
+from ..planning.stopping import NEVER, StoppingPlan
 from .eigenpro3 import ExactProjection
-from .epochs import EarlyStopping, EpochClock, epoch_record, format_record
+from .epochs import EpochClock, Stopping, epoch_record, format_record
 
 __all__ = [
     "CGSettings",
@@ -151,16 +152,14 @@ class CGSettings:
         Float32 blocks stall between 1e-5 and 1e-2 (LetterRecognition, p = 2000 and
         10000) while their training loss is within 0.2% of float64's, and the
         residual keeps making small new lows: with float32 pass ``tol`` ~1e-3, or
-        use ``objective_tol``.
-    objective_tol : float or None, default=None
-        Also stop when the objective has not fallen by more than this fraction of
-        its value at the first iteration (the zero model's, from a cold start) for
-        ``objective_patience`` iterations: the estimators' ``tol``, which judges
-        progress by the training loss as the EigenPro loops do.  On Computers
-        (5007 rows, every row a center, float32 blocks) the residual stalled at
-        1.3e-3 after 3 iterations and kept making new lows for 24 more, with the
-        objective flat to 1e-4.  None: the residual alone decides.
-    objective_patience : int, default=3
+        a ``stopping`` plan.
+    stopping : StoppingPlan, default: never
+        The package's stopping rule on the objective (the training loss as a
+        fraction of its value at the first iteration, the zero model's from a cold
+        start), on top of the residual test: the estimators' ``tol``.  On
+        Computers (5007 rows, every row a center, float32 blocks) the residual
+        stalled at 1.3e-3 after 3 iterations and kept making new lows for 24 more,
+        with the objective flat to 1e-4.
     """
 
     max_iterations: int = 100
@@ -168,8 +167,7 @@ class CGSettings:
     jitter: float | None = None
     log: Callable[[str], None] | None = None
     n_iter_no_change: int | None = 10
-    objective_tol: float | None = None
-    objective_patience: int = 3
+    stopping: StoppingPlan = NEVER
 
 
 @dataclass
@@ -531,10 +529,7 @@ class _Monitor:
         self.n_iter_no_change = settings.n_iter_no_change
         self.best_loss, self.best_coef = math.inf, coef.clone()
         self.lowest_residual, self.without_new_low = math.inf, 0
-        self.first_loss = None
-        self.objective = None
-        if settings.objective_tol is not None:
-            self.objective = EarlyStopping(settings.objective_tol, settings.objective_patience)
+        self.objective = Stopping(settings.stopping)
 
     def diverged(self, train_loss, coef):
         """Record the objective at ``coef``; on growth put the best coefficients back (a warning) and say so."""
@@ -554,9 +549,7 @@ class _Monitor:
 
     def stagnated(self, residual, train_loss, log):
         """Record the largest relative residual and the objective; True when either has stopped improving."""
-        if self.first_loss is None:
-            self.first_loss = max(train_loss, 1e-300)
-        if self.objective is not None and self.objective.should_stop(-train_loss / self.first_loss, None, log):
+        if self.objective.should_stop({"train_loss": train_loss}, None, log):
             return True
         if residual < self.lowest_residual:
             self.lowest_residual, self.without_new_low = residual, 0

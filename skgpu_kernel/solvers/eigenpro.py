@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..blockwise import KernelCache, kernel_matmul
-from .epochs import EpochGuard, StoppingRule, halved_batch
+from ..planning.stopping import NEVER, StoppingPlan
+from .epochs import EpochGuard, Stopping, halved_batch
 
 __all__ = ["KernelLoopResult", "KernelTrainingData", "LoopSettings", "chunked_permutation", "fit_eigenpro"]
 
@@ -74,14 +75,11 @@ class LoopSettings:
         Updates made by earlier runs (warm starts): the count ``learning_rate_for``
         continues from.  A rollback rewinds the count with the coefficients.
     validation : callable or None
-        ``validation(coef) -> float``, larger is better; enables early stopping with
-        ``n_iter_no_change`` and ``tol``, keeping the best coefficients.
-    tol : float or None
-        None runs all ``n_epochs``.
-    n_iter_no_change : int
-    stop_on_train_loss : bool
-        Without validation, stop when the training loss, as a fraction of the zero
-        model's, has not fallen by ``tol`` for ``n_iter_no_change`` epochs.
+        ``validation(coef) -> float``, larger is better, scored after every epoch.
+    stopping : StoppingPlan
+        When to stop before ``n_epochs`` (made by
+        :func:`~skgpu_kernel.planning.stopping.plan_stopping`; it monitors the
+        validation score when ``validation`` is given).  The default never stops early.
     log : callable or None
         Receives progress messages.
     """
@@ -91,15 +89,12 @@ class LoopSettings:
     n_epochs: int
     first_step: int = 0
     validation: Callable | None = None
-    tol: float | None = 1e-4
-    n_iter_no_change: int = 3
+    stopping: StoppingPlan = NEVER
     log: Callable | None = None
-    stop_on_train_loss: bool = False
 
     def guard(self, coef):
         """The epoch guard of a loop on ``coef`` with these settings."""
-        stopping = StoppingRule(self.tol, self.n_iter_no_change, self.stop_on_train_loss)
-        return EpochGuard(coef, self.first_step, self.n_epochs, stopping, self.log)
+        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log)
 
 
 @dataclass(frozen=True)

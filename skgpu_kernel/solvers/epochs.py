@@ -3,7 +3,8 @@
 Every loop (EigenPro 2, EigenPro 3, BMGD and the parallel workers) reports its
 progress as ``history_`` records built by :func:`epoch_record`, printed by
 :func:`format_record`, timed by :class:`EpochClock`, and stops early through
-:class:`EarlyStopping`, the one stopping rule.  :class:`EpochGuard` adds the
+:class:`Stopping`, the one stopping rule (its plan and meaning:
+:mod:`skgpu_kernel.planning.stopping`).  :class:`EpochGuard` adds the
 EigenPro loops' divergence rollback on top.
 
 The ``history_`` schema: every record of every estimator has the core keys
@@ -43,7 +44,7 @@ __all__ = [
     "EarlyStopping",
     "EpochClock",
     "EpochGuard",
-    "StoppingRule",
+    "Stopping",
     "epoch_record",
     "format_record",
 ]
@@ -60,39 +61,43 @@ _MAX_STEP_HALVINGS = 10
 _NOISE_FLOOR = 1e-2
 
 
-class StoppingRule:
-    """When the EigenPro loops stop before ``n_epochs``: the criterion and its tolerance.
+class Stopping:
+    """A :class:`~skgpu_kernel.planning.stopping.StoppingPlan` run over a loop's epochs.
 
-    With a validation score, the score (R^2 or accuracy) must gain more than ``tol``
-    within ``n_iter_no_change`` epochs.  Without one and with ``on_train_loss``, the
-    training loss as a fraction of the zero model's loss (one minus a training R^2)
-    must fall by more than ``tol`` within ``n_iter_no_change`` epochs: a criterion
-    free of the targets' scale, like scikit-learn's ``SGDRegressor(tol=...)`` on
-    normalised data.  ``tol=None`` runs every epoch (validation scores are still
-    recorded and the best coefficients kept).
+    The one stopping rule of the package (the plan's module states it): each
+    epoch's record is judged on its validation score, or on its training loss as
+    a fraction of a reference loss (the zero model's when the loop passes it,
+    else the first judged epoch's), and the loop stops after ``n_iter_no_change``
+    epochs without a gain above ``tol``.
 
     Parameters
     ----------
-    tol : float or None
-    n_iter_no_change : int
-    on_train_loss : bool
+    plan : StoppingPlan
     """
 
-    def __init__(self, tol, n_iter_no_change, on_train_loss):
-        self.tol, self.n_iter_no_change, self.on_train_loss = tol, n_iter_no_change, on_train_loss
-        self.validated = EarlyStopping(-math.inf if tol is None else tol, n_iter_no_change)
-        self.trained = EarlyStopping(math.inf if tol is None else tol, n_iter_no_change)
+    def __init__(self, plan):
+        self.plan = plan
+        never = -math.inf if plan.monitor == "validation_score" else math.inf
+        self._rule = EarlyStopping(never if plan.tol is None else plan.tol, plan.n_iter_no_change)
+        self.reference = None
 
-    def should_stop(self, train_loss, loss_of_zero_model, validation_score, coef, log):
-        """Record an epoch; whether the loop stops now (keeping the best validated ``coef``)."""
-        if validation_score is not None:
-            return self.validated.should_stop(validation_score, coef, log)
-        if not self.on_train_loss or self.tol is None:
+    def should_stop(self, record, state=None, log=None, reference_loss=None):
+        """Judge an epoch's record; whether the loop stops now.
+
+        ``state`` (coefficient tensors) is copied when its validation score is the
+        best so far; ``reference_loss`` is the zero model's loss, where known.
+        """
+        if self.plan.monitor == "validation_score":
+            return self._rule.should_stop(record["validation_score"], state, log)
+        if self.plan.monitor == "none":
             return False
-        return self.trained.should_stop(-train_loss / max(loss_of_zero_model, 1e-300), None, log)
+        if self.reference is None:
+            self.reference = max(record["train_loss"] if reference_loss is None else reference_loss, 1e-300)
+        return self._rule.should_stop(-record["train_loss"] / self.reference, None, log)
 
-    def restore_best(self, coef):
-        self.validated.restore_best(coef)
+    def restore_best(self, state):
+        """Put the coefficients of the best validation score back (no-op without validation)."""
+        self._rule.restore_best(state)
 
 
 class EpochGuard:
@@ -117,7 +122,7 @@ class EpochGuard:
         The coefficients the loop updates in place.
     first_step : int
     n_epochs : int
-    stopping : StoppingRule
+    stopping : Stopping
         When to stop before ``n_epochs``.
     log : callable or None
     """
@@ -180,7 +185,7 @@ class EpochGuard:
         self.epoch += 1
         if self.log is not None:
             self.log(format_record(record, self.n_epochs))
-        return not self.stopping.should_stop(train_loss, loss_of_zero_model, score, self.coef, self.log)
+        return not self.stopping.should_stop(record, self.coef, self.log, loss_of_zero_model)
 
     def finish(self, rate_at, first_step):
         """Put the best validated coefficients back; the result fields the loops share.

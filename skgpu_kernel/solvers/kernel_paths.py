@@ -22,7 +22,6 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier, KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
 from ..buffer import as_row_source
 from ..device import is_out_of_memory, synchronize
-from ..parallel.distributed import agree
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
@@ -37,7 +36,9 @@ from ..planning.kernel import (
     plan_eigenpro3,
     plan_eigenpro3_layout,
 )
+from ..planning.stopping import plan_stopping
 from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
+from ..process_group import agree
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
@@ -184,10 +185,8 @@ def _run_eigenpro(path):
         learning_rate_for=learning_rate_for,
         n_epochs=settings.n_epochs,
         first_step=runtime.first_step,
-        tol=settings.tol,
-        n_iter_no_change=settings.n_iter_no_change,
+        stopping=plan_stopping(settings.tol, settings.n_iter_no_change, validation=path.data.validation is not None),
         log=runtime.log,
-        stop_on_train_loss=True,
     )
     preconditioner = spectrum.preconditioner if n_components else None
     result = path.solve(layout, plan, prepared, preconditioner, loop)
@@ -521,14 +520,17 @@ class _CGPath(_Path):
     def _cg_settings(self):
         settings, dtype = self.settings, self.runtime.dtype
         # tol=None asks for every iteration up to the bound, as it asks for every epoch.
+        # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
+        # above it, and the relative objective judges progress (the package's one rule).
+        # Held-out rows score the solution CG ends with, not each iteration.
+        stopping = plan_stopping(
+            settings.tol, settings.n_iter_no_change, validation=False, on_train_loss=dtype != torch.float64
+        )
         return CGSettings(
             max_iterations=settings.n_epochs,
             tol=0.0 if settings.tol is None else CG_TOL,
             log=self.runtime.log,
-            # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
-            # above it, and the objective judges progress (as the EigenPro loops' tol does).
-            objective_tol=None if dtype == torch.float64 else settings.tol,
-            objective_patience=settings.n_iter_no_change,
+            stopping=stopping,
         )
 
 

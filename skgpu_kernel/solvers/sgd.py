@@ -16,7 +16,8 @@ import torch
 
 from ..blockwise import linear_scores
 from ..device import throughput_saturation_batch
-from .epochs import EarlyStopping, EpochClock, epoch_record, format_record, halved_batch
+from ..planning.stopping import NEVER, StoppingPlan
+from .epochs import EpochClock, Stopping, epoch_record, format_record, halved_batch
 from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
@@ -59,11 +60,10 @@ class SGDRun:
     shuffle : bool, default=True
     start_step : int, default=0
         Updates taken before this run (the schedule continues from there).
-    tol : float or None, default=None
-        Stop when the criterion (validation score, else the training loss) has not
-        improved by more than ``tol`` for ``n_iter_no_change`` passes (see
-        :class:`~skgpu_kernel.solvers.epochs.EarlyStopping`); None never stops early.
-    n_iter_no_change : int, default=5
+    stopping : StoppingPlan, default: never
+        When to stop before ``n_epochs``: the package's one rule
+        (:mod:`skgpu_kernel.planning.stopping`), judged after every pass by
+        :func:`fit_buffered_sgd` and by every parallel worker.
     """
 
     loss: object
@@ -75,8 +75,7 @@ class SGDRun:
     fit_intercept: bool
     shuffle: bool = True
     start_step: int = 0
-    tol: float | None = None
-    n_iter_no_change: int = 5
+    stopping: StoppingPlan = NEVER
 
     @property
     def batch_size(self):
@@ -198,7 +197,7 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
     the batch, and the rest of the run keeps the halved batch (the scaling rule
     gives its learning rate at that size).
     """
-    stopping = None if run.tol is None else EarlyStopping(run.tol, run.n_iter_no_change)
+    stopping = Stopping(run.stopping)
     clock = EpochClock(coef.device)
     progress, history, total_io_wait = _Progress(run.start_step, run.batch_size), [], 0.0
     started = time.perf_counter()
@@ -222,10 +221,9 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
         history.append(record)
         if log is not None:
             log(format_record(record, run.n_epochs))
-        if stopping is not None and _should_stop(stopping, record, (coef, intercept), log):
+        if stopping.should_stop(record, (coef, intercept), log):
             break
-    if stopping is not None:
-        stopping.restore_best((coef, intercept))
+    stopping.restore_best((coef, intercept))
     steps = progress.step - run.start_step
     return SGDResult(
         n_epochs=len(history),
@@ -272,13 +270,6 @@ def _train_pass(coef, intercept, buffers, run, generator, progress, log):
             n_seen += rows
             check_finite_loss(loss_sum, progress.step, rate)
     return loss_sum, n_seen
-
-
-def _should_stop(stopping, record, coefficients, log):
-    """The stopping rule on the validation score (keeping the best coefficients), else on the training loss."""
-    if record["validation_score"] is not None:
-        return stopping.should_stop(record["validation_score"], coefficients, log)
-    return stopping.should_stop(-record["train_loss"], None, log)
 
 
 def penalised_loss(loss_sum, n_samples, coef, alpha):

@@ -1,4 +1,8 @@
-"""Helpers for fits that run on every rank of a ``torch.distributed`` group (``distributed=True``)."""
+"""The process group of a fit that runs on every rank of a ``torch.distributed`` group (``distributed=True``).
+
+Below the solvers and the parallel strategies, which both use it: the ranks agree
+on every decision that depends on what each measures.
+"""
 
 import torch
 
