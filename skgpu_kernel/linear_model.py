@@ -444,7 +444,9 @@ _COMMON_ATTRIBUTES = """
         pass's last update), ``validation_score`` (None without early stopping) and
         ``seconds``.  Then the loop's own: ``io_wait_seconds`` and
         ``samples_per_second`` in one process, ``samples_per_second`` and
-        ``bytes_all_reduced`` for DataParallel and Parle, the merge's weights and
+        ``bytes_all_reduced`` for DataParallel and Parle (Parle with ``tol``:
+        ``workers_train_loss``, the workers' mean that ``tol`` judges; each
+        worker's ``train_loss`` is its own shard's), the merge's weights and
         per-worker figures for AdaptiveSGD.
     scaling_rule_ : ScalingRule
         The resolved rule.

@@ -254,7 +254,13 @@ def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
             # The all-reduced loss of the shared model: every rank judges the same record.
             if stopping.should_stop(history[-1]):
                 break
-    return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
+    return {
+        "history": history,
+        "n_epochs": len(history),
+        "n_steps": step - run.start_step,
+        "learning_rate": rate,
+        "bytes": traffic.bytes,
+    }
 
 
 def _parle(context, job, sources, dtypes, coef, intercept, generator):
@@ -330,16 +336,25 @@ def _parle(context, job, sources, dtypes, coef, intercept, generator):
         synchronise()  # every rank has taken the same number of steps, so all reach this together
     coef.copy_(reference[0])
     intercept.copy_(reference[1])
-    return {"history": history, "n_steps": step - run.start_step, "learning_rate": rate, "bytes": traffic.bytes}
+    return {
+        "history": history,
+        "n_epochs": len(history),
+        "n_steps": step - run.start_step,
+        "learning_rate": rate,
+        "bytes": traffic.bytes,
+    }
 
 
 def _workers_stop(stopping, record, traffic, world_size):
-    """The stopping rule on the workers' mean training loss of a pass (each measured its own shard)."""
+    """The stopping rule on the workers' mean training loss of a pass (each measured its own shard).
+
+    The mean is recorded as ``workers_train_loss``.
+    """
     if stopping.plan.monitor == "none":
         return False
     losses = torch.tensor([record["train_loss"]], dtype=torch.float64)
-    mean = float(traffic.all_reduce(losses)[0]) / world_size
-    return stopping.should_stop({**record, "train_loss": mean})
+    record["workers_train_loss"] = float(traffic.all_reduce(losses)[0]) / world_size
+    return stopping.should_stop({**record, "train_loss": record["workers_train_loss"]})
 
 
 def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
@@ -379,8 +394,10 @@ def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
             strategy.callback(context.rank, step)
         if stop >= claims.boundary(merges.done + 1):
             merges.merge(claims, step, rate)  # this claim crossed the boundary: the others merge on their next claim
+    # Passes begun: the last merge closes a pass, or falls in the pass where the rule stopped.
     return {
         "history": merges.history,
+        "n_epochs": math.ceil(merges.history[-1]["epoch"]) if merges.history else 0,
         "n_steps": step,
         "learning_rate": rate,
         "bytes": merges.traffic.bytes,

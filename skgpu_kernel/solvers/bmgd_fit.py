@@ -367,7 +367,7 @@ def _run_parallel(job, runtime):
     n_workers = torch.distributed.get_world_size() if distributed else len(devices)
     history = outcome["history"]
     result = SGDResult(
-        n_epochs=job.run.n_epochs,
+        n_epochs=int(outcome["n_epochs"]),
         n_steps=int(outcome["n_steps"]),
         batch_size=job.run.batch_size,
         learning_rate=float(outcome["learning_rate"]),

@@ -1,0 +1,156 @@
+"""The shape of a fit (issue 26): shells validate, call their family's fit function and store.
+
+A walk from an estimator's ``fit`` must not climb back into the shell module to make
+the next decision: the shells import nothing from ``planning`` and, from
+``solvers``, only their family's pipeline; no function of a shell module takes the
+estimator; the layers import downwards only; and a warning raised deep in a fit
+names the user's line.
+"""
+
+import ast
+import io
+import pathlib
+import tokenize
+import warnings
+
+import numpy as np
+import pytest
+
+from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
+SHELLS = {"kernel_machines.py": "solvers.kernel_fit", "linear_model.py": "solvers.bmgd_fit"}
+MAX_SHELL_CODE_LINES = 400
+# What a shell may import from the package besides its family's pipeline: input
+# checks, prediction blocks, opening sources, resolving the runtime, names of
+# kernels, scaling rules and strategies (parameter types), the process group.
+SHELL_IMPORTS = {
+    "_validation",
+    "blockwise",
+    "buffer",
+    "device",
+    "kernels",
+    "scaling",
+    "parallel.strategies",
+    "process_group",
+}
+# Loop modules: iterations on tensors, below the pipelines and the parallel workers.
+LOOPS = ("eigenpro", "eigenpro3", "centers_cg", "sgd", "epochs", "losses")
+PIPELINES = ("kernel_fit", "kernel_paths", "bmgd_fit")
+
+
+def _internal_imports(path):
+    """Package modules ``path`` imports, as dotted names relative to the package."""
+    package = list(path.relative_to(PACKAGE).parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package[: len(package) - (node.level - 1)]
+            names.add(".".join([*base, *(node.module.split(".") if node.module else [])]))
+        elif node.module and node.module.startswith("skgpu_kernel."):
+            names.add(node.module.removeprefix("skgpu_kernel."))
+    return names
+
+
+def _shell_code_lines(source):
+    """Code lines of a shell module, without docstrings, documentation strings and ``__init__``."""
+    code = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            code.update(range(token.start[0], token.end[0] + 1))
+    excluded = set()
+    for node in ast.walk(ast.parse(source)):
+        span = set(range(node.lineno, node.end_lineno + 1)) if hasattr(node, "end_lineno") else set()
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                excluded |= set(range(first.lineno, first.end_lineno + 1))
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            excluded |= span
+        # The shared parameter and attribute sections of the estimators' docstrings.
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name)
+            and (target.id.startswith("_COMMON") or target.id in ("__doc__", "_DATA_SOURCES"))
+            for target in node.targets
+        ):
+            excluded |= span
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute) and node.target.attr == "__doc__":
+            excluded |= span
+    return len(code - excluded)
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_shell_modules_are_short(shell):
+    lines = _shell_code_lines((PACKAGE / shell).read_text())
+    assert lines <= MAX_SHELL_CODE_LINES, f"{shell} has {lines} lines of code"
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_shells_import_only_their_pipeline_from_solvers_and_nothing_from_planning(shell):
+    imports = _internal_imports(PACKAGE / shell)
+    assert SHELLS[shell] in imports
+    unexpected = imports - SHELL_IMPORTS - {SHELLS[shell]}
+    assert not unexpected, f"{shell} imports {sorted(unexpected)}"
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_no_shell_function_takes_the_estimator(shell):
+    tree = ast.parse((PACKAGE / shell).read_text())
+    module_functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    passed_self = []
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        for call in (node for node in ast.walk(cls) if isinstance(node, ast.Call)):
+            name = getattr(call.func, "id", None)
+            arguments = [*call.args, *(keyword.value for keyword in call.keywords)]
+            if name in module_functions and any(isinstance(arg, ast.Name) and arg.id == "self" for arg in arguments):
+                passed_self.append(f"{cls.name}: {name}(self, ...)")
+    estimator_parameters = [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and any(arg.arg in ("estimator", "model") for arg in node.args.args)
+    ]
+    assert not passed_self and not estimator_parameters, passed_self + estimator_parameters
+
+
+def test_layers_import_downwards():
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        imports = _internal_imports(path)
+        if module.startswith("planning."):
+            upward += [f"{module} -> {name}" for name in imports if name.startswith(("solvers", "parallel"))]
+        if module.startswith("solvers.") and module.split(".")[1] in LOOPS:
+            upward += [f"{module} -> {name}" for name in imports if name.startswith("parallel")]
+        if module.startswith("parallel."):
+            pipelines = tuple(f"solvers.{name}" for name in PIPELINES)
+            upward += [f"{module} -> {name}" for name in imports if name.startswith(pipelines)]
+    assert not upward, upward
+
+
+def test_imports_are_read_as_written():
+    # The helper above must see what it checks: the kernel shell's pipeline and the
+    # BMGD pipeline's parallel launcher.
+    assert "solvers.kernel_fit" in _internal_imports(PACKAGE / "kernel_machines.py")
+    assert "parallel.launch" in _internal_imports(PACKAGE / "solvers" / "bmgd_fit.py")
+    assert "planning.stopping" in _internal_imports(PACKAGE / "solvers" / "sgd.py")
+
+
+def _warning_sites(fit):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit()
+    return [(pathlib.Path(w.filename).name, str(w.message)) for w in caught if issubclass(w.category, UserWarning)]
+
+
+def test_warnings_raised_deep_in_a_fit_name_the_callers_line():
+    rng = np.random.RandomState(0)
+    X, y = rng.randn(60, 3), rng.randn(60)
+    kernel = AdaptiveKernelRegressor(n_centers=100, n_epochs=2, random_state=0)
+    linear = BufferedSGDRegressor(batch_size=500, buffer_size=50, n_epochs=1, random_state=0)
+    sites = _warning_sites(lambda: kernel.fit(X, y)) + _warning_sites(lambda: linear.fit(X, y))
+    messages = {message.split(" ")[0]: filename for filename, message in sites}
+    # n_centers above n (the kernel pipeline) and a batch above the buffer (the BMGD planner).
+    assert messages["n_centers=100"] == "test_layers.py"
+    assert messages["batch_size=500"] == "test_layers.py"
