@@ -213,6 +213,17 @@ def _pass_record(epoch, step, rate, train_loss, rows, seconds, traffic):
     )
 
 
+def _pass_outcome(history, n_steps, rate, traffic):
+    """What a DataParallel or Parle worker returns (one history record per pass)."""
+    return {
+        "history": history,
+        "n_epochs": len(history),
+        "n_steps": n_steps,
+        "learning_rate": rate,
+        "bytes": traffic.bytes,
+    }
+
+
 def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
     run = job.run
@@ -254,13 +265,7 @@ def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
             # The all-reduced loss of the shared model: every rank judges the same record.
             if stopping.should_stop(history[-1]):
                 break
-    return {
-        "history": history,
-        "n_epochs": len(history),
-        "n_steps": step - run.start_step,
-        "learning_rate": rate,
-        "bytes": traffic.bytes,
-    }
+    return _pass_outcome(history, step - run.start_step, rate, traffic)
 
 
 def _parle(context, job, sources, dtypes, coef, intercept, generator):
@@ -336,13 +341,7 @@ def _parle(context, job, sources, dtypes, coef, intercept, generator):
         synchronise()  # every rank has taken the same number of steps, so all reach this together
     coef.copy_(reference[0])
     intercept.copy_(reference[1])
-    return {
-        "history": history,
-        "n_epochs": len(history),
-        "n_steps": step - run.start_step,
-        "learning_rate": rate,
-        "bytes": traffic.bytes,
-    }
+    return _pass_outcome(history, step - run.start_step, rate, traffic)
 
 
 def _workers_stop(stopping, record, traffic, world_size):

@@ -681,6 +681,22 @@ def _requested_batch(settings, capacity, critical_batch_preconditioned, problem,
     return capacity
 
 
+def _fit_plan(method, sized, **decisions):
+    """The :class:`KernelFitPlan` of ``sized = (layout, capacity, batch_size, account)`` and a path's own decisions."""
+    layout, capacity, batch_size, account = sized
+    return KernelFitPlan(
+        method=method,
+        subsample_size=layout.subsample_size,
+        capacity=capacity,
+        memory_limit=layout.memory_limit,
+        batch_size=batch_size,
+        column_block=layout.column_block(batch_size),
+        memory=account,
+        cached=layout.cached,
+        **decisions,
+    )
+
+
 def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
     """Stage 2 of an EigenPro 2 fit: the batch and the memory account.
 
@@ -707,15 +723,9 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
         account = account.with_item("batch (or the blocks filling the cache)", working)
     else:
         account = account.with_item("batch", layout.batch_bytes(batch_size))
-    return KernelFitPlan(
-        method="eigenpro2",
-        subsample_size=layout.subsample_size,
-        capacity=capacity,
-        memory_limit=layout.memory_limit,
-        batch_size=batch_size,
-        column_block=layout.column_block(batch_size),
-        memory=account,
-        cached=layout.cached,
+    return _fit_plan(
+        "eigenpro2",
+        (layout, capacity, batch_size, account),
         cache_itemsize=layout.cache_itemsize,
         row_block=CACHE_FILL_ROWS if layout.cached else 0,
     )
@@ -750,16 +760,10 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
     account = MemoryAccount(memory.budget, (*memory.items, *layout.reserved))
     account = account.with_item("temporary centers", memory.temporary_bytes(n_temporary, batch_size))
     account = account.with_item("batch", batch_size * memory.row_bytes)
-    return KernelFitPlan(
-        method="eigenpro3",
-        subsample_size=layout.subsample_size,
-        capacity=capacity,
-        memory_limit=layout.memory_limit,
-        batch_size=batch_size,
-        column_block=layout.column_block(batch_size),
-        memory=account,
+    return _fit_plan(
+        "eigenpro3",
+        (layout, capacity, batch_size, account),
         streamed=problem.streamed,
-        cached=layout.cached,
         cache_itemsize=problem.itemsize if layout.cached else 0,
         projection=projection,
         cache_centers=layout.cache_centers,

@@ -259,21 +259,8 @@ def _problem(data, runtime, kernel, streamed):
 
 
 def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
-    return KernelFitSettings(
-        kernel=kernel,
-        bandwidth=bandwidth,
-        offset=offset,
-        planning=parameters.planning,
-        n_components=parameters.n_components,
-        damping=parameters.damping,
-        scaling_rule=parameters.scaling_rule,
-        n_epochs=parameters.n_epochs,
-        tol=parameters.tol,
-        n_iter_no_change=parameters.n_iter_no_change,
-        validation_score=_with_intercept(parameters.validation_score, intercept),
-        name=parameters.name,
-        alpha=alpha,
-    )
+    score = _with_intercept(parameters.validation_score, intercept)
+    return KernelFitSettings(kernel, bandwidth, offset, alpha, score, parameters)
 
 
 def _split(data, early_stopping, validation_fraction, rng):

@@ -30,7 +30,6 @@ from ..planning.kernel import (
     PROJECTION_MAX_ITERATIONS,
     PROJECTION_TOL,
     KernelProblem,
-    KernelSettings,
     plan_eigenpro2,
     plan_eigenpro2_layout,
     plan_eigenpro3,
@@ -117,21 +116,29 @@ class KernelRuntime:
 
 @dataclass(frozen=True)
 class KernelFitSettings:
-    """What every path reads: the resolved kernel and penalty, and the user's loop parameters."""
+    """What every path reads: the resolved kernel and penalty, and the user's parameters.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    bandwidth : float or None
+    offset : ndarray or None
+        Feature means subtracted before a translation-invariant kernel.
+    alpha : float
+    validation_score : callable
+        ``validation_score(predictions, targets)`` of predictions of the centred
+        targets, the intercept added back.
+    parameters : KernelFitParameters
+        The estimator's parameters (planning, preconditioner, scaling rule, epochs,
+        stopping, name).
+    """
 
     kernel: object
     bandwidth: float | None
     offset: np.ndarray | None
-    planning: KernelSettings
-    n_components: object
-    damping: float
-    scaling_rule: object
-    n_epochs: int
-    tol: float | None
-    n_iter_no_change: int
+    alpha: float
     validation_score: Callable
-    name: str
-    alpha: float = 0.0
+    parameters: object
 
 
 @dataclass(frozen=True)
@@ -160,32 +167,35 @@ def run_path(solver, data, runtime, settings):
 
 def _run_eigenpro(path):
     """Layout, measured capacity, spectrum, plan, then the path's loop."""
-    runtime, settings = path.runtime, path.settings
+    runtime, parameters = path.runtime, path.settings.parameters
     layout = path.layout()
     capacity, throughputs = path.capacity(layout)
     spectrum = path.spectrum(layout, capacity)
     n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, settings.bandwidth)
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, path.settings.bandwidth)
     plan, prepared = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned))
     n = path.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
-    learning_rate_for = _learning_rate_function(settings.scaling_rule, spectrum, settings.n_epochs)
+    learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
     warn_if_warmup_fills_run(
-        settings.scaling_rule, _schedule_context(spectrum, plan.batch_size, steps_per_epoch, settings.n_epochs)
+        parameters.scaling_rule,
+        _schedule_context(spectrum, plan.batch_size, steps_per_epoch, parameters.n_epochs),
     )
     if runtime.log is not None:
         runtime.log(
-            f"[{settings.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
+            f"[{parameters.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
             f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
-            f"components, scaling rule {settings.scaling_rule!r}, step size "
+            f"components, scaling rule {parameters.scaling_rule!r}, step size "
             f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
         )
     loop = LoopSettings(
         batch_size=plan.batch_size,
         learning_rate_for=learning_rate_for,
-        n_epochs=settings.n_epochs,
+        n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
-        stopping=plan_stopping(settings.tol, settings.n_iter_no_change, validation=path.data.validation is not None),
+        stopping=plan_stopping(
+            parameters.tol, parameters.n_iter_no_change, validation=path.data.validation is not None
+        ),
         log=runtime.log,
     )
     preconditioner = spectrum.preconditioner if n_components else None
@@ -232,7 +242,7 @@ class _EigenProPath(_Path):
 
     def given_capacity(self):
         """The user's batch (bounded by n), or None when it is to be measured."""
-        batch_size = self.settings.planning.batch_size
+        batch_size = self.settings.parameters.planning.batch_size
         return None if batch_size == "auto" else min(batch_size, self.problem.n_rows)
 
     def measured_capacity(self, layout, probe_rows):
@@ -263,7 +273,11 @@ class _EigenProPath(_Path):
         """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
         settings = self.settings
         return SpectralSettings(
-            settings.n_components, settings.damping, eigenvalue_shift, diagonal_shift, self.problem.n_rows
+            settings.parameters.n_components,
+            settings.parameters.damping,
+            eigenvalue_shift,
+            diagonal_shift,
+            self.problem.n_rows,
         )
 
     def starting_coef(self, n_coefficients):
@@ -291,7 +305,7 @@ class _EigenPro2Path(_EigenProPath):
         return self.data.X[self.data.order]
 
     def layout(self):
-        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.planning)
+        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.parameters.planning)
 
     def capacity(self, layout):
         return self.measured_capacity(layout, self.X_dev)
@@ -306,7 +320,7 @@ class _EigenPro2Path(_EigenProPath):
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.planning)
+        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.parameters.planning)
 
     def solve(self, layout, plan, prepared, preconditioner, loop):
         validation, caches = prepared
@@ -370,7 +384,7 @@ class _EigenPro2Path(_EigenProPath):
         if self.runtime.log is not None:
             rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
             self.runtime.log(
-                f"[{self.settings.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
+                f"[{self.settings.parameters.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
                 f"{time.perf_counter() - tic:.1f} s"
             )
         return KernelCache(train, self.runtime.dtype), (
@@ -404,7 +418,7 @@ class _EigenPro3Path(_EigenProPath):
         return self.data.centers
 
     def layout(self):
-        runtime, planning = self.runtime, self.settings.planning
+        runtime, planning = self.runtime, self.settings.parameters.planning
         layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
         # Ranks may see different free memory; they must take the same path.
         choices = agree(layout.choices, runtime.group, self.device)
@@ -436,7 +450,7 @@ class _EigenPro3Path(_EigenProPath):
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.settings.planning)
+        return plan_eigenpro3(layout, capacity, critical_batch, self.settings.parameters.planning)
 
     def solve(self, layout, plan, prepared, preconditioner, loop):
         runtime = self.runtime
@@ -502,7 +516,9 @@ class _CGPath(_Path):
         weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
         rows = KernelRowBlocks(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
         if runtime.log is not None:
-            runtime.log(f"[{settings.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg")
+            runtime.log(
+                f"[{settings.parameters.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg"
+            )
         coef_init = None if data.coef_init is None else data.coef_init.to(device)
         solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init)
         coef = solved.coef.to(runtime.dtype)
@@ -524,11 +540,14 @@ class _CGPath(_Path):
         # above it, and the relative objective judges progress (the package's one rule).
         # Held-out rows score the solution CG ends with, not each iteration.
         stopping = plan_stopping(
-            settings.tol, settings.n_iter_no_change, validation=False, on_train_loss=dtype != torch.float64
+            settings.parameters.tol,
+            settings.parameters.n_iter_no_change,
+            validation=False,
+            on_train_loss=dtype != torch.float64,
         )
         return CGSettings(
-            max_iterations=settings.n_epochs,
-            tol=0.0 if settings.tol is None else CG_TOL,
+            max_iterations=settings.parameters.n_epochs,
+            tol=0.0 if settings.parameters.tol is None else CG_TOL,
             log=self.runtime.log,
             stopping=stopping,
         )
