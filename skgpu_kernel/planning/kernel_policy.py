@@ -58,7 +58,7 @@ class KernelFitPolicy:
     budget : int
     request : KernelFitRequest
     solver : {"eigenpro", "cg"}
-        With every point a center, provisional until :attr:`alpha` is known.
+        With every point a center, provisional until ``alpha`` is known.
     alpha_mode : {"given", "zero", "loo"}
     alpha : float or None
         None while the leave-one-out criterion is still to be measured.
@@ -66,7 +66,7 @@ class KernelFitPolicy:
         With ``alpha_mode="loo"``: the share of the kernel's trace the Nystrom
         features must capture for the criterion to be scored (0: always).
     early_stopping : bool or None
-        Whether to hold out a validation split; None until :attr:`alpha` is known.
+        Whether to hold out a validation split; None until ``alpha`` is known.
     """
 
     problem: KernelProblem

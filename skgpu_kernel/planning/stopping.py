@@ -3,7 +3,7 @@
 Every loop of the package (EigenPro 2 and 3, conjugate gradients on centers, BMGD
 and the parallel workers) receives a :class:`StoppingPlan` from
 :func:`plan_stopping` and runs it with
-:class:`~skgpu_kernel.solvers.epochs.Stopping`.  ``tol`` means the same everywhere:
+``skgpu_kernel.solvers.epochs.Stopping``.  ``tol`` means the same everywhere:
 the smallest gain of a scale-free monitored quantity that counts as progress,
 
 * with held-out rows, the validation score (R^2 or accuracy), larger is better;

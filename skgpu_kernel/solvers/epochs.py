@@ -203,7 +203,7 @@ class EpochGuard:
 
 
 class EarlyStopping:
-    """The one early-stopping rule: stop after ``n_iter_no_change`` epochs without a gain above ``tol``.
+    """The counting core of :class:`Stopping`: stop after ``n_iter_no_change`` epochs without a gain above ``tol``.
 
     Each epoch gives a score, larger is better (a validation score, or the
     negated training loss).  An epoch gains when its score exceeds the best so far
