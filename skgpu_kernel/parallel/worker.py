@@ -1,10 +1,19 @@
-"""What each worker process runs: DataParallel, Parle and AdaptiveSGD loops on tensors.
+"""What each worker process runs: the strategies' loops on tensors.
 
-The estimator shell resolves everything once (batch size, spectrum, scaling rule,
-buffer size) and sends a :class:`TrainingJob`; :func:`train_worker` opens the data
-sources again in the worker (memmaps and ``.npy`` files are re-opened, arrays
-arrive as shared-memory tensors), trains with the strategy's loop and returns the
-model, which is the same on every rank at the end.  No input validation here.
+The BMGD pipeline resolves everything once (batch size, spectrum, scaling rule,
+buffer size, stopping plan) and sends a :class:`TrainingJob`; :func:`train_worker`
+opens the data sources again in the worker (memmaps and ``.npy`` files are
+re-opened, arrays arrive as shared-memory tensors), trains and returns a
+:class:`WorkerOutcome`, whose model is the same on every rank.
+
+DataParallel and Parle run on one epoch driver (``_run_passes``): it owns the
+passes over the rank's shard, the history records, the stopping rule and the
+typed result, and the strategy provides its step (with its communication), its
+pass loss and how the ranks judge the rule.  AdaptiveSGD's loop claims rows from
+a shared cursor and records merges rather than passes; it shares the rule, the
+result type and the out-of-memory handling (:class:`~skgpu_kernel.solvers.sgd.GradientPieces`:
+a worker keeps its batch and sums the gradients of smaller row pieces, since it
+cannot take smaller steps alone).  No input validation here.
 """
 
 import math
@@ -17,10 +26,17 @@ import torch.distributed as dist
 
 from ..buffer import BufferPrefetcher, RangeMap, as_row_source, map_ranges, plan_pass, plan_passes
 from ..solvers.epochs import EpochClock, Stopping, epoch_record
-from ..solvers.sgd import apply_gradient, batch_gradient, buffer_batches, check_finite_loss, penalised_loss
+from ..solvers.sgd import (
+    GradientPieces,
+    SGDResult,
+    apply_gradient,
+    buffer_batches,
+    check_finite_loss,
+    penalised_loss,
+)
 from .strategies import AdaptiveSGD, DataParallel, Parle
 
-__all__ = ["TrainingJob", "open_source", "source_spec", "train_worker"]
+__all__ = ["TrainingJob", "WorkerOutcome", "open_source", "source_spec", "train_worker"]
 
 
 @dataclass
@@ -116,8 +132,18 @@ def open_source(spec):
     return as_row_source(spec[1].numpy())
 
 
+@dataclass
+class WorkerOutcome:
+    """What a worker returns: its run (records, steps, last learning rate), the model, its traffic."""
+
+    result: SGDResult
+    coef: np.ndarray
+    intercept: np.ndarray
+    bytes_all_reduced: int
+
+
 def train_worker(context, job):
-    """Entry point of a worker: train with ``job.strategy`` and return the model and records."""
+    """Entry point of a worker: train with ``job.strategy`` and return a :class:`WorkerOutcome`."""
     device = context.device
     sources = [open_source(spec) for spec in job.sources]
     try:
@@ -127,11 +153,14 @@ def train_worker(context, job):
         generator = torch.Generator().manual_seed(
             int(np.random.RandomState([job.seed, context.rank, 2]).randint(2**31))
         )
-        loop = {DataParallel: _data_parallel, Parle: _parle, AdaptiveSGD: _adaptive}[type(job.strategy)]
-        result = loop(context, job, sources, dtypes, coef, intercept, generator)
-        result["coef"] = coef.cpu().numpy()
-        result["intercept"] = intercept.cpu().numpy()
-        return result
+        if isinstance(job.strategy, AdaptiveSGD):
+            result, traffic = _adaptive(context, job, (sources, dtypes), coef, intercept)
+        else:
+            steps = {DataParallel: _DataParallelSteps, Parle: _ParleSteps}[type(job.strategy)](
+                context, job, coef, intercept
+            )
+            result, traffic = _run_passes(context, job, (sources, dtypes), steps, generator), steps.traffic
+        return WorkerOutcome(result, coef.cpu().numpy(), intercept.cpu().numpy(), traffic.bytes)
     finally:
         for source in sources:
             source.close()
@@ -180,185 +209,197 @@ def _shard_passes(context, job, sources, dtypes):
     return prefetcher, len(plans[0]), share
 
 
-def _shard_epochs(context, job, sources, dtypes, batch_size, generator):
-    """This rank's prefetcher, its shard's size, and per pass ``(epoch, iterator over its mini-batches)``."""
-    prefetcher, buffers_per_pass, share = _shard_passes(context, job, sources, dtypes)
+def _pass_batches(buffers, buffers_per_pass, run, batch_size, generator):
+    """The mini-batches ``(X, targets, weights)`` of one pass: ``n_rounds`` rounds over each of its buffers."""
+    for _ in range(buffers_per_pass):
+        X, targets, *weights = next(buffers)
+        for _ in range(run.n_rounds):
+            yield from buffer_batches(X, targets, weights[0] if weights else None, batch_size, run.shuffle, generator)
 
-    def pass_batches(buffers):
-        for _ in range(buffers_per_pass):
-            X, targets, *weights = next(buffers)
-            for _ in range(job.run.n_rounds):
-                yield from buffer_batches(
-                    X, targets, weights[0] if weights else None, batch_size, job.run.shuffle, generator
-                )
 
-    def passes():
+def _run_passes(context, job, data, steps, generator):
+    """The epoch driver of DataParallel and Parle: passes over this rank's shard.
+
+    The strategy provides its steps (``steps.step``: one update and its
+    communication) and its pass loss; the driver owns the records, the stopping
+    rule, the out-of-memory pieces (``steps.gradient``) and the typed result.
+    """
+    run = job.run
+    prefetcher, buffers_per_pass, share = _shard_passes(context, job, *data)
+    steps.begin(share)
+    stopping, clock, history = Stopping(run.stopping), EpochClock(steps.coef.device), []
+    step, rate, callback = run.start_step, math.nan, job.strategy.callback
+    with prefetcher:
         buffers = iter(prefetcher)
-        for epoch in range(job.run.n_epochs):
-            yield epoch, pass_batches(buffers)
+        for epoch in range(run.n_epochs):
+            clock.start()
+            loss_total = torch.zeros((), dtype=steps.coef.dtype, device=steps.coef.device)
+            rows_total = 0
+            for batch in _pass_batches(buffers, buffers_per_pass, run, steps.batch_size, generator):
+                loss_sum, rows, rate = steps.step(batch, step)
+                loss_total += loss_sum
+                rows_total += rows
+                step += 1
+                if callback is not None:
+                    callback(context.rank, step)
+            check_finite_loss(loss_total, step, rate)
+            seconds = clock.seconds()
+            train_loss = steps.pass_loss(loss_total, rows_total)
+            samples_per_second = rows_total / max(seconds, 1e-12)
+            history.append(
+                epoch_record(
+                    epoch + 1,
+                    step,
+                    train_loss,
+                    rate,
+                    seconds,
+                    samples_per_second=samples_per_second,
+                    bytes_all_reduced=steps.traffic.bytes,
+                )
+            )
+            if steps.stops(stopping, history[-1]):
+                break
+    steps.finish()
+    return _sgd_result(job.run, history, step - run.start_step, rate)
 
-    return prefetcher, share, passes()
 
-
-def _pass_record(epoch, step, rate, train_loss, rows, seconds, traffic):
-    """The history record of a pass of the DataParallel and Parle loops."""
-    return epoch_record(
-        epoch + 1,
-        step,
-        train_loss,
-        rate,
-        seconds,
-        samples_per_second=rows / max(seconds, 1e-12),
-        bytes_all_reduced=traffic.bytes,
+def _sgd_result(run, history, n_steps, rate, n_epochs=None):
+    """The worker's :class:`~skgpu_kernel.solvers.sgd.SGDResult` (no I/O wait is measured across workers)."""
+    return SGDResult(
+        n_epochs=len(history) if n_epochs is None else n_epochs,
+        n_steps=n_steps,
+        batch_size=run.batch_size,
+        learning_rate=rate,
+        io_wait_seconds=0.0,
+        seconds=sum(record["seconds"] for record in history),
+        history=history,
     )
 
 
-def _pass_outcome(history, n_steps, rate, traffic):
-    """What a DataParallel or Parle worker returns (one history record per pass)."""
-    return {
-        "history": history,
-        "n_epochs": len(history),
-        "n_steps": n_steps,
-        "learning_rate": rate,
-        "bytes": traffic.bytes,
-    }
-
-
-def _data_parallel(context, job, sources, dtypes, coef, intercept, generator):
+class _DataParallelSteps:
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
-    run = job.run
-    traffic = _Traffic()
-    local_batch = max(math.ceil(run.batch_size / context.world_size), 1)
-    prefetcher, _, passes = _shard_epochs(context, job, sources, dtypes, local_batch, generator)
-    step, rate, history = run.start_step, math.nan, []
-    callback = job.strategy.callback
-    clock = EpochClock(coef.device)
-    stopping = Stopping(run.stopping)
-    with prefetcher:
-        for epoch, batches in passes:
-            clock.start()
-            loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
-            rows_total = 0
-            for X_batch, target_batch, weight_batch in batches:
-                loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                    run.loss, coef, intercept, X_batch, target_batch, weight_batch
-                )
-                count = torch.full((1,), float(X_batch.shape[0]), dtype=coef.dtype, device=coef.device)
-                flat = traffic.all_reduce(_pack(coef_gradient, intercept_gradient, loss_sum, count))
-                coef_gradient, intercept_gradient, loss_sum, count = _unpack(
-                    flat, coef_gradient, intercept_gradient, loss_sum, count
-                )
-                global_batch = round(float(count))
-                rate = run.rule(step, replace(run.context, batch_size=global_batch))
-                apply_gradient(
-                    coef, intercept, coef_gradient, intercept_gradient, global_batch, rate, run.alpha, run.fit_intercept
-                )
-                loss_total += loss_sum
-                rows_total += global_batch
-                step += 1
-                if callback is not None:
-                    callback(context.rank, step)
-            check_finite_loss(loss_total, step, rate)
-            seconds = clock.seconds()
-            train_loss = penalised_loss(loss_total, rows_total, coef, run.alpha)
-            history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
-            # The all-reduced loss of the shared model: every rank judges the same record.
-            if stopping.should_stop(history[-1]):
-                break
-    return _pass_outcome(history, step - run.start_step, rate, traffic)
+
+    def __init__(self, context, job, coef, intercept):
+        self.run, self.coef, self.intercept = job.run, coef, intercept
+        self.traffic = _Traffic()
+        self.gradient = GradientPieces(job.run.loss)
+        self.batch_size = max(math.ceil(job.run.batch_size / context.world_size), 1)
+
+    def begin(self, share):
+        return None
+
+    def step(self, batch, step):
+        run, coef = self.run, self.coef
+        loss_sum, coef_gradient, intercept_gradient = self.gradient(coef, self.intercept, batch)
+        count = torch.full((1,), float(batch[0].shape[0]), dtype=coef.dtype, device=coef.device)
+        flat = self.traffic.all_reduce(_pack(coef_gradient, intercept_gradient, loss_sum, count))
+        coef_gradient, intercept_gradient, loss_sum, count = _unpack(
+            flat, coef_gradient, intercept_gradient, loss_sum, count
+        )
+        global_batch = round(float(count))
+        rate = run.rule(step, replace(run.context, batch_size=global_batch))
+        apply_gradient(
+            coef, self.intercept, coef_gradient, intercept_gradient, global_batch, rate, run.alpha, run.fit_intercept
+        )
+        return loss_sum, global_batch, rate
+
+    def pass_loss(self, loss_total, rows_total):
+        return penalised_loss(loss_total, rows_total, self.coef, self.run.alpha)
+
+    def stops(self, stopping, record):
+        # The all-reduced loss of the shared model: every rank judges the same record.
+        return stopping.should_stop(record)
+
+    def finish(self):
+        return None
 
 
-def _parle(context, job, sources, dtypes, coef, intercept, generator):
+class _ParleSteps:
     """Parle's inner loop, elastic synchronisation every ``sync_every`` steps; ``coef`` ends as ``xbar``."""
-    strategy, run = job.strategy, job.run
-    traffic = _Traffic()
-    prefetcher, share, passes = _shard_epochs(context, job, sources, dtypes, run.batch_size, generator)
-    steps_per_epoch = run.n_rounds * math.ceil(share / run.batch_size)
-    # A worker passes over its shard only: its schedule counts its own steps per epoch.
-    schedule = replace(run.context, steps_per_epoch=steps_per_epoch)
-    growth = 1.0 + strategy.coupling_growth / max(steps_per_epoch, 1)
-    coupling = strategy.coupling
-    # Replica x (coef, intercept), inner variable y, running average z, momentum v.
-    reference = [coef.clone(), intercept.clone()]
-    inner = [coef.clone(), intercept.clone()]
-    averaged = [coef.clone(), intercept.clone()]
-    velocity = [torch.zeros_like(coef), torch.zeros_like(intercept)]
-    step, rate, history, local_steps = run.start_step, math.nan, [], 0
-    callback = strategy.callback
-    stopping = Stopping(run.stopping)
 
-    def synchronise():
-        nonlocal coupling
-        for replica, average, ref in zip((coef, intercept), averaged, reference, strict=True):
-            replica.copy_(average - coupling * (average - ref))
-        flat = traffic.all_reduce(_pack(coef, intercept)) / context.world_size
-        new_coef, new_intercept = _unpack(flat, coef, intercept)
-        reference[0].copy_(new_coef)
-        reference[1].copy_(new_intercept)
-        for state in (inner, averaged):
-            state[0].copy_(coef)
-            state[1].copy_(intercept)
-        coupling = min(coupling * growth, strategy.max_coupling)
+    def __init__(self, context, job, coef, intercept):
+        self.run, self.strategy, self.world = job.run, job.strategy, context.world_size
+        self.coef, self.intercept = coef, intercept
+        self.traffic = _Traffic()
+        self.gradient = GradientPieces(job.run.loss)
+        self.batch_size = job.run.batch_size
+        # Replica x (coef, intercept), inner variable y, running average z, momentum v.
+        self.reference = [coef.clone(), intercept.clone()]
+        self.inner = [coef.clone(), intercept.clone()]
+        self.averaged = [coef.clone(), intercept.clone()]
+        self.velocity = [torch.zeros_like(coef), torch.zeros_like(intercept)]
+        self.coupling, self.local_steps = self.strategy.coupling, 0
 
-    clock = EpochClock(coef.device)
-    with prefetcher:
-        for epoch, batches in passes:
-            clock.start()
-            loss_total = torch.zeros((), dtype=coef.dtype, device=coef.device)
-            rows_total = 0
-            for X_batch, target_batch, weight_batch in batches:
-                m = X_batch.shape[0]
-                loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-                    run.loss, inner[0], inner[1], X_batch, target_batch, weight_batch
-                )
-                # Averaging the replicas' steps is one step on the samples of all workers:
-                # the rule sees that combined batch, as DataParallel's does.
-                rate = run.rule(step, replace(schedule, batch_size=m * context.world_size))
-                gradients = [coef_gradient / m + run.alpha * inner[0], intercept_gradient / m]
-                if not run.fit_intercept:
-                    gradients[1] = torch.zeros_like(gradients[1])
-                for y, x, v, g, z in zip(inner, (coef, intercept), velocity, gradients, averaged, strict=True):
-                    v.mul_(strategy.momentum).add_(g, alpha=1.0 - strategy.momentum)
-                    y.sub_(v, alpha=rate)
-                    y.sub_(y - x, alpha=coupling)
-                    z.mul_(strategy.average).add_(y, alpha=1.0 - strategy.average)
-                loss_total += loss_sum
-                rows_total += m
-                step += 1
-                local_steps += 1
-                if local_steps % strategy.sync_every == 0:
-                    synchronise()
-                if callback is not None:
-                    callback(context.rank, step)
-            check_finite_loss(loss_total, step, rate)
-            seconds = clock.seconds()
-            # The penalty of the inner iterate, where this worker measured its losses.
-            train_loss = penalised_loss(loss_total, rows_total, inner[0], run.alpha)
-            history.append(_pass_record(epoch, step, rate, train_loss, rows_total, seconds, traffic))
-            if _workers_stop(stopping, history[-1], traffic, context.world_size):
-                break
-    if local_steps % strategy.sync_every:
-        synchronise()  # every rank has taken the same number of steps, so all reach this together
-    coef.copy_(reference[0])
-    intercept.copy_(reference[1])
-    return _pass_outcome(history, step - run.start_step, rate, traffic)
+    def begin(self, share):
+        run = self.run
+        steps_per_epoch = run.n_rounds * math.ceil(share / run.batch_size)
+        # A worker passes over its shard only: its schedule counts its own steps per epoch.
+        self.schedule = replace(run.context, steps_per_epoch=steps_per_epoch)
+        self.growth = 1.0 + self.strategy.coupling_growth / max(steps_per_epoch, 1)
+
+    def step(self, batch, step):
+        run, strategy, inner = self.run, self.strategy, self.inner
+        m = batch[0].shape[0]
+        loss_sum, coef_gradient, intercept_gradient = self.gradient(inner[0], inner[1], batch)
+        # Averaging the replicas' steps is one step on the samples of all workers:
+        # the rule sees that combined batch, as DataParallel's does.
+        rate = run.rule(step, replace(self.schedule, batch_size=m * self.world))
+        gradients = [coef_gradient / m + run.alpha * inner[0], intercept_gradient / m]
+        if not run.fit_intercept:
+            gradients[1] = torch.zeros_like(gradients[1])
+        replicas = (self.coef, self.intercept)
+        for y, x, v, g, z in zip(inner, replicas, self.velocity, gradients, self.averaged, strict=True):
+            v.mul_(strategy.momentum).add_(g, alpha=1.0 - strategy.momentum)
+            y.sub_(v, alpha=rate)
+            y.sub_(y - x, alpha=self.coupling)
+            z.mul_(strategy.average).add_(y, alpha=1.0 - strategy.average)
+        self.local_steps += 1
+        if self.local_steps % strategy.sync_every == 0:
+            self._synchronise()
+        return loss_sum, m, rate
+
+    def _synchronise(self):
+        for replica, average, ref in zip((self.coef, self.intercept), self.averaged, self.reference, strict=True):
+            replica.copy_(average - self.coupling * (average - ref))
+        flat = self.traffic.all_reduce(_pack(self.coef, self.intercept)) / self.world
+        new_coef, new_intercept = _unpack(flat, self.coef, self.intercept)
+        self.reference[0].copy_(new_coef)
+        self.reference[1].copy_(new_intercept)
+        for state in (self.inner, self.averaged):
+            state[0].copy_(self.coef)
+            state[1].copy_(self.intercept)
+        self.coupling = min(self.coupling * self.growth, self.strategy.max_coupling)
+
+    def pass_loss(self, loss_total, rows_total):
+        # The penalty of the inner iterate, where this worker measured its losses.
+        return penalised_loss(loss_total, rows_total, self.inner[0], self.run.alpha)
+
+    def stops(self, stopping, record):
+        """The stopping rule on the workers' mean training loss of a pass (each measured its own shard).
+
+        The mean is recorded as ``workers_train_loss``.
+        """
+        if stopping.plan.monitor == "none":
+            return False
+        losses = torch.tensor([record["train_loss"]], dtype=torch.float64)
+        record["workers_train_loss"] = float(self.traffic.all_reduce(losses)[0]) / self.world
+        return stopping.should_stop({**record, "train_loss": record["workers_train_loss"]})
+
+    def finish(self):
+        if self.local_steps % self.strategy.sync_every:
+            self._synchronise()  # every rank has taken the same number of steps, so all reach this together
+        self.coef.copy_(self.reference[0])
+        self.intercept.copy_(self.reference[1])
 
 
-def _workers_stop(stopping, record, traffic, world_size):
-    """The stopping rule on the workers' mean training loss of a pass (each measured its own shard).
+def _adaptive(context, job, data, coef, intercept):
+    """Dynamic batches from a shared cursor, weighted merges, batch sizes following worker speed.
 
-    The mean is recorded as ``workers_train_loss``.
+    Returns the run's result (one record per merge) and the merges' traffic.
     """
-    if stopping.plan.monitor == "none":
-        return False
-    losses = torch.tensor([record["train_loss"]], dtype=torch.float64)
-    record["workers_train_loss"] = float(traffic.all_reduce(losses)[0]) / world_size
-    return stopping.should_stop({**record, "train_loss": record["workers_train_loss"]})
-
-
-def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
-    """Dynamic batches from a shared cursor, weighted merges, batch sizes following worker speed."""
     strategy, run = job.strategy, job.run
+    sources, dtypes = data
+    gradient = GradientPieces(run.loss)
     world = context.world_size
     low, high = strategy.batch_bounds(run.batch_size)
     claims = _Claims(job, low, world)
@@ -382,9 +423,8 @@ def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
         steps_per_epoch = claims.n_train / (world * merges.batch)
         schedule = replace(run.context, batch_size=m, steps_per_epoch=steps_per_epoch)
         rate = run.rule(int((epochs_before + start / claims.n_train) * steps_per_epoch), schedule)
-        loss_sum, coef_gradient, intercept_gradient = batch_gradient(
-            run.loss, coef, intercept, X_batch, target_batch, weights[0] if weights else None
-        )
+        batch = (X_batch, target_batch, weights[0] if weights else None)
+        loss_sum, coef_gradient, intercept_gradient = gradient(coef, intercept, batch)
         apply_gradient(coef, intercept, coef_gradient, intercept_gradient, m, rate, run.alpha, run.fit_intercept)
         merges.count(m, loss_sum)
         check_finite_loss(merges.loss_total, step, rate)
@@ -394,14 +434,8 @@ def _adaptive(context, job, sources, dtypes, coef, intercept, generator):
         if stop >= claims.boundary(merges.done + 1):
             merges.merge(claims, step, rate)  # this claim crossed the boundary: the others merge on their next claim
     # Passes begun: the last merge closes a pass, or falls in the pass where the rule stopped.
-    return {
-        "history": merges.history,
-        "n_epochs": math.ceil(merges.history[-1]["epoch"]) if merges.history else 0,
-        "n_steps": step,
-        "learning_rate": rate,
-        "bytes": merges.traffic.bytes,
-        "final_batch_size": merges.batch,
-    }
+    n_epochs = math.ceil(merges.history[-1]["epoch"]) if merges.history else 0
+    return _sgd_result(run, merges.history, step, rate, n_epochs), merges.traffic
 
 
 def _read(sources, dtypes, ranges, device):

@@ -365,28 +365,18 @@ def _run_parallel(job, runtime):
     outcome = run_distributed(train_worker, job, devices, timeout=runtime.strategy.timeout)[0]
     distributed = torch.distributed.is_initialized()
     n_workers = torch.distributed.get_world_size() if distributed else len(devices)
-    history = outcome["history"]
-    result = SGDResult(
-        n_epochs=int(outcome["n_epochs"]),
-        n_steps=int(outcome["n_steps"]),
-        batch_size=job.run.batch_size,
-        learning_rate=float(outcome["learning_rate"]),
-        io_wait_seconds=0.0,
-        seconds=sum(record["seconds"] for record in history),
-        history=history,
-    )
     facts = _parallel_facts(outcome, runtime.strategy, n_workers)
-    return result, torch.as_tensor(outcome["coef"]), torch.as_tensor(outcome["intercept"]), facts
+    return outcome.result, torch.as_tensor(outcome.coef), torch.as_tensor(outcome.intercept), facts
 
 
 def _parallel_facts(outcome, strategy, n_workers):
     """What the workers reported beyond the model and its history."""
     if not isinstance(strategy, AdaptiveSGD):
-        return ParallelFacts(n_workers, int(outcome["bytes"]))
-    history = outcome["history"]
+        return ParallelFacts(n_workers, outcome.bytes_all_reduced)
+    history = outcome.result.history
     return ParallelFacts(
         n_workers,
-        int(outcome["bytes"]),
+        outcome.bytes_all_reduced,
         merge_weights=np.array([record["merge_weights"] for record in history]),
         worker_batch_sizes=np.array([record["worker_batch_sizes"] for record in history]),
     )

@@ -21,6 +21,7 @@ from .epochs import EpochClock, Stopping, epoch_record, format_record, halved_ba
 from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
+    "GradientPieces",
     "SGDResult",
     "SGDRun",
     "apply_gradient",
@@ -294,6 +295,48 @@ def batch_gradient(loss, coef, intercept, X, targets, weights=None):
         gradient = gradient * weights[:, None]
         values = values * weights
     return values.sum(), _transposed_product(X, gradient), gradient.sum(dim=0)
+
+
+class GradientPieces:
+    """A batch's summed gradient, taken in row pieces that shrink on out-of-memory errors.
+
+    Where every worker's step must stay in step with the others' (a collective per
+    step, or a synchronisation every few steps), a worker cannot take a smaller
+    batch alone.  It keeps the batch and its step, and computes the batch's summed
+    loss and gradients in pieces of rows instead: out of device memory, the piece
+    is halved and the batch computed again; the rest of the run keeps the smaller
+    piece.  While the whole batch fits, this is :func:`batch_gradient` itself.
+
+    Parameters
+    ----------
+    loss : callable
+    log : callable or None
+        Receives a line for each halving of the piece.
+    """
+
+    def __init__(self, loss, log=None):
+        self.loss, self.log = loss, log
+        self.rows = None  # rows per piece; None: the whole batch
+
+    def __call__(self, coef, intercept, batch):
+        """``(loss_sum, coef_gradient, intercept_gradient)`` of ``batch = (X, targets, weights)``."""
+        while True:
+            try:
+                return self._summed(coef, intercept, batch)
+            except (torch.OutOfMemoryError, RuntimeError) as error:
+                self.rows = halved_batch(error, self.rows or batch[0].shape[0], batch[0].device)
+                if self.log is not None:
+                    self.log(f"out of memory: gradients taken in pieces of {self.rows} rows")
+
+    def _summed(self, coef, intercept, batch):
+        X, targets, weights = batch
+        if self.rows is None or self.rows >= X.shape[0]:
+            return batch_gradient(self.loss, coef, intercept, X, targets, weights)
+        parts = [
+            batch_gradient(self.loss, coef, intercept, *_batch_rows(batch, None, start, start + self.rows))
+            for start in range(0, X.shape[0], self.rows)
+        ]
+        return tuple(torch.stack(values).sum(dim=0) for values in zip(*parts, strict=True))
 
 
 def apply_gradient(coef, intercept, coef_gradient, intercept_gradient, batch_size, rate, alpha, fit_intercept):
