@@ -16,6 +16,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
 MAX_CODE_LINES = 80
 MAX_PARAMETERS = 8
 MAX_SHELL_LINES = {"_BaseAdaptiveKernel": 300, "_BaseBufferedSGD": 300}
+# Whole shell modules (issue 26): validation, the call of the family's fit function and
+# storing; docstrings, the shared documentation strings and constructors not counted.
+SHELL_MODULES = ("kernel_machines.py", "linear_model.py")
+MAX_SHELL_MODULE_LINES = 400
 
 
 def _code_lines(source):
@@ -82,3 +86,35 @@ def test_functions_take_few_parameters():
 def test_estimator_shells_are_thin(name):
     sizes = {node.name: lines for _, node, lines in _definitions() if isinstance(node, ast.ClassDef)}
     assert sizes[name] <= MAX_SHELL_LINES[name], f"{name} has {sizes[name]} lines of code"
+
+
+def _documentation_lines(node):
+    """Lines of the estimators' shared documentation strings (``__doc__`` pieces) and of ``__init__``."""
+    span = set(range(node.lineno, node.end_lineno + 1))
+    if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+        return span
+    documentation = ("__doc__", "_DATA_SOURCES")
+    if isinstance(node, ast.Assign) and any(
+        isinstance(target, ast.Name) and (target.id.startswith("_COMMON") or target.id in documentation)
+        for target in node.targets
+    ):
+        return span
+    if isinstance(node, ast.AugAssign) and getattr(node.target, "attr", None) == "__doc__":
+        return span
+    return set()
+
+
+def _shell_code_lines(source):
+    """Code lines of a shell module, without docstrings, documentation strings and ``__init__``."""
+    excluded = set()
+    for node in ast.walk(ast.parse(source)):
+        excluded |= _docstring_lines(node)
+        if isinstance(node, (ast.FunctionDef, ast.Assign, ast.AugAssign)):
+            excluded |= _documentation_lines(node)
+    return len(_code_lines(source) - excluded)
+
+
+@pytest.mark.parametrize("shell", SHELL_MODULES)
+def test_shell_modules_are_short(shell):
+    lines = _shell_code_lines((PACKAGE / shell).read_text())
+    assert lines <= MAX_SHELL_MODULE_LINES, f"{shell} has {lines} lines of code"
