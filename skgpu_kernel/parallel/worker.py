@@ -6,18 +6,19 @@ opens the data sources again in the worker (memmaps and ``.npy`` files are
 re-opened, arrays arrive as shared-memory tensors), trains and returns a
 :class:`WorkerOutcome`, whose model is the same on every rank.
 
-DataParallel and Parle run on one epoch driver (``_run_passes``): it owns the
-passes over the rank's shard, the history records, the stopping rule and the
-typed result, and the strategy provides its step (with its communication), its
-pass loss and how the ranks judge the rule.  AdaptiveSGD's loop claims rows from
-a shared cursor and records merges rather than passes; it shares the rule, the
-result type and the out-of-memory handling (:class:`~skgpu_kernel.solvers.sgd.GradientPieces`:
-a worker keeps its batch and sums the gradients of smaller row pieces, since it
-cannot take smaller steps alone).  No input validation here.
+Every strategy runs on one epoch driver (``_drive``): a run is a sequence of
+periods (passes over the rank's shard for DataParallel and Parle, the samples
+between two merges for AdaptiveSGD), and the driver owns the step count, the
+periods' losses, the history records, the stopping rule and the typed result.  A
+strategy provides its periods' batches, its step (one update with its
+communication) and how a period closes (its record).  A worker out of device
+memory keeps its batch and its step and sums the gradients of smaller row pieces
+(:class:`~skgpu_kernel.solvers.sgd.GradientPieces`), since it cannot take smaller
+steps alone.  No input validation here.
 """
 
+import contextlib
 import math
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -150,16 +151,9 @@ def train_worker(context, job):
         coef = torch.as_tensor(job.coef).to(device)
         intercept = torch.as_tensor(job.intercept).to(device)
         dtypes = [getattr(torch, name) for name in job.dtypes]
-        generator = torch.Generator().manual_seed(
-            int(np.random.RandomState([job.seed, context.rank, 2]).randint(2**31))
-        )
-        if isinstance(job.strategy, AdaptiveSGD):
-            result, traffic = _adaptive(context, job, (sources, dtypes), coef, intercept)
-        else:
-            steps = {DataParallel: _DataParallelSteps, Parle: _ParleSteps}[type(job.strategy)](
-                context, job, coef, intercept
-            )
-            result, traffic = _run_passes(context, job, (sources, dtypes), steps, generator), steps.traffic
+        strategy = {DataParallel: _DataParallelSteps, Parle: _ParleSteps, AdaptiveSGD: _AdaptiveSteps}
+        steps = strategy[type(job.strategy)](context, job, coef, intercept, (sources, dtypes))
+        result, traffic = _drive(context, job, steps), steps.traffic
         return WorkerOutcome(result, coef.cpu().numpy(), intercept.cpu().numpy(), traffic.bytes)
     finally:
         for source in sources:
@@ -217,57 +211,52 @@ def _pass_batches(buffers, buffers_per_pass, run, batch_size, generator):
             yield from buffer_batches(X, targets, weights[0] if weights else None, batch_size, run.shuffle, generator)
 
 
-def _run_passes(context, job, data, steps, generator):
-    """The epoch driver of DataParallel and Parle: passes over this rank's shard.
+@dataclass
+class _Period:
+    """What the steps of one period (a pass, or the samples between two merges) added up to."""
 
-    The strategy provides its steps (``steps.step``: one update and its
-    communication) and its pass loss; the driver owns the records, the stopping
-    rule, the out-of-memory pieces (``steps.gradient``) and the typed result.
+    loss_total: torch.Tensor
+    rows: int = 0
+    updates: int = 0
+
+    def add(self, loss_sum, rows):
+        self.loss_total += loss_sum
+        self.rows += rows
+        self.updates += 1
+
+
+def _drive(context, job, steps):
+    """The epoch driver of every strategy; returns the worker's :class:`~skgpu_kernel.solvers.sgd.SGDResult`.
+
+    A run is a sequence of periods: passes over the rank's shard for DataParallel
+    and Parle, the samples between two merges for AdaptiveSGD.  The strategy
+    provides each period's batches, its step (one update with its communication)
+    and how a period closes (its record, with the strategy's communication); the
+    driver owns the step count, the period's loss, the records, the stopping rule
+    and the typed result.  Out of device memory, a strategy's step takes its
+    gradient in pieces (:class:`~skgpu_kernel.solvers.sgd.GradientPieces`).
     """
-    run = job.run
-    prefetcher, buffers_per_pass, share = _shard_passes(context, job, *data)
-    steps.begin(share)
-    stopping, clock, history = Stopping(run.stopping), EpochClock(steps.coef.device), []
+    run, coef = job.run, steps.coef
+    stopping, clock, history = Stopping(run.stopping), EpochClock(coef.device), []
     step, rate, callback = run.start_step, math.nan, job.strategy.callback
-    with prefetcher:
-        buffers = iter(prefetcher)
-        for epoch in range(run.n_epochs):
+    with steps.opened():
+        for batches in steps.periods():
             clock.start()
-            loss_total = torch.zeros((), dtype=steps.coef.dtype, device=steps.coef.device)
-            rows_total = 0
-            for batch in _pass_batches(buffers, buffers_per_pass, run, steps.batch_size, generator):
+            period = _Period(torch.zeros((), dtype=coef.dtype, device=coef.device))
+            for batch in batches:
                 loss_sum, rows, rate = steps.step(batch, step)
-                loss_total += loss_sum
-                rows_total += rows
+                period.add(loss_sum, rows)
                 step += 1
                 if callback is not None:
                     callback(context.rank, step)
-            check_finite_loss(loss_total, step, rate)
-            seconds = clock.seconds()
-            train_loss = steps.pass_loss(loss_total, rows_total)
-            samples_per_second = rows_total / max(seconds, 1e-12)
-            history.append(
-                epoch_record(
-                    epoch + 1,
-                    step,
-                    train_loss,
-                    rate,
-                    seconds,
-                    samples_per_second=samples_per_second,
-                    bytes_all_reduced=steps.traffic.bytes,
-                )
-            )
+            check_finite_loss(period.loss_total, step, rate)
+            history.append(steps.close(period, step, rate, clock.seconds()))
             if steps.stops(stopping, history[-1]):
                 break
     steps.finish()
-    return _sgd_result(job.run, history, step - run.start_step, rate)
-
-
-def _sgd_result(run, history, n_steps, rate, n_epochs=None):
-    """The worker's :class:`~skgpu_kernel.solvers.sgd.SGDResult` (no I/O wait is measured across workers)."""
     return SGDResult(
-        n_epochs=len(history) if n_epochs is None else n_epochs,
-        n_steps=n_steps,
+        n_epochs=steps.passes_run(history),
+        n_steps=step - run.start_step,
         batch_size=run.batch_size,
         learning_rate=rate,
         io_wait_seconds=0.0,
@@ -276,17 +265,53 @@ def _sgd_result(run, history, n_steps, rate, n_epochs=None):
     )
 
 
-class _DataParallelSteps:
+class _PassSteps:
+    """What DataParallel and Parle share: passes over this rank's shard, one record per pass."""
+
+    def __init__(self, context, job, coef, intercept, data):
+        self.context, self.job, self.run = context, job, job.run
+        self.coef, self.intercept = coef, intercept
+        self.data, self.traffic = data, _Traffic()
+        self.gradient = GradientPieces(job.run.loss)
+        self.generator = torch.Generator().manual_seed(
+            int(np.random.RandomState([job.seed, context.rank, 2]).randint(2**31))
+        )
+        self.prefetcher, self.buffers_per_pass, self.share = _shard_passes(context, job, *data)
+        self.passes_closed = 0
+
+    def opened(self):
+        return self.prefetcher
+
+    def periods(self):
+        buffers = iter(self.prefetcher)
+        for _ in range(self.run.n_epochs):
+            yield _pass_batches(buffers, self.buffers_per_pass, self.run, self.batch_size, self.generator)
+
+    def close(self, period, step, rate, seconds):
+        self.passes_closed += 1
+        return epoch_record(
+            self.passes_closed,
+            step,
+            self.pass_loss(period.loss_total, period.rows),
+            rate,
+            seconds,
+            samples_per_second=period.rows / max(seconds, 1e-12),
+            bytes_all_reduced=self.traffic.bytes,
+        )
+
+    def passes_run(self, history):
+        return len(history)
+
+    def finish(self):
+        return None
+
+
+class _DataParallelSteps(_PassSteps):
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
 
-    def __init__(self, context, job, coef, intercept):
-        self.run, self.coef, self.intercept = job.run, coef, intercept
-        self.traffic = _Traffic()
-        self.gradient = GradientPieces(job.run.loss)
+    def __init__(self, context, job, coef, intercept, data):
+        super().__init__(context, job, coef, intercept, data)
         self.batch_size = max(math.ceil(job.run.batch_size / context.world_size), 1)
-
-    def begin(self, share):
-        return None
 
     def step(self, batch, step):
         run, coef = self.run, self.coef
@@ -310,32 +335,24 @@ class _DataParallelSteps:
         # The all-reduced loss of the shared model: every rank judges the same record.
         return stopping.should_stop(record)
 
-    def finish(self):
-        return None
 
-
-class _ParleSteps:
+class _ParleSteps(_PassSteps):
     """Parle's inner loop, elastic synchronisation every ``sync_every`` steps; ``coef`` ends as ``xbar``."""
 
-    def __init__(self, context, job, coef, intercept):
-        self.run, self.strategy, self.world = job.run, job.strategy, context.world_size
-        self.coef, self.intercept = coef, intercept
-        self.traffic = _Traffic()
-        self.gradient = GradientPieces(job.run.loss)
-        self.batch_size = job.run.batch_size
+    def __init__(self, context, job, coef, intercept, data):
+        super().__init__(context, job, coef, intercept, data)
+        run, self.strategy, self.world = job.run, job.strategy, context.world_size
+        self.batch_size = run.batch_size
+        steps_per_epoch = run.n_rounds * math.ceil(self.share / run.batch_size)
+        # A worker passes over its shard only: its schedule counts its own steps per epoch.
+        self.schedule = replace(run.context, steps_per_epoch=steps_per_epoch)
+        self.growth = 1.0 + self.strategy.coupling_growth / max(steps_per_epoch, 1)
         # Replica x (coef, intercept), inner variable y, running average z, momentum v.
         self.reference = [coef.clone(), intercept.clone()]
         self.inner = [coef.clone(), intercept.clone()]
         self.averaged = [coef.clone(), intercept.clone()]
         self.velocity = [torch.zeros_like(coef), torch.zeros_like(intercept)]
         self.coupling, self.local_steps = self.strategy.coupling, 0
-
-    def begin(self, share):
-        run = self.run
-        steps_per_epoch = run.n_rounds * math.ceil(share / run.batch_size)
-        # A worker passes over its shard only: its schedule counts its own steps per epoch.
-        self.schedule = replace(run.context, steps_per_epoch=steps_per_epoch)
-        self.growth = 1.0 + self.strategy.coupling_growth / max(steps_per_epoch, 1)
 
     def step(self, batch, step):
         run, strategy, inner = self.run, self.strategy, self.inner
@@ -392,50 +409,82 @@ class _ParleSteps:
         self.intercept.copy_(self.reference[1])
 
 
-def _adaptive(context, job, data, coef, intercept):
+class _AdaptiveSteps:
     """Dynamic batches from a shared cursor, weighted merges, batch sizes following worker speed.
 
-    Returns the run's result (one record per merge) and the merges' traffic.
+    A period is the samples between two merges.  A claim is a range of positions in
+    the concatenated passes; one that starts beyond the period's boundary belongs to
+    a later period, so the period closes (the workers merge) before it is used.
     """
-    strategy, run = job.strategy, job.run
-    sources, dtypes = data
-    gradient = GradientPieces(run.loss)
-    world = context.world_size
-    low, high = strategy.batch_bounds(run.batch_size)
-    claims = _Claims(job, low, world)
-    merges = _Merges(context, job, coef, intercept, (low, high))
-    # Earlier updates (partial_fit) count in this worker's updates, about world * batch samples each.
-    epochs_before = run.start_step * world * run.batch_size / claims.n_train
-    cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
-    step, rate = 0, math.nan
-    while merges.done < claims.n_merges:
-        end = int(context.store.add(cursor, merges.batch))
-        start = end - merges.batch
-        while merges.done < claims.n_merges and start >= claims.boundary(merges.done + 1):
-            merges.merge(claims, step, rate)  # this claim belongs to a later period: merge with the others first
-        if merges.done >= claims.n_merges:
-            break
-        stop = min(end, claims.total)
-        X_batch, target_batch, *weights = _read(sources, dtypes, claims.rows_of(start, stop), context.device)
-        m = X_batch.shape[0]
+
+    def __init__(self, context, job, coef, intercept, data):
+        self.context, self.job, self.run = context, job, job.run
+        self.coef, self.intercept, self.data = coef, intercept, data
+        self.gradient = GradientPieces(job.run.loss)
+        world = context.world_size
+        low, high = job.strategy.batch_bounds(job.run.batch_size)
+        self.claims = _Claims(job, low, world)
+        self.merges = _Merges(context, job, coef, intercept, (low, high))
+        self.traffic = self.merges.traffic
+        # Earlier updates (partial_fit) count in this worker's updates, about world * batch samples each.
+        self.epochs_before = job.run.start_step * world * job.run.batch_size / self.claims.n_train
+        self.cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
+        self.pending, self.epochs_judged = None, 0
+
+    def opened(self):
+        return contextlib.nullcontext()
+
+    def periods(self):
+        while self.merges.done < self.claims.n_merges:
+            yield self._claims_until(self.claims.boundary(self.merges.done + 1))
+
+    def _claims_until(self, boundary):
+        """The claims of the period that ends at position ``boundary``, read: ``((X, targets, weights), start)``."""
+        while True:
+            if self.pending is None:
+                end = int(self.context.store.add(self.cursor, self.merges.batch))
+                self.pending = (end - self.merges.batch, end)
+            start, end = self.pending
+            if start >= boundary:
+                return  # this claim belongs to a later period: merge with the others first
+            self.pending = None
+            stop = min(end, self.claims.total)
+            sources, dtypes = self.data
+            X, targets, *weights = _read(sources, dtypes, self.claims.rows_of(start, stop), self.context.device)
+            yield (X, targets, weights[0] if weights else None), start
+            if stop >= boundary:
+                return  # this claim crossed the boundary: the others merge on their next claim
+
+    def step(self, claim, step):
+        run, (batch, start) = self.run, claim
+        m = batch[0].shape[0]
         # The schedule sees the claim's position in epochs (continuing earlier calls),
         # counted in this worker's own updates.
-        steps_per_epoch = claims.n_train / (world * merges.batch)
+        steps_per_epoch = self.claims.n_train / (self.context.world_size * self.merges.batch)
         schedule = replace(run.context, batch_size=m, steps_per_epoch=steps_per_epoch)
-        rate = run.rule(int((epochs_before + start / claims.n_train) * steps_per_epoch), schedule)
-        batch = (X_batch, target_batch, weights[0] if weights else None)
-        loss_sum, coef_gradient, intercept_gradient = gradient(coef, intercept, batch)
-        apply_gradient(coef, intercept, coef_gradient, intercept_gradient, m, rate, run.alpha, run.fit_intercept)
-        merges.count(m, loss_sum)
-        check_finite_loss(merges.loss_total, step, rate)
-        step += 1
-        if strategy.callback is not None:
-            strategy.callback(context.rank, step)
-        if stop >= claims.boundary(merges.done + 1):
-            merges.merge(claims, step, rate)  # this claim crossed the boundary: the others merge on their next claim
-    # Passes begun: the last merge closes a pass, or falls in the pass where the rule stopped.
-    n_epochs = math.ceil(merges.history[-1]["epoch"]) if merges.history else 0
-    return _sgd_result(run, merges.history, step, rate, n_epochs), merges.traffic
+        rate = run.rule(int((self.epochs_before + start / self.claims.n_train) * steps_per_epoch), schedule)
+        loss_sum, coef_gradient, intercept_gradient = self.gradient(self.coef, self.intercept, batch)
+        apply_gradient(
+            self.coef, self.intercept, coef_gradient, intercept_gradient, m, rate, run.alpha, run.fit_intercept
+        )
+        return loss_sum, m, rate
+
+    def close(self, period, step, rate, seconds):
+        return self.merges.merge(self.claims, period, (step, rate, seconds))
+
+    def stops(self, stopping, record):
+        """The stopping rule, at the first merge of each pass (merges are in step on every rank)."""
+        if math.floor(record["epoch"]) <= self.epochs_judged:
+            return False
+        self.epochs_judged = math.floor(record["epoch"])
+        return stopping.should_stop(record)
+
+    def passes_run(self, history):
+        # Passes begun: the last merge closes a pass, or falls in the pass where the rule stopped.
+        return math.ceil(history[-1]["epoch"]) if history else 0
+
+    def finish(self):
+        return None
 
 
 def _read(sources, dtypes, ranges, device):
@@ -493,31 +542,22 @@ class _Merges:
         self.low, self.high = bounds
         self.batch = min(max(job.run.batch_size, self.low), self.high)
         self.traffic = _Traffic()
-        self.history, self.done = [], 0
-        self.stopping, self.epochs_judged = Stopping(job.run.stopping), 0
-        self._reset()
+        self.done = 0
 
-    def _reset(self):
-        self.samples_since, self.updates_since = 0, 0
-        self.loss_total = torch.zeros((), dtype=self.coef.dtype, device=self.coef.device)
-        self.tic = time.perf_counter()
+    def merge(self, claims, period, at):
+        """``W = sum_i w_i W_i`` with ``w_i`` the share of samples since the last merge; then adapt the batch.
 
-    def count(self, rows, loss_sum):
-        """Account for one update on ``rows`` samples with summed loss ``loss_sum``."""
-        self.loss_total += loss_sum
-        self.samples_since += rows
-        self.updates_since += 1
-
-    def merge(self, claims, step, rate):
-        """``W = sum_i w_i W_i`` with ``w_i`` the share of samples since the last merge; then adapt the batch."""
+        ``period`` holds this worker's samples, updates and summed loss since the last
+        merge; ``at`` is ``(step, rate, seconds)``.  Returns the merge's record.
+        """
+        step, rate, elapsed = at
         rank, world = self.context.rank, self.context.world_size
-        elapsed = time.perf_counter() - self.tic
         shares = torch.zeros(4 * world + 1, dtype=torch.float64)
-        shares[rank] = self.samples_since
+        shares[rank] = period.rows
         shares[world + rank] = self.batch
-        shares[2 * world + rank] = self.samples_since / max(elapsed, 1e-12)
-        shares[3 * world + rank] = self.updates_since
-        shares[4 * world] = float(self.loss_total)
+        shares[2 * world + rank] = period.rows / max(elapsed, 1e-12)
+        shares[3 * world + rank] = period.updates
+        shares[4 * world] = float(period.loss_total)
         shares = self.traffic.all_reduce(shares.to(self.coef.device)).cpu()
         counts = shares[:world]
         weights = counts / counts.sum() if counts.sum() > 0 else torch.full((world,), 1.0 / world, dtype=torch.float64)
@@ -525,20 +565,18 @@ class _Merges:
         new_coef, new_intercept = _unpack(merged, self.coef, self.intercept)
         self.coef.copy_(new_coef)
         self.intercept.copy_(new_intercept)
-        self.history.append(
-            epoch_record(
-                claims.boundary(self.done + 1) / claims.n_train,
-                self.job.run.start_step + step,
-                penalised_loss(shares[4 * world], float(counts.sum()), self.coef, self.job.run.alpha),
-                rate,
-                elapsed,
-                merge=self.done + 1,
-                merge_weights=weights.tolist(),
-                worker_batch_sizes=shares[world : 2 * world].tolist(),
-                worker_samples_per_second=shares[2 * world : 3 * world].tolist(),
-                worker_updates=shares[3 * world : 4 * world].tolist(),
-                bytes_all_reduced=self.traffic.bytes,
-            )
+        record = epoch_record(
+            claims.boundary(self.done + 1) / claims.n_train,
+            step,
+            penalised_loss(shares[4 * world], float(counts.sum()), self.coef, self.job.run.alpha),
+            rate,
+            elapsed,
+            merge=self.done + 1,
+            merge_weights=weights.tolist(),
+            worker_batch_sizes=shares[world : 2 * world].tolist(),
+            worker_samples_per_second=shares[2 * world : 3 * world].tolist(),
+            worker_updates=shares[3 * world : 4 * world].tolist(),
+            bytes_all_reduced=self.traffic.bytes,
         )
         # Towards equal update counts: a worker that updated more often than the
         # average is fast, and takes larger batches (and so fewer updates).
@@ -548,14 +586,4 @@ class _Merges:
         elif updates[rank] < updates.mean():
             self.batch = max(self.batch - self.job.strategy.batch_step, self.low)
         self.done += 1
-        self._reset()
-        self._judge(claims)
-
-    def _judge(self, claims):
-        """The stopping rule, at the first merge of each epoch (merges are in step on every rank)."""
-        record = self.history[-1]
-        if math.floor(record["epoch"]) <= self.epochs_judged:
-            return
-        self.epochs_judged = math.floor(record["epoch"])
-        if self.stopping.should_stop(record):
-            claims.n_merges = self.done
+        return record
