@@ -245,15 +245,14 @@ def _problem(data, runtime, kernel, streamed):
     n_centers = None
     if data.uses_centers:
         n_centers = min(data.n_centers, n_rows) if data.centers is None else data.centers.shape[0]
-    n_shards = runtime.group.size() if runtime.group is not None else len(runtime.devices)
     return KernelProblem(
         n_rows,
         n_features,
         data.Y.shape[1],
-        torch.finfo(runtime.dtype).bits // 8,
+        runtime.itemsize,
         kernel.extra_blocks,
         n_centers=n_centers,
-        n_shards=n_shards,
+        n_shards=runtime.n_shards,
         streamed=streamed,
     )
 
@@ -282,8 +281,7 @@ def _kernel_offset(kernel, X):
 
 def _streams(X, n_outputs, runtime):
     """Whether EigenPro 3 streams ``X``: a memory-mapped file whose device copy would take over half the budget."""
-    itemsize = torch.finfo(runtime.dtype).bits // 8
-    return is_out_of_core(X, itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), runtime.budget)
+    return is_out_of_core(X, runtime.itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), runtime.budget)
 
 
 def _centers(data, X, order):

@@ -113,6 +113,16 @@ class KernelRuntime:
     epochs_done: int = 0
     log: Callable | None = None
 
+    @property
+    def itemsize(self):
+        """Bytes per value of the training dtype."""
+        return torch.finfo(self.dtype).bits // 8
+
+    @property
+    def n_shards(self):
+        """Shards the centers would be split in: the group's ranks, else the devices."""
+        return self.group.size() if self.group is not None else len(self.devices)
+
 
 @dataclass(frozen=True)
 class KernelFitSettings:
@@ -210,7 +220,7 @@ class _Path:
         self.data, self.runtime, self.settings = data, runtime, settings
         self.kernel, self.device = settings.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
-        self.itemsize = torch.finfo(runtime.dtype).bits // 8
+        self.itemsize = runtime.itemsize
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
@@ -397,17 +407,15 @@ class _EigenPro3Path(_EigenProPath):
 
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
-        X, group = data.X, runtime.group
-        n_shards = group.size() if group is not None else len(runtime.devices)
         self.problem = self.problem_with(
             n_centers=data.centers.shape[0],
-            n_shards=n_shards,
+            n_shards=runtime.n_shards,
             centers_from_data=data.centers_from_data,
             streamed=data.streamed,
         )
         self.Z_dev = self.to_device(data.centers)
         self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
-        self.X_dev = None if self.problem.streamed else self.to_device(X[data.order])
+        self.X_dev = None if self.problem.streamed else self.to_device(data.X[data.order])
 
     def where(self):
         group = self.runtime.group
