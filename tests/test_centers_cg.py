@@ -20,6 +20,7 @@ from skgpu_kernel.solvers.centers_cg import (
     CachedRowBlocks,
     CGSettings,
     KernelRowBlocks,
+    _Monitor,
     center_kernel_block,
     default_jitter,
     fit_centers_cg,
@@ -161,25 +162,41 @@ def test_float32_blocks_approach_the_float64_solution():
     assert single.jitter == pytest.approx(default_jitter(torch.float32))
 
 
-def test_float32_on_a_nearly_singular_problem_keeps_its_best_coefficients():
-    # With float64's tiny jitter, float32 blocks cannot evaluate the first step's
-    # coefficients: the objective grows, the run stops with the best coefficients.
+def test_objective_growth_puts_the_best_coefficients_back_with_a_warning():
+    monitor = _Monitor(torch.zeros(2, 1), CGSettings())
+    for loss, value in [(1.0, 1.0), (0.5, 2.0), (0.6, 3.0)]:  # growth within the factor 1.5 is kept
+        assert not monitor.diverged(loss, torch.full((2, 1), value))
+    coef = torch.full((2, 1), 4.0)
+    with pytest.warns(RuntimeWarning, match="objective grew to 0.8 from 0.5"):
+        assert monitor.diverged(0.8, coef)
+    torch.testing.assert_close(coef, torch.full((2, 1), 2.0), rtol=0, atol=0)
+    coef = torch.full((2, 1), 5.0)
+    with pytest.warns(RuntimeWarning, match="objective grew to nan"):
+        assert monitor.diverged(float("nan"), coef)
+    torch.testing.assert_close(coef, torch.full((2, 1), 2.0), rtol=0, atol=0)
+
+
+def test_float32_on_a_nearly_singular_problem_never_returns_worse_than_zero():
+    # With float64's tiny jitter, float32 blocks may not evaluate the exact solution's
+    # large coefficients: whether the objective then grows depends on the BLAS's
+    # rounding (it grew on an AMD EPYC, not on an Intel Xeon with AVX-512), but
+    # either way the run returns finite coefficients no worse than zero.
     X, Y, _, Z = _problem(2000, 200, 3, weighted=False)
     bandwidth, alpha = 5.0, 1e-8
-    with pytest.warns(RuntimeWarning, match="objective grew"):
+    K, K_zz, w = _gaussian(X, Z, bandwidth), _gaussian(Z, Z, bandwidth), np.ones(len(X))
+    zero = _objective(K, K_zz, Y, w, alpha, np.zeros((200, 3)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         result = _fit(X, Y, None, Z, bandwidth, alpha, dtype=torch.float32, row_block=512, jitter=1e-10)
-    assert not result.converged
+    grew = any("objective grew" in str(warning.message) for warning in caught)
+    assert grew or result.converged
     assert torch.isfinite(result.coef).all()
-    K = _gaussian(X, Z, bandwidth)
-    w = np.ones(len(X))
-    zero = _objective(K, _gaussian(Z, Z, bandwidth), Y, w, alpha, np.zeros((200, 3)))
-    assert _objective(K, _gaussian(Z, Z, bandwidth), Y, w, alpha, result.coef.double().numpy()) <= zero
+    assert _objective(K, K_zz, Y, w, alpha, result.coef.double().numpy()) <= zero
     # The float32 jitter keeps CG where float32 resolves it: no warning, a fit.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fitted = _fit(X, Y, None, Z, bandwidth, alpha, dtype=torch.float32, row_block=512)
-    coef = fitted.coef.double().numpy()
-    assert _objective(K, _gaussian(Z, Z, bandwidth), Y, w, alpha, coef) < 1e-2 * zero
+    assert _objective(K, K_zz, Y, w, alpha, fitted.coef.double().numpy()) < 1e-2 * zero
 
 
 def test_history_records_and_convergence_flag():
