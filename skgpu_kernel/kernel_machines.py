@@ -66,7 +66,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "warm_start": ["boolean"],
-        "n_centers": [None, Interval(Integral, 1, None, closed="left")],
+        "n_centers": [None, StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
         "centers": [None, "array-like"],
         "cache_kernel": ["boolean", StrOptions({"auto"})],
         "projection": [StrOptions({"auto", "exact", "iterative"})],
@@ -98,7 +98,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         random_state=None,
         verbose=0,
         warm_start=False,
-        n_centers=None,
+        n_centers="auto",
         centers=None,
         cache_kernel="auto",
         projection="auto",
@@ -149,7 +149,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _validated_centers(self, X):
         """``(centers, n_centers)``: the user's centers checked against ``X``, or the number to draw."""
-        if self.n_centers is not None and self.centers is not None:
+        if self.n_centers not in (None, "auto") and self.centers is not None:
             raise ValueError("Give either n_centers or centers, not both.")
         if self.centers is None:
             return None, self.n_centers
@@ -457,11 +457,20 @@ default="eigenpro"
     warm_start : bool, default=False
         Continue from the previous coefficients; ``X`` must be the same data (and,
         with ``n_centers`` or ``centers``, the centers the same).
-    n_centers : int, default=None
-        None (with ``centers=None``) puts a center at every training point and
-        trains by EigenPro 2.  An integer ``p`` takes a seeded uniform subsample of
-        ``p`` training rows as centers (clamped to ``n`` with a warning) and trains
-        by EigenPro 3: batches take EigenPro 2 steps with their rows as temporary
+    n_centers : "auto", int or None, default="auto"
+        How many centers the model has.  ``"auto"`` keeps a center at every
+        training point while EigenPro 2 can hold ``K(X, X)`` in ``memory_budget``
+        (float16 entries allowed) or there are at most 20000 rows, and beyond that
+        draws ``p = max(2000, 10 sqrt(n))`` centers (Falkon's ``sqrt(n)`` rule, ten
+        times over, never fewer than the Nystroem baseline's 2000): lowered to the
+        largest ``p`` whose ``K(X, Z)`` CG can store in the budget when that leaves
+        at least 2000, otherwise kept and trained by EigenPro 3.  ``verbose`` says
+        which and why; ``n_centers_`` holds the count.  None puts a center at
+        every training point (EigenPro 2, or CG for small penalised problems).  An
+        integer ``p`` takes a seeded uniform draw of ``p`` distinct training rows
+        as centers (clamped to ``n`` with a warning; a repeated row adds nothing to
+        the model but makes ``K(Z, Z)`` singular), fitted by CG (``solver``) or by
+        EigenPro 3: batches take EigenPro 2 steps with their rows as temporary
         centers, which are projected onto the span of the centers every
         ``n_temporary_centers_`` rows, so memory grows with ``p``, not ``n``.  The
         Nystrom subsample is the first ``subsample_size`` centers.  See
@@ -501,11 +510,14 @@ default="eigenpro"
         ``K(centers, centers)`` Cholesky factor (Falkon's preconditioner), to the
         exact penalised least-squares solution on the centers, one pass over the data
         per iteration (``n_epochs`` bounds the iterations; two ``p x p`` float64
-        factors, ``16 p^2`` bytes).  ``"eigenpro"``: EigenPro 3's projected SGD, which
-        needs no ``p x p`` matrix.  ``"auto"`` takes CG when its factors, the data and
-        a block of kernel rows fit ``memory_budget`` on one device with the data in
-        memory, and EigenPro 3 otherwise (sharded centers, streamed data, large
-        ``p``).  With every training point a center (no ``n_centers``), ``"cg"`` uses
+        factors, ``16 p^2`` bytes; ``K(X, Z)`` is computed once and stored when it fits
+        ``memory_budget``, else evaluated every iteration).  ``"eigenpro"``:
+        EigenPro 3's projected SGD, which needs no ``p x p`` matrix.  ``"auto"`` takes
+        CG when its factors, the data and the stored ``K(X, Z)`` fit ``memory_budget``
+        on one device with the data in memory, and EigenPro 3 otherwise (sharded
+        centers, streamed data, large ``n p``: an iteration that evaluates
+        ``K(X, Z)`` costs an EigenPro 3 epoch, and CG needs tens of them).  With every
+        training point a center (``n_centers=None``), ``"cg"`` uses
         ``K(X, X)``'s own factor, which makes CG exact in a few iterations (the
         KernelRidge solution, at ``O(n^3)`` cost), and ``"auto"`` takes it for
         ``alpha_ > 0`` up to 10000 rows when the factors fit (there EigenPro 2 needed
@@ -776,7 +788,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         random_state=None,
         verbose=0,
         warm_start=False,
-        n_centers=None,
+        n_centers="auto",
         centers=None,
         cache_kernel="auto",
         projection="auto",

@@ -8,6 +8,7 @@ eigensystem), a K(X, Z) cache of 800 MB, an exact factor of 40 MB and a K(Z, Z)
 cache of 16 MB.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -22,6 +23,7 @@ from skgpu_kernel.planning.kernel import (
     cached_batch_limit,
     operating_batch,
     plan_alpha,
+    plan_auto_centers,
     plan_centers_solver,
     plan_eigenpro2,
     plan_eigenpro2_layout,
@@ -231,9 +233,27 @@ def test_memory_account_sums_its_items():
     ],
 )
 def test_centers_solver_table(case, problem, budget, solver, expected):
-    chosen, memory = plan_centers_solver(problem, budget, solver)
-    assert chosen == expected, case
-    assert memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
+    choice = plan_centers_solver(problem, budget, solver)
+    assert choice.solver == expected, case
+    assert choice.memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
+    # CG stores K(X, Z) (10000 x 1000 float32, 40 MB) whenever it is chosen here.
+    assert choice.stores_kernel == (expected == "cg")
+    assert choice.memory["K(X, Z) stored"] == (40_000_000 if expected == "cg" else 0)
+    assert choice.memory.fits() or expected == "eigenpro"
+
+
+def test_centers_solver_stores_k_xz_only_where_it_fits():
+    # 10000 rows x 1000 centers: data 0.48 MB + factors 16 MB + row block 16.4 MB = 32.9 MB
+    # without K(X, Z), 72.9 MB with it (40 MB in float32).
+    problem = KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000)
+    without = plan_centers_solver(problem, 50_000_000, "auto")
+    assert (without.solver, without.stores_kernel) == ("eigenpro", False)
+    asked = plan_centers_solver(problem, 50_000_000, "cg")
+    assert (asked.solver, asked.stores_kernel) == ("cg", False) and asked.memory.fits()
+    assert asked.memory.total == 480_000 + 16_000_000 + 2048 * 1000 * 8
+    stored = plan_centers_solver(problem, 73_000_000, "cg")
+    assert (stored.solver, stored.stores_kernel) == ("cg", True)
+    assert stored.memory.total == asked.memory.total + 40_000_000 <= 73_000_000
 
 
 def test_centers_solver_cg_that_cannot_run_is_an_error():
@@ -332,3 +352,34 @@ def test_eigenpro2_cache_decisions(budget, changes, settings, allow_16bit, expec
 def test_eigenpro2_cache_that_does_not_fit_is_refused_when_required():
     with pytest.raises(ValueError, match=r"cache_kernel=True: K\(X, X\) for 20000 training rows and 5000 validation"):
         plan_eigenpro2_layout(_eigenpro2_problem(n_validation=5000), 900 * MB, CPU, KernelSettings(cache_kernel=True))
+
+
+@pytest.mark.parametrize(
+    ("case", "n_rows", "budget", "sizes", "expected", "reason"),
+    [
+        ("K(X, X) fits", 1000, 10**9, {}, None, "K(X, X) fits memory_budget in 32-bit"),
+        ("K(X, X) fits in float16 only", 20_000, 10**9, {}, None, "in 16-bit entries"),
+        ("small enough to evaluate", 15_000, 10**7, {}, None, "n <= 20000"),
+        ("lowered for CG to store K(X, Z)", 100_000, 10**9, {}, 2232, "= 3163, lowered to 2232 for CG"),
+        ("10 sqrt(n), stored", 254_654, 12 * 10**9, {}, 5047, "= 5047"),
+        ("too large to store: EigenPro 3", 1_000_000, 8 * 10**9, {}, 10_000, "of 2000 centers does not fit"),
+        ("streamed", 5_000_000, 8 * 10**9, {"streamed": True}, 22_361, "X is streamed"),
+        ("sharded", 100_000, 10**9, {"n_shards": 2}, 3163, "sharded over 2 devices"),
+        ("at least 2000 centers", 30_000, 10**8, {}, 2000, "max(2000, 10 sqrt(n)) = 2000;"),
+    ],
+)
+def test_auto_centers_table(case, n_rows, budget, sizes, expected, reason):
+    problem = KernelProblem(n_rows, 20, 1, 4, 0, unit_bounded_kernel=True, **sizes)
+    count = plan_auto_centers(problem, budget, torch.device("cpu"), KernelSettings())
+    assert count.n_centers == expected, case
+    assert reason in count.reason, case
+    if expected is None:
+        return
+    choice = plan_centers_solver(dataclasses.replace(problem, n_centers=expected), budget, "auto")
+    assert choice.stores_kernel == ("lowered" in reason or reason == "= 5047"), case
+    if choice.stores_kernel:  # the memory account of what CG will hold is within the budget
+        assert choice.memory.fits() and choice.memory["K(X, Z) stored"] == 4 * n_rows * expected
+    if "lowered" in reason:  # the largest p that stores
+        assert not plan_centers_solver(
+            dataclasses.replace(problem, n_centers=expected + 1), budget, "auto"
+        ).stores_kernel

@@ -27,7 +27,9 @@ from ..preconditioner import CRITICAL_BATCH_MARGIN
 from ._account import MemoryAccount
 
 __all__ = [
+    "CentersCount",
     "CentersMemoryPlan",
+    "CentersSolverChoice",
     "EigenPro2Layout",
     "EigenPro3Layout",
     "KernelFitPlan",
@@ -38,6 +40,7 @@ __all__ = [
     "cached_batch_limit",
     "operating_batch",
     "plan_alpha",
+    "plan_auto_centers",
     "plan_centers_solver",
     "plan_eigenpro2",
     "plan_eigenpro2_layout",
@@ -780,17 +783,42 @@ CG_FACTOR_BYTES = 2 * 8
 CG_ROW_BLOCK = 2048
 
 
+@dataclass(frozen=True)
+class CentersSolverChoice:
+    """How a model on ``p`` centers is fitted: the solver and, for CG, whether ``K(X, Z)`` is stored.
+
+    Attributes
+    ----------
+    solver : {"cg", "eigenpro"}
+    memory : MemoryAccount
+        What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
+    stores_kernel : bool
+        CG computes ``K(X, Z)`` once and reads it on every iteration; otherwise
+        every iteration evaluates it again, block by block.
+    """
+
+    solver: str
+    memory: MemoryAccount
+    stores_kernel: bool
+
+
 def plan_centers_solver(problem, budget, solver):
-    """Which solver fits the model on ``p`` centers: ``"cg"`` or ``"eigenpro"``, and its memory account.
+    """Which solver fits the model on ``p`` centers, ``"cg"`` or ``"eigenpro"``, and whether CG stores ``K(X, Z)``.
 
     Conjugate gradients on the penalised normal equations, preconditioned with the
     ``K(centers, centers)`` factor (Falkon's), reach the exact solution in tens of
     passes over the data, whatever the conditioning; EigenPro 3's SGD needs no
-    ``p x p`` matrix.  ``"auto"`` takes CG when its factors, the training data and a
-    block of kernel rows fit the budget on one device with the data in memory (as
-    scikit-learn's ``Ridge(solver="auto")`` picks a direct solver when it can), and
-    EigenPro 3 otherwise: for centers sharded over devices or ranks, for streamed
-    data, or when ``p`` is too large for ``p x p`` factors.
+    ``p x p`` matrix and reaches a good model in a few passes.  Every CG iteration
+    reads ``K(X, Z)``: stored (``n p`` entries in the training dtype), an iteration
+    costs one read of it; evaluated again, it costs an EigenPro 3 epoch's kernel
+    work, and tens of such passes lose to EigenPro 3 (5M rows, 20000 centers, one
+    pass on an H100: test R^2 0.52 by CG, 0.97 by EigenPro 3).  So ``"auto"``
+    takes CG when its factors, the training data and the stored ``K(X, Z)`` fit
+    the budget on one device with the data in memory (as scikit-learn's
+    ``Ridge(solver="auto")`` picks a direct solver when it can), and EigenPro 3
+    otherwise: for centers sharded over devices or ranks, for streamed data, or
+    when ``K(X, Z)`` or the ``p x p`` factors do not fit.  ``solver="cg"`` stores
+    ``K(X, Z)`` when it fits and evaluates it every iteration otherwise.
 
     Parameters
     ----------
@@ -801,9 +829,7 @@ def plan_centers_solver(problem, budget, solver):
 
     Returns
     -------
-    solver : str
-    memory : MemoryAccount
-        What CG would use.
+    CentersSolverChoice
 
     Raises
     ------
@@ -820,6 +846,7 @@ def plan_centers_solver(problem, budget, solver):
             ("kernel row block", rows * p * problem.entry_bytes),
         ),
     )
+    stored = memory.with_item("K(X, Z) stored", problem.n_rows * p * problem.itemsize)
     possible = problem.n_shards == 1 and not problem.streamed
     if solver == "cg" and not possible:
         raise ValueError("solver='cg' runs on one device with the data in memory; use solver='eigenpro' here.")
@@ -827,9 +854,84 @@ def plan_centers_solver(problem, budget, solver):
         raise ValueError(
             f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
         )
+    stores_kernel = possible and stored.fits()
     if solver == "auto":
-        solver = "cg" if possible and memory.fits() else "eigenpro"
-    return solver, memory
+        solver = "cg" if stores_kernel else "eigenpro"
+    return CentersSolverChoice(solver, stored if stores_kernel else memory, stores_kernel and solver == "cg")
+
+
+# n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
+# optimal learning rate with p ~ sqrt(n) centers; we take ten times that, and never
+# fewer than the 2000 components of the Nystroem + RidgeCV baseline users compare with
+# (100k rows: 3163 centers, 254k: 5047, 1M: 10000, 5M: 22361).
+AUTO_CENTERS_PER_ROOT = 10
+AUTO_CENTERS_MIN = 2000
+
+# Up to this many rows n_centers="auto" keeps a center at every point even when K(X, X)
+# does not fit the budget: an EigenPro 2 epoch then evaluates n^2 kernel entries
+# (4e8, seconds on the 2-core CPU), and the real-data sets up to 20000 rows
+# (LetterRecognition, HI) fitted well so.
+AUTO_EVERY_POINT_MAX_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class CentersCount:
+    """What ``n_centers="auto"`` chose: ``n_centers`` (None: every training point) and why, in words."""
+
+    n_centers: int | None
+    reason: str
+
+
+def plan_auto_centers(problem, budget, device, settings):
+    """The number of centers of ``n_centers="auto"``.
+
+    Every training point is a center while EigenPro 2 can keep ``K(X, X)`` in the
+    budget (:func:`plan_kernel_cache`, float16 storage included where allowed) or
+    there are at most :data:`AUTO_EVERY_POINT_MAX_ROWS` rows.  Beyond, ``p =
+    max(AUTO_CENTERS_MIN, AUTO_CENTERS_PER_ROOT sqrt(n))`` training rows, lowered to
+    the largest ``p`` whose ``K(X, Z)`` CG can store next to its factors (each CG
+    iteration then costs one read of it, :func:`plan_centers_solver`) as long as
+    that leaves at least ``AUTO_CENTERS_MIN``; otherwise ``p`` stays and EigenPro 3
+    evaluates ``K(X, Z)`` every epoch.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        Every training row, ``n_centers`` None.
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+
+    Returns
+    -------
+    CentersCount
+    """
+    n = problem.n_rows
+    if not problem.streamed:
+        memory = TrainingMemoryPlan(problem, budget, device, auto_subsample_size(n))
+        cache_itemsize = plan_kernel_cache(problem, memory, "auto", settings.cache_16bit)
+        if cache_itemsize:
+            return CentersCount(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
+        if n <= AUTO_EVERY_POINT_MAX_ROWS:
+            return CentersCount(None, f"n <= {AUTO_EVERY_POINT_MAX_ROWS}: EigenPro 2 evaluates K(X, X) every epoch")
+    target = min(n, max(AUTO_CENTERS_MIN, math.ceil(AUTO_CENTERS_PER_ROOT * math.sqrt(n))))
+    rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
+
+    def stores(p):
+        return plan_centers_solver(dataclasses.replace(problem, n_centers=p), budget, "auto").stores_kernel
+
+    low, high = 0, target  # the largest p <= target whose K(X, Z) CG stores (0: none)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if stores(middle) else (low, middle - 1)
+    if low >= min(AUTO_CENTERS_MIN, target):
+        lowered = "" if low == target else f", lowered to {low} for CG to store K(X, Z)"
+        return CentersCount(low, f"{rule}{lowered}")
+    if problem.streamed or problem.n_shards > 1:
+        why = "X is streamed" if problem.streamed else f"the centers are sharded over {problem.n_shards} devices"
+    else:
+        why = f"K(X, Z) of {min(AUTO_CENTERS_MIN, target)} centers does not fit memory_budget"
+    return CentersCount(target, f"{rule}; {why}: EigenPro 3 evaluates K(X, Z) every epoch")
 
 
 # With every training point a center, CG's p x p factors are n x n: three O(n^3)
@@ -863,7 +965,7 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     if solver == "eigenpro" or (solver == "auto" and (alpha <= 0 or problem.n_rows > FULL_KERNEL_CG_MAX_ROWS)):
         return "eigenpro"
     as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
-    return plan_centers_solver(as_centers, budget, solver)[0]
+    return plan_centers_solver(as_centers, budget, solver).solver
 
 
 def plan_alpha(alpha, uses_centers, solver, classifier, min_coverage):

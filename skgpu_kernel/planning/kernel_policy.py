@@ -145,7 +145,7 @@ def plan_kernel_fit(problem, budget, request):
 
 def _centers_solver(problem, budget, request):
     """CG or EigenPro 3 for a model on centers; a given ``alpha > 0`` must get CG."""
-    solver = plan_centers_solver(problem, budget, request.solver)[0]
+    solver = plan_centers_solver(problem, budget, request.solver).solver
     alpha = request.alpha
     if solver == "eigenpro" and not isinstance(alpha, str) and alpha > 0:
         sharded_or_streamed = problem.n_shards > 1 or problem.streamed

@@ -275,6 +275,22 @@ class CachedRowBlocks:
         self.K, self.Y, self.weights = K, _as_matrix(Y), weights
         self.row_block = max(int(row_block), 1)
 
+    @classmethod
+    def computed(cls, X, Y, weights, kernel_block, row_block):
+        """``K(X, Z)`` evaluated once, block by block as :class:`KernelRowBlocks` would on every pass.
+
+        The blocks have the rows and shapes of ``KernelRowBlocks(X, Y, weights,
+        kernel_block, row_block)``'s, so the stored entries, and the fit read from
+        them, are those of that source, bit for bit.
+        """
+        row_block = max(int(row_block), 1)
+        first = kernel_block(X[:row_block])
+        K = torch.empty((X.shape[0], first.shape[1]), dtype=first.dtype, device=first.device)
+        K[:row_block] = first
+        for start in range(row_block, X.shape[0], row_block):
+            K[start : start + row_block] = kernel_block(X[start : start + row_block])
+        return cls(K, Y, weights, row_block)
+
     def blocks(self):
         """Yield ``(K[rows], Y[rows], w[rows] or None)`` for consecutive rows."""
         return _sliced_blocks(self.K.__getitem__, self.Y, self.weights, self.row_block)

@@ -20,6 +20,7 @@ so that a seed gives the same model whatever the path.
 """
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel
-from ..planning.kernel import KernelProblem, KernelSettings, auto_subsample_size
+from ..planning.kernel import KernelProblem, KernelSettings, auto_subsample_size, plan_auto_centers
 from ..planning.kernel_policy import KernelFitRequest, plan_kernel_fit
 from ..regularization import LOO_MAX_ROWS, LOO_MIN_COVERAGE, select_alpha
 from ..splits import holdout_split
@@ -196,6 +197,7 @@ def fit_kernel_model(data, runtime, parameters):
     KernelFitResult
     """
     kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
+    data = _resolve_auto_centers(data, runtime, parameters, kernel)
     streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
     policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, parameters.request)
     selection = None
@@ -257,6 +259,19 @@ def _problem(data, runtime, kernel, streamed):
     )
 
 
+def _resolve_auto_centers(data, runtime, parameters, kernel):
+    """``data`` with ``n_centers="auto"`` replaced by :func:`plan_auto_centers`'s count (None: every point)."""
+    if data.centers is not None or data.n_centers != "auto":
+        return data if data.n_centers != "auto" else dataclasses.replace(data, n_centers=None)
+    streamed = _streams(data.X, data.Y.shape[1], runtime)
+    problem = _problem(dataclasses.replace(data, n_centers=None), runtime, kernel, streamed)
+    count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters.planning)
+    if runtime.log is not None:
+        chosen = "every training point" if count.n_centers is None else str(count.n_centers)
+        runtime.log(f"[{parameters.name}] n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
+    return dataclasses.replace(data, n_centers=count.n_centers)
+
+
 def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
     score = _with_intercept(parameters.validation_score, intercept)
     return KernelFitSettings(kernel, bandwidth, offset, alpha, score, parameters)
@@ -292,7 +307,25 @@ def _centers(data, X, order):
     if n_centers > n:
         warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
         n_centers = n
-    return np.asarray(X[order[:n_centers]], dtype=np.float64)
+    return _distinct_rows(X, order, n_centers)
+
+
+def _distinct_rows(X, order, count):
+    """The first ``count`` rows of ``X[order]`` with distinct values (fewer when ``X`` has fewer), float64.
+
+    A repeated center adds nothing to the model's span but makes ``K(Z, Z)``
+    singular, which slows CG and EigenPro 3's projection: on Fertility (254654 rows,
+    7 categorical or integer features) a uniform draw of 10000 rows holds only a few
+    hundred distinct ones.  Continuous data draw ``count`` distinct rows at once.
+    """
+    taken = np.empty(0, dtype=np.int64)
+    drawn = 0
+    while taken.size < count and drawn < order.size:
+        drawn = min(order.size, max(2 * drawn, count + count // 8 + 1))
+        rows = np.ascontiguousarray(X[order[:drawn]])
+        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        taken = np.sort(np.unique(keys, return_index=True)[1])  # first occurrences, in shuffled order
+    return np.asarray(X[order[taken[:count]]], dtype=np.float64)
 
 
 def _continued_center_coef(continuation, centers):

@@ -1,0 +1,118 @@
+"""Large-data defaults (issue 27): n_centers="auto", distinct centers, CG storing K(X, Z), CG's residual warning.
+
+The planner's table is in tests/test_planning_kernel.py; here the estimators carry
+its choices out.  References: the CG fit that evaluates K(X, Z) every iteration,
+and the exact penalised least-squares solution on the centers (numpy, float64).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel.kernels import Gaussian
+
+
+def _regression(n, d, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.rand(n, d)
+    return X, np.sin(4 * X[:, 0]) + X[:, 1:].sum(1) + 0.05 * rng.randn(n)
+
+
+def _cg(capsys, budget, **params):
+    X, y = _regression(3000, 5)
+    model = AdaptiveKernelRegressor(
+        n_centers=200, solver="cg", alpha=1e-3, dtype="float64", memory_budget=budget, verbose=1, random_state=0
+    )
+    model.set_params(**params).fit(X, y)
+    return model, capsys.readouterr().out
+
+
+def test_cg_storing_k_xz_equals_cg_evaluating_it(capsys):
+    # 3000 rows x 200 centers in float64: data 0.17 MB, factors 0.64 MB, a row block
+    # 3.3 MB without K(X, Z); K(X, Z) is 4.8 MB more.
+    evaluated, log_evaluated = _cg(capsys, "5MB")
+    stored, log_stored = _cg(capsys, "50MB")
+    assert "K(X, Z) evaluated every iteration" in log_evaluated
+    assert "K(X, Z) stored" in log_stored
+    assert evaluated.solver_ == stored.solver_ == "cg"
+    np.testing.assert_allclose(stored.dual_coef_, evaluated.dual_coef_, rtol=0, atol=1e-8)
+    assert stored.n_epochs_ == evaluated.n_epochs_
+
+
+def _exact_on_centers(X, y, Z, bandwidth, alpha):
+    kernel = Gaussian(bandwidth=bandwidth)
+    K = kernel(X, Z).numpy()
+    K_zz = kernel(Z, Z).numpy()
+    centred = y - y.mean()
+    return np.linalg.lstsq(K.T @ K + alpha * K_zz, K.T @ centred, rcond=None)[0]
+
+
+def test_cg_with_a_tiny_alpha_converges_to_the_solution_on_the_centers_or_warns():
+    X, y = _regression(2000, 3)
+    alpha = 1e-9  # K(Z, Z) of 150 Gaussian centers on [0, 1]^3 at bandwidth 1 is singular in float64
+    model = AdaptiveKernelRegressor(
+        n_centers=150, solver="cg", alpha=alpha, bandwidth=1.0, dtype="float64", n_epochs=25, random_state=0
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    warned = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    residual = model.history_[-1]["relative_residual"]
+    if warned:
+        assert residual > 1e-6
+        assert f"relative residual of {residual:.3g}" in str(warned[0].message)
+        return
+    assert residual <= 1e-6
+    reference = _exact_on_centers(X, y, model.centers_, 1.0, alpha)
+    predictions = Gaussian(bandwidth=1.0)(X, model.centers_).numpy()
+    np.testing.assert_allclose(predictions @ model.dual_coef_, predictions @ reference, rtol=0, atol=1e-6)
+
+
+def test_an_iteration_bound_below_convergence_warns():
+    X, y = _regression(2000, 3)
+    # alpha=1 (5e-4 per sample): CG reaches 4e-7 in 20 iterations.
+    model = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64", n_epochs=2)
+    with pytest.warns(ConvergenceWarning, match=r"stopped after 2 iterations .* above its tolerance 1e-06"):
+        model.fit(X, y)
+    converged = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        converged.fit(X, y)
+    assert converged.history_[-1]["relative_residual"] <= 1e-6
+
+
+def test_drawn_centers_are_distinct_rows():
+    rng = np.random.RandomState(0)
+    levels = rng.rand(40, 4)
+    X = levels[rng.randint(0, 40, 3000)]  # 3000 rows, 40 distinct
+    y = X.sum(1) + 0.1 * rng.randn(3000)
+    model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X, y)
+    assert model.n_centers_ == 40
+    assert np.unique(model.centers_, axis=0).shape[0] == 40
+    # Continuous data: the first p shuffled rows, as before.
+    X_continuous = rng.rand(3000, 4)
+    model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X_continuous, y)
+    # Continuous data: 100 distinct training rows (the first 100 shuffled ones, as before
+    # distinct draws: benchmarks/check_unchanged.py's EigenPro 3 and CG fits are bitwise the same).
+    assert model.n_centers_ == 100 and np.unique(model.centers_, axis=0).shape[0] == 100
+    rows = {tuple(row) for row in X_continuous.astype(np.float32)}
+    assert all(tuple(center) in rows for center in model.centers_)
+
+
+def test_auto_keeps_every_point_on_small_data_and_draws_centers_beyond_the_budget(capsys):
+    X, y = _regression(1500, 4)
+    small = AdaptiveKernelRegressor(random_state=0, n_epochs=2, verbose=1).fit(X, y)
+    assert small.n_centers_ == 1500  # every point: CG with K(X, X)'s factor for its penalty, as before
+    assert "n_centers='auto' on 1500 rows: every training point (K(X, X) fits" in capsys.readouterr().out
+    X, y = _regression(21_000, 3)
+    # K(X, X) would take 0.88 GB in float16; K(X, Z) of 2000 centers 168 MB in float32.
+    large = AdaptiveKernelRegressor(random_state=0, memory_budget="400MB", verbose=1).fit(X, y)
+    log = capsys.readouterr().out
+    assert "n_centers='auto' on 21000 rows: 2000 (max(2000, 10 sqrt(n)) = 2000)" in log
+    assert large.n_centers_ == 2000 and large.solver_ == "cg"
+    assert "K(X, Z) stored" in log
+    X_test, y_test = _regression(2000, 3, seed=1)
+    assert large.score(X_test, y_test) > 0.99
