@@ -279,3 +279,27 @@ def test_zero_target_column_and_stagnation():
     assert stalled.n_iterations < 100
     residuals = [record["relative_residual"] for record in stalled.history]
     assert min(residuals[-5:]) >= min(residuals)
+
+
+def test_center_shares_make_the_preconditioner_exact_on_repeated_rows():
+    # 3000 rows taking 40 distinct values with very unequal counts (as categorical
+    # tabular data do), the 40 values as centers: K_XZ^T K_XZ = K_ZZ M K_ZZ with M the
+    # counts, so weighing the centers by their shares solves in a couple of
+    # iterations where Falkon's uniform n / p needs many more.
+    rng = np.random.RandomState(0)
+    values = rng.rand(40, 3)
+    counts = np.maximum((3000 * rng.dirichlet(np.full(40, 0.3))).astype(int), 1)
+    X = np.repeat(values, counts, axis=0)
+    Y = np.sin(3 * X[:, :1]) + 0.1 * rng.randn(len(X), 1)
+    alpha = 1e-6
+    K, K_zz = _gaussian(X, values, 0.5), _gaussian(values, values, 0.5)
+    reference = _stacked_least_squares(K, K_zz, Y, np.ones(len(X)), alpha)
+    shares = torch.tensor(counts / counts.sum())
+    kernel = Gaussian(bandwidth=0.5)
+    Z = torch.tensor(values)
+    rows = KernelRowBlocks(torch.tensor(X), torch.tensor(Y), None, center_kernel_block(kernel, Z), 512)
+    weighted = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10), center_shares=shares)
+    uniform = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10))
+    assert weighted.converged and weighted.n_iterations <= 3
+    assert uniform.n_iterations > 3 * weighted.n_iterations
+    np.testing.assert_allclose(K @ weighted.coef.numpy(), K @ reference, rtol=0, atol=1e-8)

@@ -75,7 +75,8 @@ def test_an_iteration_bound_below_convergence_warns():
     X, y = _regression(2000, 3)
     # alpha=1 (5e-4 per sample): CG reaches 4e-7 in 20 iterations.
     model = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64", n_epochs=2)
-    with pytest.warns(ConvergenceWarning, match=r"stopped after 2 iterations .* above its tolerance 1e-06"):
+    unfinished = r"stopped \(iterations\) after 2 iterations .* above its tolerance 1e-06"
+    with pytest.warns(ConvergenceWarning, match=unfinished):
         model.fit(X, y)
     converged = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64")
     with warnings.catch_warnings():
@@ -92,6 +93,11 @@ def test_drawn_centers_are_distinct_rows():
     model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X, y)
     assert model.n_centers_ == 40
     assert np.unique(model.centers_, axis=0).shape[0] == 40
+    # Every row's value is a center: the centers' shares make CG's preconditioner exact.
+    exact = AdaptiveKernelRegressor(n_centers=100, solver="cg", alpha=1e-6, dtype="float64", random_state=0)
+    exact.fit(X, y)
+    assert exact.n_centers_ == 40 and exact.n_epochs_ <= 3
+    assert exact.history_[-1]["relative_residual"] <= 1e-6
     # Continuous data: the first p shuffled rows, as before.
     X_continuous = rng.rand(3000, 4)
     model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X_continuous, y)

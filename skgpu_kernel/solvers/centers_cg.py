@@ -189,6 +189,11 @@ class CentersSolveResult:
         again while the others iterate).
     jitter : float
         The relative jitter ``K(Z, Z)``'s factorisation used.
+    stop : str
+        Why the run ended: ``"converged"``, ``"objective"`` (the ``stopping``
+        plan), ``"residual stalled"`` (``n_iter_no_change``), ``"objective grew"``
+        (rounding; the best coefficients kept), ``"curvature"`` (a column's
+        curvature was not positive) or ``"iterations"`` (``max_iterations``).
     """
 
     coef: torch.Tensor
@@ -196,6 +201,7 @@ class CentersSolveResult:
     history: list = field(default_factory=list)
     converged: bool = False
     jitter: float = 0.0
+    stop: str = "converged"
 
 
 class RowBlocks(Protocol):
@@ -307,8 +313,12 @@ class CentersPreconditioner:
     """Falkon's ``B = T^{-1} A^{-1}`` and ``K(Z, Z)`` from its factor, all float64.
 
     ``K_ZZ + j I = T^T T`` is ``projection``'s factor (``T = L^T``) and ``A^T A =
-    (n_eff / p) T T^T + alpha I + delta I`` with ``delta`` a jitter of ``A``'s matrix
-    (see the module's docstring).
+    T M T^T + alpha I + delta I`` with ``delta`` a jitter of ``A``'s matrix and ``M``
+    the training mass each center stands for: ``n_eff / p`` each for a uniform draw
+    (Falkon's ``(n_eff / p) T T^T``, see the module's docstring).  Where the centers
+    are the distinct values of rows that repeat, ``M`` holds their weights: when
+    every row is a center, ``K_XZ^T W K_XZ = K_ZZ M K_ZZ`` and the preconditioner is
+    exact up to the jitter.
 
     Parameters
     ----------
@@ -316,19 +326,19 @@ class CentersPreconditioner:
         Holds the lower factor ``L`` of ``K_ZZ + j I`` (``j`` relative to the mean
         diagonal of ``K_ZZ``).
     alpha : float
-    n_effective : float
-        Sum of the weights.
+    masses : float or Tensor of shape (p,)
+        The training mass per center, ``n_eff / p`` for all, or one per center.
     jitter : float
         Initial relative jitter of ``A``'s matrix.
     """
 
-    def __init__(self, projection, alpha, n_effective, jitter):
+    def __init__(self, projection, alpha, masses, jitter):
         L = projection.factor
         p = L.shape[0]
         # The rows of L hold K_ii + j_abs with j_abs = jitter * mean(K_ii).
         mean_diagonal = float(torch.linalg.vector_norm(L, dim=1).square().mean()) if p else 1.0
         self.shift = projection.jitter * mean_diagonal / (1.0 + projection.jitter)
-        self.L, self.C = L, _factor_a(L, alpha, n_effective, jitter)  # C C^T = A^T A: A = C^T
+        self.L, self.C = L, _factor_a(L, alpha, masses, jitter)  # C C^T = A^T A: A = C^T
 
     def solve(self, d):
         """``(B d, A^{-1} d)``: coefficients of a preconditioned vector, and ``T`` times them."""
@@ -347,13 +357,16 @@ class CentersPreconditioner:
         return self.L @ times_factor - self.shift * coef
 
 
-def _factor_a(L, alpha, n_effective, jitter):
-    """Lower ``C``, ``C C^T = (n_eff / p) L^T L + (alpha + delta) I``, ``delta`` a jitter times the mean diagonal."""
+def _factor_a(L, alpha, masses, jitter):
+    """Lower ``C``, ``C C^T = L^T M L + (alpha + delta) I``, ``delta`` a jitter times the mean diagonal."""
     p = L.shape[0]
     info = torch.empty((), dtype=torch.int32, device=L.device)
     for _ in range(_MAX_JITTER_GROWTHS):
-        matrix = L.mT @ L
-        matrix.mul_(n_effective / max(p, 1))
+        if isinstance(masses, torch.Tensor):
+            matrix = (L.mT * masses) @ L
+        else:
+            matrix = L.mT @ L
+            matrix.mul_(masses)
         scale = float(matrix.diagonal().mean()) if p else 1.0
         matrix.diagonal().add_(alpha + jitter * scale)
         torch.linalg.cholesky_ex(matrix, out=(matrix, info))
@@ -408,7 +421,7 @@ def _column_norms(matrix):
     return torch.linalg.vector_norm(matrix, dim=0)
 
 
-def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None):
+def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None, center_shares=None):
     """Fit the coefficients of the centers by preconditioned conjugate gradients.
 
     Minimises ``sum_i w_i ||K(x_i, Z) a - y_i||^2 + alpha trace(a^T K(Z, Z) a)``
@@ -429,6 +442,10 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None)
     settings : CGSettings
     coef_init : Tensor of shape (p, l) or None, default=None
         Warm start.
+    center_shares : Tensor of shape (p,) or None, default=None
+        The share of the training rows each center stands for (summing to 1), for
+        centers that are the distinct values of repeated rows; None: ``1 / p``
+        each, a uniform draw.  It shapes the preconditioner only.
 
     Returns
     -------
@@ -452,7 +469,11 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None)
     target, fitted, n_effective, dtype = _first_pass(row_blocks, coef)
     jitter = default_jitter(dtype) if settings.jitter is None else settings.jitter
     projection = ExactProjection(kernel, centers, jitter, torch.float64)
-    preconditioner = CentersPreconditioner(projection, alpha, n_effective, jitter)
+    if center_shares is None:
+        masses = n_effective / max(centers.shape[0], 1)
+    else:
+        masses = n_effective * center_shares.to(centers.device, torch.float64)
+    preconditioner = CentersPreconditioner(projection, alpha, masses, jitter)
     if coef is None:
         coef, gradient = torch.zeros_like(target), target
     else:
@@ -460,8 +481,8 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None)
     residual = preconditioner.solve_transpose(gradient)
     reference = torch.maximum(_column_norms(preconditioner.solve_transpose(target)), _column_norms(residual))
     problem = _Problem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype)
-    history, converged = _conjugate_gradients(problem, coef, residual, reference, settings)
-    return CentersSolveResult(coef.to(dtype), len(history), history, converged, projection.jitter)
+    history, stop = _conjugate_gradients(problem, coef, residual, reference, settings)
+    return CentersSolveResult(coef.to(dtype), len(history), history, stop == "converged", projection.jitter, stop)
 
 
 @dataclass(frozen=True)
@@ -479,7 +500,7 @@ def _relative(residual, reference):
 
 
 def _conjugate_gradients(problem, coef, residual, reference, settings):
-    """CG on ``B^T H B beta = B^T b`` tracking ``a = B beta`` in ``coef`` (in place); ``(history, converged)``.
+    """CG on ``B^T H B beta = B^T b`` tracking ``a = B beta`` in ``coef`` (in place); ``(history, stop)``.
 
     Each pass also yields the gradient at the current coefficients, so every
     iteration starts from the true residual ``B^T (b - H a)`` rather than the one
@@ -510,7 +531,7 @@ def _conjugate_gradients(problem, coef, residual, reference, settings):
         at_centers = preconditioner.gram(torch.cat([coef, step_coef], 1), torch.cat([coef_factor, step_factor], 1))
         train_loss = (data_loss + alpha * float((coef * at_centers[:, :n_outputs]).sum())) / problem.loss_scale
         if monitor.diverged(train_loss, coef):
-            return history, False
+            return history, "objective grew"
         both = preconditioner.solve_transpose(torch.cat([gradient, image], 1).add_(at_centers, alpha=alpha))
         residual, image = both[:, :n_outputs].neg(), both[:, n_outputs:]
         curvature = (direction * image).sum(dim=0)
@@ -526,9 +547,13 @@ def _conjugate_gradients(problem, coef, residual, reference, settings):
         met |= active & (relative <= settings.tol)
         history.append(_record(iteration, train_loss, step, clock.seconds(), relative, settings))
         active &= ~met
-        if bool(active.any()) and monitor.stagnated(float(relative[active].max()), train_loss, settings.log):
-            break
-    return history, bool(met.all())
+        if bool(active.any()):
+            stop = monitor.stagnated(float(relative[active].max()), train_loss, settings.log)
+            if stop:
+                return history, stop
+    if bool(met.all()):
+        return history, "converged"
+    return history, "iterations" if bool(active.any()) else "curvature"
 
 
 class _Monitor:
@@ -564,21 +589,21 @@ class _Monitor:
         return True
 
     def stagnated(self, residual, train_loss, log):
-        """Record the largest relative residual and the objective; True when either has stopped improving."""
+        """Record the largest relative residual and the objective; which has stopped improving, or None."""
         if self.objective.should_stop({"train_loss": train_loss}, None, log):
-            return True
+            return "objective"
         if residual < self.lowest_residual:
             self.lowest_residual, self.without_new_low = residual, 0
-            return False
+            return None
         self.without_new_low += 1
         if self.n_iter_no_change is None or self.without_new_low < self.n_iter_no_change:
-            return False
+            return None
         if log is not None:
             log(
                 f"stopping: the relative residual has not fallen below {self.lowest_residual:.3g} for "
                 f"{self.n_iter_no_change} iterations"
             )
-        return True
+        return "residual stalled"
 
 
 def _record(iteration, train_loss, step, seconds, relative, settings):

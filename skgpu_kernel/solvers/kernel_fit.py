@@ -213,12 +213,12 @@ def fit_kernel_model(data, runtime, parameters):
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
     if data.uses_centers or policy.solver == "cg":  # CG takes every training point as a center
-        centers = _centers(data, X, order) if data.uses_centers else X[order].astype(np.float64)
+        centers, shares = _centers(data, X, order) if data.uses_centers else (X[order].astype(np.float64), None)
         coef_init = _continued_center_coef(data.continuation, centers)
     else:
-        centers, coef_init = None, _continued_coef(data.continuation, X, order)
+        centers, shares, coef_init = None, None, _continued_coef(data.continuation, X, order)
     host = KernelHostData(
-        X, Y - intercept, weights, order, validation, centers, coef_init, data.centers is None, streamed
+        X, Y - intercept, weights, order, validation, centers, coef_init, data.centers is None, streamed, shares
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
     outcome = run_path(policy.solver, host, runtime, settings)
@@ -300,9 +300,12 @@ def _streams(X, n_outputs, runtime):
 
 
 def _centers(data, X, order):
-    """The p centers as a float64 host array: the user's, or the first shuffled training rows."""
+    """``(centers, shares)``: the p centers as a float64 host array, the user's or distinct shuffled training rows.
+
+    ``shares`` (see :func:`_distinct_rows`) is None for the user's centers.
+    """
     if data.centers is not None:
-        return data.centers
+        return data.centers, None
     n, n_centers = X.shape[0], data.n_centers
     if n_centers > n:
         warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
@@ -311,21 +314,30 @@ def _centers(data, X, order):
 
 
 def _distinct_rows(X, order, count):
-    """The first ``count`` rows of ``X[order]`` with distinct values (fewer when ``X`` has fewer), float64.
+    """``(rows, shares)``: the first ``count`` distinct rows of ``X[order]`` (fewer if ``X`` has fewer), float64.
 
     A repeated center adds nothing to the model's span but makes ``K(Z, Z)``
     singular, which slows CG and EigenPro 3's projection: on Fertility (254654 rows,
     7 categorical or integer features) a uniform draw of 10000 rows holds only a few
     hundred distinct ones.  Continuous data draw ``count`` distinct rows at once.
+    ``shares`` is the share of the rows examined that each center's value stands
+    for (CG's preconditioner weighs the centers by it), or None when no examined
+    row repeats (``1 / p`` each, a uniform draw).
     """
-    taken = np.empty(0, dtype=np.int64)
+    taken = counts = np.empty(0, dtype=np.int64)
     drawn = 0
     while taken.size < count and drawn < order.size:
         drawn = min(order.size, max(2 * drawn, count + count // 8 + 1))
         rows = np.ascontiguousarray(X[order[:drawn]])
         keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-        taken = np.sort(np.unique(keys, return_index=True)[1])  # first occurrences, in shuffled order
-    return np.asarray(X[order[taken[:count]]], dtype=np.float64)
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        by_position = np.argsort(first)  # first occurrences, in shuffled order
+        taken, counts = first[by_position], counts[by_position]
+    centers = np.asarray(X[order[taken[:count]]], dtype=np.float64)
+    if taken.size == drawn:
+        return centers, None
+    # Beyond p distinct values, the rows of the values left out are shared in proportion.
+    return centers, counts[:count] / counts[:count].sum()
 
 
 def _continued_center_coef(continuation, centers):

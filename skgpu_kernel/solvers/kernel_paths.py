@@ -56,11 +56,10 @@ from .eigenpro3 import (
 # below the statistical error of any model it fits, near float32's resolution.
 CG_TOL = 1e-6
 
-# The residual a fit may end with before it warns: CG_TOL in float64; with float32
-# kernel blocks the residual stalls at their rounding floor, 1e-5 to 1e-2 on the
-# real-data sets (LetterRecognition, Computers) with the training loss within 0.2% of
-# float64's, so the package's stopping rule on the objective ends those runs and
-# only a residual above 1e-2 means an unfinished solve.
+# The residual a CG fit may end with, unless the objective rule ended it, before it
+# warns: CG_TOL in float64; with float32 kernel blocks the residual stalls at their
+# rounding floor, 1e-5 to 1e-2 on the real-data sets (LetterRecognition, Computers)
+# with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
 CG_ROUNDING_TOL = 1e-2
 
 __all__ = ["CG_ROUNDING_TOL", "CG_TOL", "KernelFitSettings", "KernelHostData", "PathOutcome", "run_path"]
@@ -89,6 +88,9 @@ class KernelHostData:
         The centers are the first ``p`` shuffled training rows.
     streamed : bool
         ``X`` is a memory-mapped file read in buffers.
+    center_shares : ndarray of shape (p,) or None
+        The share of the training rows each center's value stands for, when
+        centers were drawn from repeated rows (CG's preconditioner reads it).
     """
 
     X: object
@@ -100,6 +102,7 @@ class KernelHostData:
     coef_init: torch.Tensor | None
     centers_from_data: bool = True
     streamed: bool = False
+    center_shares: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -541,10 +544,11 @@ class _CGPath(_Path):
                 f"{centers.shape[0]} centers, {where}, {choice.memory.describe()}"
             )
         coef_init = None if data.coef_init is None else data.coef_init.to(device)
-        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init)
+        shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
+        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init, shares)
         coef = solved.coef.to(runtime.dtype)
         history = solved.history
-        _warn_if_unfinished(history, runtime.dtype, settings.parameters.tol)
+        _warn_if_unfinished(solved, runtime.dtype, settings.parameters.tol)
         if data.validation is not None and history:
             # CG heads for the exact solution: the held-out rows score the model it ends with.
             X_val, Y_val = self.validation_tensors()
@@ -575,18 +579,23 @@ class _CGPath(_Path):
         )
 
 
-def _warn_if_unfinished(history, dtype, tol):
-    """A ``ConvergenceWarning`` when CG ended above its stated residual (``tol=None`` runs every iteration asked)."""
-    if tol is None or not history:
+def _warn_if_unfinished(solved, dtype, tol):
+    """A ``ConvergenceWarning`` when CG ended unfinished above its stated residual.
+
+    Finished: the residual met ``CG_TOL``, or (below float64) the objective stopped
+    improving by ``tol`` while the residual sat at its rounding floor.  Growth of the
+    objective has warned already; ``tol=None`` runs every iteration asked.
+    """
+    if tol is None or not solved.history or solved.stop in ("converged", "objective", "objective grew"):
         return
     stated = CG_TOL if dtype == torch.float64 else CG_ROUNDING_TOL
-    residual = history[-1]["relative_residual"]
+    residual = solved.history[-1]["relative_residual"]
     if residual > stated:
         warn_user(
-            f"Conjugate gradients on the centers stopped after {len(history)} iterations with a relative residual "
-            f"of {residual:.3g}, above its tolerance {stated:g} for {dtype}: the model is not yet the penalised "
-            "least-squares solution. Raise n_epochs (the iteration bound), or use a larger alpha, fewer centers "
-            "or solver='eigenpro'.",
+            f"Conjugate gradients on the centers stopped ({solved.stop}) after {len(solved.history)} iterations "
+            f"with a relative residual of {residual:.3g}, above its tolerance {stated:g} for {dtype}: the model is "
+            "not yet the penalised least-squares solution. Raise n_epochs (the iteration bound), or use a larger "
+            "alpha, fewer centers or solver='eigenpro'.",
             ConvergenceWarning,
         )
 
