@@ -122,3 +122,13 @@ def test_auto_keeps_every_point_on_small_data_and_draws_centers_beyond_the_budge
     assert "K(X, Z) stored" in log
     X_test, y_test = _regression(2000, 3, seed=1)
     assert large.score(X_test, y_test) > 0.99
+
+
+def test_auto_counts_the_float16_cache_of_bounded_kernels(capsys):
+    # 21000 rows: K(X, X) takes 1.76 GB in float32 and 0.88 GB in float16, so with a
+    # 1.2 GB budget every point stays a center for the Gaussian kernel (bounded by 1,
+    # so its cache may be float16).
+    X, y = _regression(21_000, 3)
+    bounded = AdaptiveKernelRegressor(memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0).fit(X, y)
+    assert "every training point (K(X, X) fits memory_budget in 16-bit entries)" in capsys.readouterr().out
+    assert bounded.kernel_cache_dtype_ == "float16"

@@ -242,7 +242,7 @@ def fit_kernel_model(data, runtime, parameters):
 
 
 def _problem(data, runtime, kernel, streamed):
-    """The sizes the policy plans with: every row, the kernel's own temporary blocks, the centers' shards."""
+    """The sizes the policy plans with: every row, the kernel's own blocks and bound, the centers' shards."""
     n_rows, n_features = data.X.shape
     n_centers = None
     if data.uses_centers:
@@ -256,6 +256,7 @@ def _problem(data, runtime, kernel, streamed):
         n_centers=n_centers,
         n_shards=runtime.n_shards,
         streamed=streamed,
+        unit_bounded_kernel=kernel.unit_bounded,
     )
 
 
