@@ -38,8 +38,7 @@ import time
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-import torch
-from _common import append_section, in_child, machine_description, peak_rss_gb
+from _common import append_section, in_child, machine_description, matmul_peak_gflops, peak_rss_gb
 
 NOISE = 1.0
 REPEATS = 3
@@ -177,24 +176,6 @@ def run_sklearn(X_path, y_path, target_factor, max_passes):
     }
 
 
-def run_matmul_peak(device):
-    """torch.mm GFLOP/s on large square products: the device's matmul throughput."""
-    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
-    size = 4096 if device.type == "cuda" else 2048
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    best = math.inf
-    for _ in range(5):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        tic = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - tic)
-    return 2.0 * size**3 / best / 1e9
-
-
 def _probe_text(probe):
     return ", ".join(f"{size}: {rate / 1e6:.1f}M" for size, rate in sorted(probe.items()))
 
@@ -210,7 +191,7 @@ def part_a(args):
             run_ours, variant, X_path, y_path, args.target, args.device, args.max_passes, batch_size
         )
     rows["sklearn SGDRegressor"] = in_child(run_sklearn, X_path, y_path, args.target, args.sklearn_epochs)
-    peak = in_child(run_matmul_peak, args.device)
+    peak = in_child(matmul_peak_gflops, args.device)
     reference = rows["ours: in memory"]["seconds"]
     bmgd = rows["ours: BMGD"]
     lines = [

@@ -89,7 +89,7 @@ from typing import NamedTuple
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import append_section, in_child, machine_description, peak_rss_gb
+from _common import append_section, in_child, machine_description, matmul_peak_gflops, peak_rss_gb
 
 
 class Source(NamedTuple):
@@ -262,11 +262,29 @@ def _our_notes(model, n_train):
     residual = model.history_[-1].get("relative_residual") if model.history_ else None
     if residual is not None:
         notes += f", relative_residual {residual:.3g}"
+    if model.solver_ == "cg" and seconds:
+        notes += ", " + _cg_throughput(n_train, model, np.mean(seconds))
     notes += f", bandwidth {model.bandwidth_:.3g}, batch {model.batch_size_}, alpha_ {model.alpha_:.3g}"
     notes += f", early_stopping_ {model.early_stopping_}"
     if model.kernel_cached_:
         notes += f", kernel cached in {model.kernel_cache_dtype_}"
     return notes
+
+
+def _cg_throughput(n_train, model, seconds_per_iteration):
+    """A CG iteration's GFLOP/s against ``torch.mm``'s on this device, and the GB/s of its reads of K(X, Z).
+
+    An iteration multiplies the n x p kernel block by the coefficients and the
+    direction (2l columns) and its transpose by as many columns: ``8 n p l`` flops,
+    reading ``K(X, Z)`` twice when it is stored, so it is bound by memory bandwidth,
+    not by the matmul peak.
+    """
+    n_outputs = model.dual_coef_.shape[1] if model.dual_coef_.ndim == 2 else 1
+    p = model.n_centers_
+    gflops = 8.0 * n_train * p * n_outputs / seconds_per_iteration / 1e9
+    peak = matmul_peak_gflops(str(model.device_))
+    read = 2.0 * n_train * p * np.dtype(model.dtype_).itemsize / seconds_per_iteration / 1e9
+    return f"{gflops:.1f} GFLOP/s per iteration ({gflops / peak:.1%} of torch.mm's {peak:.0f}), {read:.1f} GB/s read"
 
 
 def _fit_baseline(name, max_train, build, *, float64=False):
