@@ -184,24 +184,27 @@ class CentersSolveResult:
         One :func:`~skgpu_kernel.solvers.epochs.epoch_record` per iteration, with
         the key ``relative_residual`` (the largest over the outputs, after the
         iteration) after the core keys.
-    converged : bool
-        Whether every output met ``tol`` (an output that met it is not updated
-        again while the others iterate).
     jitter : float
         The relative jitter ``K(Z, Z)``'s factorisation used.
     stop : str
-        Why the run ended: ``"converged"``, ``"objective"`` (the ``stopping``
-        plan), ``"residual stalled"`` (``n_iter_no_change``), ``"objective grew"``
-        (rounding; the best coefficients kept), ``"curvature"`` (a column's
-        curvature was not positive) or ``"iterations"`` (``max_iterations``).
+        Why the run ended: ``"converged"`` (every output met ``tol``; an output
+        that met it is not updated again while the others iterate),
+        ``"objective"`` (the ``stopping`` plan), ``"residual stalled"``
+        (``n_iter_no_change``), ``"objective grew"`` (rounding; the best
+        coefficients kept), ``"curvature"`` (a column's curvature was not
+        positive) or ``"iterations"`` (``max_iterations``).
     """
 
     coef: torch.Tensor
     n_iterations: int
     history: list = field(default_factory=list)
-    converged: bool = False
     jitter: float = 0.0
     stop: str = "converged"
+
+    @property
+    def converged(self):
+        """Whether every output met ``tol``."""
+        return self.stop == "converged"
 
 
 class RowBlocks(Protocol):
@@ -482,7 +485,7 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     reference = torch.maximum(_column_norms(preconditioner.solve_transpose(target)), _column_norms(residual))
     problem = _Problem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype)
     history, stop = _conjugate_gradients(problem, coef, residual, reference, settings)
-    return CentersSolveResult(coef.to(dtype), len(history), history, stop == "converged", projection.jitter, stop)
+    return CentersSolveResult(coef.to(dtype), len(history), history, projection.jitter, stop)
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,9 @@ class KernelFitInput:
         Class indices the validation split is stratified by.
     centers : ndarray of shape (p, d) or None
         The user's validated centers (float64).
-    n_centers : int or None
-        Centers to draw from the shuffled training rows.
+    n_centers : int, "auto" or None
+        Centers to draw from the shuffled training rows; ``"auto"``: as many as
+        :func:`~skgpu_kernel.planning.kernel.plan_auto_centers` says (None: every point).
     continuation : KernelContinuation or None
         The previous fit, when ``warm_start`` continues it.
     """
@@ -262,8 +263,10 @@ def _problem(data, runtime, kernel, streamed):
 
 def _resolve_auto_centers(data, runtime, parameters, kernel):
     """``data`` with ``n_centers="auto"`` replaced by :func:`plan_auto_centers`'s count (None: every point)."""
-    if data.centers is not None or data.n_centers != "auto":
-        return data if data.n_centers != "auto" else dataclasses.replace(data, n_centers=None)
+    if data.n_centers != "auto":
+        return data
+    if data.centers is not None:  # the user's centers: nothing to count
+        return dataclasses.replace(data, n_centers=None)
     streamed = _streams(data.X, data.Y.shape[1], runtime)
     problem = _problem(dataclasses.replace(data, n_centers=None), runtime, kernel, streamed)
     count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters.planning)
