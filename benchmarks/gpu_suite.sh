@@ -8,6 +8,8 @@
 #                                                #   suite with device "auto" = CUDA, Fashion-MNIST rows
 #   bash benchmarks/gpu_suite.sh large           # device call 2 (carry .whl): the 5M-row kernel run, BMGD out
 #                                                #   of core, parallel with a GPU and a CPU worker
+#   bash benchmarks/gpu_suite.sh gpu fashion large   # with LARGE_KERNEL_ONLY=1: the short form that fits one
+#                                                #   15-minute lease (pytest -m gpu, Fashion, the 5M-row kernel run)
 #   bash benchmarks/gpu_suite.sh --dry-run all   # a CPU machine: every step at toy sizes on the CPU, the GPU-only
 #                                                #   steps skipped (tests/test_gpu_suite.py runs this)
 #
@@ -77,9 +79,13 @@ header() {
         | tee -a "$OUT/device.txt"
 }
 
-part_tests() {
+part_gpu() {
     # Without a GPU every test of this selection is skipped: the dry run checks that they import.
     step 150 pytest_gpu $PY -m pytest -p no:cacheprovider -m gpu -rA -q tests
+}
+
+part_tests() {
+    part_gpu
     if [ $DRY -eq 1 ]; then
         echo "(dry run: the suite on CUDA skipped; CI runs it on the CPU)"
     else
@@ -102,6 +108,7 @@ part_large() {
         parallel=(--rows 20000 --repeats 1 --startup-repeats 1)
     fi
     step 200 bench_large $PY benchmarks/bench_kernel.py --parts large "${kernel[@]}" --write "$OUT/RESULTS_gpu.md"
+    [ "${LARGE_KERNEL_ONLY:-0}" = 1 ] && return
     step 150 bench_bmgd $PY benchmarks/bench_bmgd.py --parts a "${bmgd[@]}" --write "$OUT/RESULTS_gpu.md"
     step 220 bench_parallel $PY benchmarks/bench_parallel.py "${parallel[@]}" --write "$OUT/RESULTS_gpu.md"
 }
@@ -111,7 +118,7 @@ parts=("$@")
 [ "${parts[*]}" = "all" ] && parts=(tests fashion large)
 for part in "${parts[@]}"; do
     if ! declare -F "part_$part" > /dev/null; then
-        echo "unknown part '$part': choose from wheels, tests, fashion, large, all" >&2
+        echo "unknown part '$part': choose from wheels, gpu, tests, fashion, large, all" >&2
         exit 2
     fi
 done
