@@ -571,7 +571,10 @@ _COMMON_ATTRIBUTES = """
         ``fit_intercept``); an array for the classifier and for 2-D targets.  In
         ``X``'s precision, as ``dual_coef_`` (see ``dtype``).
     alpha_ : float
-        The ridge penalty used (``alpha`` resolved).
+        The ridge penalty used (``alpha`` resolved).  Where float rounding stops
+        ``solver="cg"`` above its stated residual, the fit is redone from where it
+        ended with ten times the penalty (at most three times, each with a
+        ``ConvergenceWarning``), and ``alpha_`` is the penalty it ended with.
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the

@@ -5,10 +5,12 @@ its choices out.  References: the CG fit that evaluates K(X, Z) every iteration,
 and the exact penalised least-squares solution on the centers (numpy, float64).
 """
 
+import dataclasses
 import warnings
 
 import numpy as np
 import pytest
+import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from skgpu_kernel import AdaptiveKernelRegressor
@@ -42,10 +44,13 @@ def test_cg_storing_k_xz_equals_cg_evaluating_it(capsys):
     assert stored.n_epochs_ == evaluated.n_epochs_
 
 
+def _gaussian(X, Z, bandwidth):
+    return Gaussian(bandwidth=bandwidth)(torch.as_tensor(X), torch.as_tensor(Z)).numpy()
+
+
 def _exact_on_centers(X, y, Z, bandwidth, alpha):
-    kernel = Gaussian(bandwidth=bandwidth)
-    K = kernel(X, Z).numpy()
-    K_zz = kernel(Z, Z).numpy()
+    K = _gaussian(X, Z, bandwidth)
+    K_zz = _gaussian(Z, Z, bandwidth)
     centred = y - y.mean()
     return np.linalg.lstsq(K.T @ K + alpha * K_zz, K.T @ centred, rcond=None)[0]
 
@@ -67,8 +72,8 @@ def test_cg_with_a_tiny_alpha_converges_to_the_solution_on_the_centers_or_warns(
         return
     assert residual <= 1e-6
     reference = _exact_on_centers(X, y, model.centers_, 1.0, alpha)
-    predictions = Gaussian(bandwidth=1.0)(X, model.centers_).numpy()
-    np.testing.assert_allclose(predictions @ model.dual_coef_, predictions @ reference, rtol=0, atol=1e-6)
+    predictions = _gaussian(X, model.centers_, 1.0)
+    np.testing.assert_allclose((predictions @ model.dual_coef_).ravel(), predictions @ reference, rtol=0, atol=1e-6)
 
 
 def test_an_iteration_bound_below_convergence_warns():
@@ -132,3 +137,78 @@ def test_auto_counts_the_float16_cache_of_bounded_kernels(capsys):
     bounded = AdaptiveKernelRegressor(memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0).fit(X, y)
     assert "every training point (K(X, X) fits memory_budget in 16-bit entries)" in capsys.readouterr().out
     assert bounded.kernel_cache_dtype_ == "float16"
+
+
+def _breaking_down(monkeypatch, n_breakdowns):
+    """CG whose first ``n_breakdowns`` runs stop after one iteration on a non-positive curvature.
+
+    Records ``(alpha, coef_init)`` of every run.  The breakdown is staged: which
+    problems break down in float32 depends on the BLAS's rounding (see
+    tests/test_centers_cg.py), the fallback's control must not.
+    """
+    from skgpu_kernel.solvers import kernel_paths
+
+    calls, real = [], kernel_paths.fit_centers_cg
+
+    def fit(kernel, rows, centers, alpha, settings, coef_init=None, shares=None):
+        calls.append((alpha, None if coef_init is None else coef_init.clone()))
+        if len(calls) > n_breakdowns:
+            return real(kernel, rows, centers, alpha, settings, coef_init, shares)
+        one_step = dataclasses.replace(settings, max_iterations=1)
+        return dataclasses.replace(real(kernel, rows, centers, alpha, one_step, coef_init, shares), stop="curvature")
+
+    monkeypatch.setattr(kernel_paths, "fit_centers_cg", fit)
+    return calls
+
+
+def _fit_recording_warnings(model, X, y):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_cg_broken_down_by_rounding_is_refit_with_a_larger_alpha_from_where_it_ended(monkeypatch):
+    X, y = _regression(2000, 3)
+    calls = _breaking_down(monkeypatch, n_breakdowns=2)
+    model = AdaptiveKernelRegressor(
+        n_centers=150, solver="cg", alpha=1.0, bandwidth=1.0, dtype="float64", random_state=0
+    )
+    messages = _fit_recording_warnings(model, X, y)
+    assert [alpha for alpha, _ in calls] == [1.0, 10.0, 100.0]
+    assert calls[0][1] is None and calls[1][1] is not None and calls[2][1] is not None
+    assert len(messages) == 2
+    assert "stopped (curvature)" in messages[0] and "Refitting from there with alpha=10 " in messages[0]
+    assert "Refitting from there with alpha=100 " in messages[1]
+    # The model is the converged solution at the penalty it reports.
+    assert model.alpha_ == 100.0 and model.history_[-1]["relative_residual"] <= 1e-6
+    reference = _exact_on_centers(X, y, model.centers_, 1.0, 100.0)
+    predictions = _gaussian(X, model.centers_, 1.0)
+    np.testing.assert_allclose((predictions @ model.dual_coef_).ravel(), predictions @ reference, rtol=0, atol=1e-6)
+
+
+def test_cg_refits_are_bounded_and_an_unfinished_last_one_warns(monkeypatch):
+    from skgpu_kernel.solvers.kernel_paths import CG_FALLBACK_REFITS
+
+    X, y = _regression(2000, 3)
+    calls = _breaking_down(monkeypatch, n_breakdowns=100)
+    model = AdaptiveKernelRegressor(
+        n_centers=150, solver="cg", alpha=0.0, bandwidth=1.0, dtype="float64", random_state=0
+    )
+    messages = _fit_recording_warnings(model, X, y)
+    # alpha=0 starts from float64's resolution of the summed errors (n * eps), then tenfold.
+    first = np.finfo(np.float64).eps * 2000
+    alphas = [alpha for alpha, _ in calls]
+    np.testing.assert_allclose(alphas, [0.0] + [first * 10**k for k in range(CG_FALLBACK_REFITS)], rtol=1e-12)
+    assert model.alpha_ == alphas[-1]
+    assert len(messages) == CG_FALLBACK_REFITS + 1
+    assert "the model is not yet the penalised least-squares solution" in messages[-1]
+
+
+def test_a_stalled_residual_or_the_iteration_bound_keeps_the_asked_alpha(monkeypatch):
+    X, y = _regression(2000, 3)
+    calls = _breaking_down(monkeypatch, n_breakdowns=0)
+    model = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64", n_epochs=2)
+    messages = _fit_recording_warnings(model, X, y)
+    assert [alpha for alpha, _ in calls] == [1.0] and model.alpha_ == 1.0
+    assert len(messages) == 1 and "stopped (iterations)" in messages[0]

@@ -226,7 +226,7 @@ def fit_kernel_model(data, runtime, parameters):
     return KernelFitResult(
         loop=outcome.result,
         solver=policy.solver,
-        alpha=policy.alpha,
+        alpha=policy.alpha if outcome.alpha is None else outcome.alpha,
         alpha_selection=selection,
         early_stopping=policy.early_stopping,
         kernel=kernel,

@@ -62,6 +62,14 @@ CG_TOL = 1e-6
 # with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
 CG_ROUNDING_TOL = 1e-2
 
+# CG that rounding breaks down above its stated residual (a curvature was not
+# positive, the objective grew) is refit from where it ended with the penalty raised
+# tenfold, at most this many times; the penalty it ends with becomes alpha_.  A stalled
+# residual is not a breakdown: CG's residual is not monotone, and on tiny penalties it
+# stalled at 1e-3 while the objective had settled to six digits.
+CG_FALLBACK_REFITS = 3
+_ROUNDING_STOPS = ("curvature", "objective grew")
+
 __all__ = ["CG_ROUNDING_TOL", "CG_TOL", "KernelFitSettings", "KernelHostData", "PathOutcome", "run_path"]
 
 
@@ -177,6 +185,7 @@ class PathOutcome:
     throughputs: dict
     centers: np.ndarray
     device_cache: tuple
+    alpha: float | None = None  # the penalty used, where the path had to raise the settings'
 
 
 def run_path(solver, data, runtime, settings):
@@ -545,7 +554,7 @@ class _CGPath(_Path):
             )
         coef_init = None if data.coef_init is None else data.coef_init.to(device)
         shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
-        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init, shares)
+        solved, alpha = self._solve(rows, centers, coef_init, shares)
         coef = solved.coef.to(runtime.dtype)
         history = solved.history
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters.tol)
@@ -557,7 +566,26 @@ class _CGPath(_Path):
         n = len(history)
         result = KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
         device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
-        return PathOutcome(result, None, None, {}, data.centers, device_cache)
+        return PathOutcome(result, None, None, {}, data.centers, device_cache, alpha)
+
+    def _solve(self, rows, centers, coef_init, shares):
+        """``(result, alpha)``: CG at the settings' alpha, refit with a larger one where rounding stopped it."""
+        dtype, alpha = self.runtime.dtype, self.settings.alpha
+        for refit in range(CG_FALLBACK_REFITS + 1):
+            solved = fit_centers_cg(self.kernel, rows, centers, alpha, self._cg_settings(), coef_init, shares)
+            residual = _unfinished_residual(solved, dtype, self.settings.parameters.tol)
+            if refit == CG_FALLBACK_REFITS or residual is None or solved.stop not in _ROUNDING_STOPS:
+                return solved, alpha
+            # The smallest penalty worth trying resolves the errors to the dtype's precision.
+            larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(self.data.weights.sum()))
+            warn_user(
+                f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
+                f"{residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: rounding limits the fit at "
+                f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
+                "set a larger alpha or dtype='float64' to keep the fit as asked.",
+                ConvergenceWarning,
+            )
+            alpha, coef_init = larger, solved.coef
 
     def _cg_settings(self):
         settings, dtype = self.settings, self.runtime.dtype
@@ -580,24 +608,36 @@ class _CGPath(_Path):
 
 
 def _warn_if_unfinished(solved, dtype, tol):
-    """A ``ConvergenceWarning`` when CG ended unfinished above its stated residual.
+    """A ``ConvergenceWarning`` when CG ended unfinished (see :func:`_unfinished_residual`).
 
-    Finished: the residual met ``CG_TOL``, or (below float64) the objective stopped
-    improving by ``tol`` while the residual sat at its rounding floor.  Growth of the
-    objective has warned already; ``tol=None`` runs every iteration asked.
+    Growth of the objective has warned already.
     """
-    if tol is None or not solved.history or solved.stop in ("converged", "objective", "objective grew"):
-        return
-    stated = CG_TOL if dtype == torch.float64 else CG_ROUNDING_TOL
-    residual = solved.history[-1]["relative_residual"]
-    if residual > stated:
+    residual = _unfinished_residual(solved, dtype, tol)
+    if residual is not None and solved.stop != "objective grew":
         warn_user(
             f"Conjugate gradients on the centers stopped ({solved.stop}) after {len(solved.history)} iterations "
-            f"with a relative residual of {residual:.3g}, above its tolerance {stated:g} for {dtype}: the model is "
-            "not yet the penalised least-squares solution. Raise n_epochs (the iteration bound), or use a larger "
-            "alpha, fewer centers or solver='eigenpro'.",
+            f"with a relative residual of {residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: "
+            "the model is not yet the penalised least-squares solution. Raise n_epochs (the iteration bound), or "
+            "use a larger alpha, fewer centers or solver='eigenpro'.",
             ConvergenceWarning,
         )
+
+
+def _stated_tol(dtype):
+    """The relative residual a CG fit in ``dtype`` must reach to count as finished."""
+    return CG_TOL if dtype == torch.float64 else CG_ROUNDING_TOL
+
+
+def _unfinished_residual(solved, dtype, tol):
+    """The final relative residual where CG ended above its stated tolerance, else None.
+
+    Finished: the residual met it, or (below float64) the objective rule ended the
+    fit, or ``tol=None`` asked for every iteration up to the bound.
+    """
+    if tol is None or not solved.history or solved.stop in ("converged", "objective"):
+        return None
+    residual = solved.history[-1]["relative_residual"]
+    return residual if residual > _stated_tol(dtype) else None
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):
