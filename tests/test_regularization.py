@@ -36,6 +36,30 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     assert selection.n_features == features.shape[1] <= subsample_size
 
 
+def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_features(monkeypatch):
+    # The estimator's path: alpha="loo" on a model of 300 drawn centers fitted by CG.
+    # The rows and subsample the criterion scored are captured; RidgeCV on their
+    # Nystrom features must choose the penalty the CG model was fitted with.
+    X, Y, weights = _data(n=1200, seed=5)
+    scored = {}
+
+    def capturing(kernel, X_rows, Y_rows, w, subsample_size, min_coverage=0.0):
+        scored.update(kernel=kernel, X=X_rows, Y=Y_rows, w=w, s=subsample_size)
+        return select_alpha(kernel, X_rows, Y_rows, w, subsample_size, min_coverage)
+
+    monkeypatch.setattr(kernel_fit, "select_alpha", capturing)
+    model = AdaptiveKernelRegressor(
+        n_centers=300, solver="cg", alpha="loo", bandwidth=1.5, dtype="float64", random_state=0
+    ).fit(X, Y[:, 0], sample_weight=weights)
+    assert model.solver_ == "cg" and model.n_centers_ == 300
+    assert scored["X"].shape[0] == 1200  # every row scored
+    features = _NystromFeatures(scored["kernel"], scored["X"], scored["s"]).of(scored["X"]).numpy()
+    w = scored["w"].numpy()
+    reference = RidgeCV(alphas=PENALTY_GRID * w.sum()).fit(features, scored["Y"].numpy(), sample_weight=w)
+    assert model.alpha_ == pytest.approx(reference.alpha_, rel=1e-12)
+    assert model.alpha_selection_.n_features == features.shape[1]
+
+
 def test_noise_gets_the_largest_penalty_and_a_clean_signal_a_small_one():
     rng = np.random.RandomState(1)
     X = torch.as_tensor(rng.randn(300, 2))
