@@ -127,6 +127,22 @@ def default_jitter(dtype):
     return max(1e-10, 2500.0 * torch.finfo(dtype).eps)
 
 
+# Float64 blocks: the jitter j is the smallest (from 2500 eps) for which B stretches no
+# direction by more than 1 / sqrt(_FLOAT64_STRETCH_BOUND): with masses M and alpha both
+# relative to the mean diagonal, B's stretch along a direction of K(Z, Z) below j is
+# about 1 / sqrt(j (M j + alpha)).
+_FLOAT64_STRETCH_BOUND = 1e-18
+
+
+def float64_jitter(alpha, mass):
+    """Relative jitter for float64 blocks: 2500 eps, raised where ``alpha`` is too small to bound ``B``."""
+    floor = 2500.0 * torch.finfo(torch.float64).eps
+    if mass <= 0:
+        return max(floor, _FLOAT64_STRETCH_BOUND / max(alpha, 1e-300))
+    root = (-alpha + math.sqrt(alpha * alpha + 4.0 * mass * _FLOAT64_STRETCH_BOUND)) / (2.0 * mass)
+    return max(floor, root)
+
+
 @dataclass(frozen=True)
 class CGSettings:
     """How :func:`fit_centers_cg` iterates.
@@ -470,7 +486,12 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     """
     coef = None if coef_init is None else _as_matrix(coef_init).to(centers.device, torch.float64)
     target, fitted, n_effective, dtype = _first_pass(row_blocks, coef)
-    jitter = default_jitter(dtype) if settings.jitter is None else settings.jitter
+    jitter = settings.jitter
+    if jitter is None and dtype == torch.float64:
+        diagonal = float(kernel.diagonal(centers).mean()) if centers.shape[0] else 1.0
+        jitter = float64_jitter(alpha / diagonal, n_effective / max(centers.shape[0], 1))
+    elif jitter is None:
+        jitter = default_jitter(dtype)
     projection = ExactProjection(kernel, centers, jitter, torch.float64)
     if center_shares is None:
         masses = n_effective / max(centers.shape[0], 1)
