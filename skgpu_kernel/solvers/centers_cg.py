@@ -158,7 +158,9 @@ class CGSettings:
     jitter : float or None, default=None
         Relative jitter (times the mean diagonal) of the Cholesky factorisations of
         ``K(Z, Z)`` and of ``A``'s matrix.  It shapes the preconditioner only, not
-        the solution.  None: :func:`default_jitter` of the kernel blocks' dtype.
+        the solution.  None: :func:`default_jitter` of the kernel blocks' dtype,
+        or for float64 blocks :func:`float64_jitter` of the problem's ``alpha``
+        and mass per center.
     log : callable or None, default=None
         Called with one progress line per iteration.
     n_iter_no_change : int or None, default=10
