@@ -305,3 +305,20 @@ def test_center_shares_make_the_preconditioner_exact_on_repeated_rows():
     assert weighted.converged and weighted.n_iterations <= 3
     assert uniform.n_iterations > 3 * weighted.n_iterations
     np.testing.assert_allclose(K @ weighted.coef.numpy(), K @ reference, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_lower_gram_is_the_lower_triangle_of_the_weighted_product(monkeypatch, uniform):
+    from skgpu_kernel.solvers import centers_cg
+
+    monkeypatch.setattr(centers_cg, "_GRAM_BLOCK", 64)  # 150 rows: blocks of 64, 64 and 22
+    rng = np.random.RandomState(0)
+    A = rng.randn(150, 150)
+    L = torch.linalg.cholesky(torch.as_tensor(A @ A.T + np.eye(150)))
+    masses = 2.5 if uniform else torch.as_tensor(rng.uniform(0.5, 2.0, 150))
+    full = (L.mT * masses) @ L if not uniform else masses * (L.mT @ L)
+    gram = centers_cg._lower_gram(L, masses)
+    torch.testing.assert_close(torch.tril(gram), torch.tril(full), rtol=1e-12, atol=1e-12)
+    # Above the diagonal, only the diagonal blocks are filled (correctly); the rest stays zero.
+    torch.testing.assert_close(gram, torch.where(gram == 0, 0.0, full), rtol=1e-12, atol=1e-12)
+    assert (gram[:64, 64:] == 0).all() and (gram[64:128, 128:] == 0).all()

