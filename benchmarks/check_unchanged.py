@@ -61,13 +61,7 @@ from skgpu_kernel.parallel import AdaptiveSGD, DataParallel, Parle
 ALLOWED_TO_CHANGE = {"sgd_parallel_parle": {"train_loss", "bytes_all_reduced"}}
 
 # Fits whose every figure may change, each for a stated reason (a fix on purpose).
-CHANGED_ON_PURPOSE = {
-    "ep3_streamed": (
-        "its fixed batch_size=256 with one batch of temporary centers takes 1.47 MB of the 1 MB budget; the "
-        "planner now clamps a given batch to what the memory allows (74) with a warning. ep3_streamed_small_batch "
-        "checks the streamed path where the batch fits."
-    ),
-}
+CHANGED_ON_PURPOSE = {}
 
 # History keys renamed by the refactor: compared under their new name.
 RENAMED_HISTORY_KEYS = {"train_mse": "train_loss"}
