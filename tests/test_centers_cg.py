@@ -159,7 +159,7 @@ def test_float32_blocks_approach_the_float64_solution():
     single = _fit(X, Y, w, Z, bandwidth, alpha, dtype=torch.float32, tol=1e-5)
     assert single.coef.dtype == torch.float32
     assert _relative(single.coef.double().numpy(), exact.coef.numpy()) < 1e-3
-    assert single.jitter == pytest.approx(default_jitter(torch.float32))
+    assert single.jitter == pytest.approx(default_jitter(torch.float32, 1.0, 1.0))
 
 
 def test_objective_growth_puts_the_best_coefficients_back_with_a_warning():

@@ -161,20 +161,20 @@ def _breaking_down(monkeypatch, n_breakdowns):
     return calls
 
 
-def _fit_recording_warnings(model, X, y):
+def _fit_with_breakdowns(monkeypatch, n_breakdowns, **params):
+    """``(X, y, model, calls, messages)`` of a float64 CG fit whose first runs break down."""
+    X, y = _regression(2000, 3)
+    calls = _breaking_down(monkeypatch, n_breakdowns)
+    model = AdaptiveKernelRegressor(n_centers=150, solver="cg", dtype="float64", random_state=0, **params)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, y)
-    return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    return X, y, model, calls, messages
 
 
 def test_cg_broken_down_by_rounding_is_refit_with_a_larger_alpha_from_where_it_ended(monkeypatch):
-    X, y = _regression(2000, 3)
-    calls = _breaking_down(monkeypatch, n_breakdowns=2)
-    model = AdaptiveKernelRegressor(
-        n_centers=150, solver="cg", alpha=1.0, bandwidth=1.0, dtype="float64", random_state=0
-    )
-    messages = _fit_recording_warnings(model, X, y)
+    X, y, model, calls, messages = _fit_with_breakdowns(monkeypatch, 2, alpha=1.0, bandwidth=1.0)
     assert [alpha for alpha, _ in calls] == [1.0, 10.0, 100.0]
     assert calls[0][1] is None and calls[1][1] is not None and calls[2][1] is not None
     assert len(messages) == 2
@@ -190,12 +190,7 @@ def test_cg_broken_down_by_rounding_is_refit_with_a_larger_alpha_from_where_it_e
 def test_cg_refits_are_bounded_and_an_unfinished_last_one_warns(monkeypatch):
     from skgpu_kernel.solvers.kernel_paths import CG_FALLBACK_REFITS
 
-    X, y = _regression(2000, 3)
-    calls = _breaking_down(monkeypatch, n_breakdowns=100)
-    model = AdaptiveKernelRegressor(
-        n_centers=150, solver="cg", alpha=0.0, bandwidth=1.0, dtype="float64", random_state=0
-    )
-    messages = _fit_recording_warnings(model, X, y)
+    _, _, model, calls, messages = _fit_with_breakdowns(monkeypatch, 100, alpha=0.0, bandwidth=1.0)
     # alpha=0 starts from float64's resolution of the summed errors (n * eps), then tenfold.
     first = np.finfo(np.float64).eps * 2000
     alphas = [alpha for alpha, _ in calls]
@@ -206,9 +201,6 @@ def test_cg_refits_are_bounded_and_an_unfinished_last_one_warns(monkeypatch):
 
 
 def test_a_stalled_residual_or_the_iteration_bound_keeps_the_asked_alpha(monkeypatch):
-    X, y = _regression(2000, 3)
-    calls = _breaking_down(monkeypatch, n_breakdowns=0)
-    model = AdaptiveKernelRegressor(n_centers=150, solver="cg", alpha=1.0, dtype="float64", n_epochs=2)
-    messages = _fit_recording_warnings(model, X, y)
+    _, _, model, calls, messages = _fit_with_breakdowns(monkeypatch, 0, alpha=1.0, n_epochs=2)
     assert [alpha for alpha, _ in calls] == [1.0] and model.alpha_ == 1.0
     assert len(messages) == 1 and "stopped (iterations)" in messages[0]

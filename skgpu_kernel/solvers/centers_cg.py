@@ -106,42 +106,44 @@ _MAX_JITTER_GROWTHS = 8
 # Rows of L^T M L computed at once (see _lower_gram).
 _GRAM_BLOCK = 512
 
-# The objective measured at an iterate this many times the lowest so far means
-# rounding dominates (the exact line search cannot make it grow); as in epochs.py.
-_GROWTH_FACTOR = 1.5
-
-
-def default_jitter(dtype):
-    """Relative jitter of the preconditioner's factorisations for kernel blocks in ``dtype``.
-
-    ``max(1e-10, 2500 eps)``: 1e-10 for float64 (``PROJECTION_JITTER``), 3e-4 for
-    float32.  With float32 blocks, ``K_b @ (B d)`` is rounding noise along the
-    directions ``B`` stretches the most, so the jitter caps that stretch: on
-    Gaussian kernels with ``alpha`` down to 1e-8, float32 runs with a jitter of
-    1e-10 or 1e-6 diverged at the first step, while 1e-4 to 1e-3 reached the
-    float64 fit's predictions within 1e-2 (3e-4 the best of 1e-4, 3e-4, 1e-3, 1e-2).
-
-    Examples
-    --------
-    >>> import torch
-    >>> default_jitter(torch.float64), round(default_jitter(torch.float32), 6)
-    (1e-10, 0.000298)
-    """
-    return max(1e-10, 2500.0 * torch.finfo(dtype).eps)
-
-
 # Float64 blocks: the jitter j is the smallest (from 2500 eps) for which B stretches no
 # direction by more than 1 / sqrt(_FLOAT64_STRETCH_BOUND): with masses M and alpha both
 # relative to the mean diagonal, B's stretch along a direction of K(Z, Z) below j is
 # about 1 / sqrt(j (M j + alpha)).
 _FLOAT64_STRETCH_BOUND = 1e-18
 
+# The objective measured at an iterate this many times the lowest so far means
+# rounding dominates (the exact line search cannot make it grow); as in epochs.py.
+_GROWTH_FACTOR = 1.5
 
-def float64_jitter(alpha, mass):
-    """Relative jitter for float64 blocks: 2500 eps, raised where ``alpha`` is too small to bound ``B``."""
-    floor = 2500.0 * torch.finfo(torch.float64).eps
-    if mass <= 0:
-        return max(floor, _FLOAT64_STRETCH_BOUND / max(alpha, 1e-300))
+
+def default_jitter(dtype, alpha, mass):
+    """Relative jitter of the preconditioner's factorisations for kernel blocks in ``dtype``.
+
+    ``2500 eps`` (3e-4 for float32, 5.6e-13 for float64), raised for float64 where
+    ``alpha`` (relative to the mean diagonal of ``K(Z, Z)``) is too small to bound
+    ``B``'s stretch with the training ``mass`` per center (see
+    ``_FLOAT64_STRETCH_BOUND``).  With float32 blocks, ``K_b @ (B d)`` is rounding
+    noise along the directions ``B`` stretches the most, so the jitter caps that
+    stretch: on Gaussian kernels with ``alpha`` down to 1e-8, float32 runs with a
+    jitter of 1e-10 or 1e-6 diverged at the first step, while 1e-4 to 1e-3 reached
+    the float64 fit's predictions within 1e-2 (3e-4 the best of 1e-4, 3e-4, 1e-3,
+    1e-2).  A float64 jitter too large hides every direction of ``K(Z, Z)`` below
+    it, which CG must then resolve itself: on 300 Gaussian centers with
+    eigenvalues down to 5e-14, CG needed 74 iterations to 1e-6 with a jitter of
+    1e-10 and 11 with 5.6e-13; fixed jitters of 1e-13 and 1e-14 met a non-positive
+    curvature on two of twelve problems, which this rule passed.
+
+    Examples
+    --------
+    >>> import torch
+    >>> round(default_jitter(torch.float32, 1.0, 10.0), 6), round(default_jitter(torch.float64, 1.0, 10.0), 15)
+    (0.000298, 5.55e-13)
+    """
+    floor = 2500.0 * torch.finfo(dtype).eps
+    if dtype != torch.float64:
+        return floor
+    # The smallest j with j (mass j + alpha) >= the bound: the positive root.
     root = (-alpha + math.sqrt(alpha * alpha + 4.0 * mass * _FLOAT64_STRETCH_BOUND)) / (2.0 * mass)
     return max(floor, root)
 
@@ -162,8 +164,7 @@ class CGSettings:
         Relative jitter (times the mean diagonal) of the Cholesky factorisations of
         ``K(Z, Z)`` and of ``A``'s matrix.  It shapes the preconditioner only, not
         the solution.  None: :func:`default_jitter` of the kernel blocks' dtype,
-        or for float64 blocks :func:`float64_jitter` of the problem's ``alpha``
-        and mass per center.
+        the problem's ``alpha`` and its mass per center.
     log : callable or None, default=None
         Called with one progress line per iteration.
     n_iter_no_change : int or None, default=10
@@ -506,11 +507,9 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     coef = None if coef_init is None else _as_matrix(coef_init).to(centers.device, torch.float64)
     target, fitted, n_effective, dtype = _first_pass(row_blocks, coef)
     jitter = settings.jitter
-    if jitter is None and dtype == torch.float64:
-        diagonal = float(kernel.diagonal(centers).mean()) if centers.shape[0] else 1.0
-        jitter = float64_jitter(alpha / diagonal, n_effective / max(centers.shape[0], 1))
-    elif jitter is None:
-        jitter = default_jitter(dtype)
+    if jitter is None:
+        mean_diagonal = float(kernel.diagonal(centers).mean())
+        jitter = default_jitter(dtype, alpha / mean_diagonal, n_effective / centers.shape[0])
     projection = ExactProjection(kernel, centers, jitter, torch.float64)
     if center_shares is None:
         masses = n_effective / max(centers.shape[0], 1)
