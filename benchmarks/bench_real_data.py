@@ -112,6 +112,12 @@ REGRESSION = {
 CLASSIFICATION = {
     "LetterRecognition": Source("load_mlbench", "LetterRecognition", "lettr"),
     "DNA": Source("load_mlbench", "DNA", "Class"),
+    "Vehicle": Source("load_mlbench", "Vehicle", "Class"),
+    "Vowel": Source("load_mlbench", "Vowel", "Class"),
+    "Glass": Source("load_mlbench", "Glass", "Type"),
+    "Sonar": Source("load_mlbench", "Sonar", "Class"),
+    "Ionosphere": Source("load_mlbench", "Ionosphere", "Class"),
+    "DigitsImbalanced": Source("load_digits_imbalanced", "digits", "target"),
     "FertilityMorekids": Source("load_aer", "Fertility", "morekids"),
     "FashionMNIST": Source("load_fashion_mnist", "FashionMNIST", "label"),
 }
@@ -140,6 +146,8 @@ def _load(name):
     from skgpu_kernel import datasets
 
     source = {**REGRESSION, **CLASSIFICATION}[name]
+    if source.loader == "load_digits_imbalanced":
+        return _load_digits_imbalanced()
     if source.loader == "load_fashion_mnist":
         X_train, y_train, X_test, y_test = datasets.load_fashion_mnist()
         info = {"n": X_train.shape[0] + X_test.shape[0], "n_raw_features": X_train.shape[1], "categorical": 0}
@@ -164,6 +172,26 @@ def _load(name):
         "categorical": len(bunch.categorical_features),
         "dropped": bunch.n_dropped_rows,
     }
+    return X_train, y_train, X_test, y_test, info
+
+
+# DigitsImbalanced: scikit-learn's digits with this share of two classes' rows kept.
+MINORITY_CLASSES, MINORITY_SHARE = (3, 8), 0.1
+
+
+def _load_digits_imbalanced():
+    """scikit-learn's bundled digits, pixels / 16, with 90% of classes 3 and 8 dropped (seeded), split 80/20."""
+    import pandas as pd
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    rng = np.random.RandomState(SEED)
+    keep = ~np.isin(y, MINORITY_CLASSES) | (rng.uniform(size=y.shape[0]) < MINORITY_SHARE)
+    X = pd.DataFrame(X[keep] / 16.0, columns=[f"pixel{i}" for i in range(X.shape[1])])
+    y = y[keep].astype(str)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=TEST_FRACTION, random_state=SEED, stratify=y)
+    info = {"n": X.shape[0], "n_raw_features": X.shape[1], "categorical": 0, "dropped": int((~keep).sum())}
     return X_train, y_train, X_test, y_test, info
 
 

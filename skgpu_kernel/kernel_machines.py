@@ -46,7 +46,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     _parameter_constraints: ClassVar[dict] = {
         "kernel": [StrOptions(set(KERNEL_NAMES)), callable],
-        "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "bandwidth": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto", "scale"})],
         "kernel_params": [dict, None],
         "alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto", "loo"})],
         "fit_intercept": ["boolean"],
@@ -226,6 +226,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.dtype_ = np.dtype(self.dtype)
         self.memory_budget_ = runtime.budget
         self.solver_, self.alpha_, self.alpha_selection_ = fit.solver, fit.alpha, fit.alpha_selection
+        self.bandwidth_selection_ = fit.bandwidth_selection
         self.early_stopping_ = fit.early_stopping
         self.kernel_, self.bandwidth_, self.X_offset_ = fit.kernel, fit.bandwidth, fit.offset
         self.throughput_probe_ = fit.throughputs

@@ -34,6 +34,7 @@ __all__ = [
     "RadialKernel",
     "auto_bandwidth",
     "make_kernel",
+    "searches_bandwidth",
 ]
 
 
@@ -125,9 +126,10 @@ class RadialKernel(Kernel):
 
     Parameters
     ----------
-    bandwidth : float or "auto", default="auto"
-        Length scale ``sigma`` (positive).  ``"auto"`` is resolved from the data by
-        the estimators, see :func:`auto_bandwidth`.
+    bandwidth : float, "auto" or "scale", default="auto"
+        Length scale ``sigma`` (positive).  The estimators resolve the strings from
+        the data: ``"scale"`` by the rule of :func:`auto_bandwidth`, ``"auto"`` by a
+        leave-one-out search around it (see the estimators' ``bandwidth``).
     """
 
     translation_invariant = True
@@ -183,7 +185,7 @@ class Gaussian(RadialKernel):
 
     Parameters
     ----------
-    bandwidth : float or "auto", default="auto"
+    bandwidth : float, "auto" or "scale", default="auto"
         The length scale ``sigma``.
 
     Examples
@@ -213,7 +215,7 @@ class Laplacian(RadialKernel):
 
     Parameters
     ----------
-    bandwidth : float or "auto", default="auto"
+    bandwidth : float, "auto" or "scale", default="auto"
         The length scale ``sigma``.
     """
 
@@ -226,7 +228,7 @@ class Cauchy(RadialKernel):
 
     Parameters
     ----------
-    bandwidth : float or "auto", default="auto"
+    bandwidth : float, "auto" or "scale", default="auto"
         The length scale ``sigma``.
     """
 
@@ -248,7 +250,7 @@ class Matern(RadialKernel):
 
     Parameters
     ----------
-    bandwidth : float or "auto", default="auto"
+    bandwidth : float, "auto" or "scale", default="auto"
         The length scale ``sigma``.
     nu : {0.5, 1.5, 2.5}, default=1.5
         Smoothness.
@@ -307,6 +309,9 @@ class CallableKernel(Kernel):
         return block.to(dtype=X.dtype)
 
 
+# The bandwidths resolved from the data: "scale" by auto_bandwidth's rule, "auto" searched from it.
+BANDWIDTH_RULES = ("auto", "scale")
+
 KERNEL_NAMES = {
     "gaussian": Gaussian,
     "rbf": Gaussian,
@@ -319,7 +324,7 @@ KERNEL_NAMES = {
 def validate_bandwidth(bandwidth):
     """Return ``bandwidth`` as a float, or raise ``ValueError`` if not positive finite."""
     if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Real):
-        raise TypeError(f"bandwidth must be a positive float or 'auto', got {bandwidth!r}.")
+        raise TypeError(f"bandwidth must be a positive float, 'auto' or 'scale', got {bandwidth!r}.")
     bandwidth = float(bandwidth)
     if not (math.isfinite(bandwidth) and bandwidth > 0):
         raise ValueError(f"bandwidth must be a positive finite number, got {bandwidth!r}.")
@@ -349,6 +354,18 @@ def auto_bandwidth(X):
     return math.sqrt(X.shape[1] * variance / 2.0)
 
 
+def searches_bandwidth(kernel, bandwidth):
+    """Whether an estimator's ``kernel`` and ``bandwidth`` ask for ``bandwidth="auto"``'s search.
+
+    ``make_kernel`` resolves ``"auto"`` and ``"scale"`` alike, by the scale rule;
+    ``"auto"`` then goes on to the leave-one-out search, which starts from it.
+    """
+    if isinstance(kernel, str):
+        named = KERNEL_NAMES.get(kernel.lower())
+        return named is not None and issubclass(named, RadialKernel) and bandwidth == "auto"
+    return isinstance(kernel, RadialKernel) and kernel.bandwidth == "auto"
+
+
 def make_kernel(kernel, bandwidth, kernel_params, X):
     """Resolve an estimator's ``kernel`` parameter into a :class:`Kernel` instance.
 
@@ -358,8 +375,8 @@ def make_kernel(kernel, bandwidth, kernel_params, X):
         A name from ``KERNEL_NAMES``, a :class:`Kernel` (used as given, with its own
         parameters; an ``"auto"`` bandwidth on a radial kernel is resolved from
         ``X``), or a function of two tensors.
-    bandwidth : float or "auto"
-        Used for named kernels.
+    bandwidth : float, "auto" or "scale"
+        Used for named kernels; both strings are resolved by :func:`auto_bandwidth`.
     kernel_params : dict or None
         Extra constructor arguments for named kernels (e.g. ``{"nu": 2.5}``).
     X : ndarray
@@ -395,8 +412,8 @@ def make_kernel(kernel, bandwidth, kernel_params, X):
     if not isinstance(resolved, RadialKernel):
         return resolved, None
     if isinstance(resolved.bandwidth, str):
-        if resolved.bandwidth != "auto":
-            raise ValueError(f"bandwidth must be a positive float or 'auto', got {resolved.bandwidth!r}.")
+        if resolved.bandwidth not in BANDWIDTH_RULES:
+            raise ValueError(f"bandwidth must be a positive float, 'auto' or 'scale', got {resolved.bandwidth!r}.")
         resolved.set_params(bandwidth=auto_bandwidth(X))
     resolved.set_params(bandwidth=validate_bandwidth(resolved.bandwidth))
     if isinstance(resolved, Matern):

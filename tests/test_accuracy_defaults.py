@@ -316,10 +316,12 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
     declined = AdaptiveKernelRegressor(batch_size=64, n_epochs=3, random_state=0).fit(X, y)
     unpenalised = AdaptiveKernelRegressor(alpha=0.0, batch_size=64, n_epochs=3, random_state=0).fit(X, y)
     np.testing.assert_array_equal(declined.dual_coef_, unpenalised.dual_coef_)
-    # The classifier keeps early stopping: the criterion scores squared errors of the codes.
+    # The classifier's penalty is chosen by leave-one-out misclassifications, under the same coverage rule.
     X_small, y_small, _ = _smooth_problem(n=1200)
     classifier = AdaptiveKernelClassifier(n_epochs=3, random_state=0).fit(X_small, y_small > 0)
-    assert classifier.alpha_ == 0 and classifier.alpha_selection_ is None and classifier.early_stopping_
+    selection = classifier.alpha_selection_
+    assert selection.scored and selection.loo_misclassification is not None
+    assert classifier.alpha_ == selection.alpha > 0 and not classifier.early_stopping_
     # alpha="loo" asks for the criterion whatever the coverage.
     asked = AdaptiveKernelRegressor(alpha="loo", n_epochs=2, random_state=0).fit(X, y)
     assert asked.alpha_selection_.scored and asked.alpha_ == asked.alpha_selection_.alpha > 0

@@ -118,7 +118,7 @@ def test_make_kernel_never_modifies_the_users_kernel(rng):
         ("gaussian", -1.0, None, ValueError, "bandwidth must be a positive"),
         ("gaussian", 0.0, None, ValueError, "bandwidth must be a positive"),
         ("gaussian", float("nan"), None, ValueError, "bandwidth must be a positive"),
-        ("gaussian", "wide", None, ValueError, "bandwidth must be a positive float or 'auto'"),
+        ("gaussian", "wide", None, ValueError, "bandwidth must be a positive float, 'auto' or 'scale'"),
         ("matern", 1.0, {"nu": 3.5}, ValueError, "Matern nu must be one of"),
         ("gaussian", 1.0, {"bandwidth": 2.0}, ValueError, "estimator's `bandwidth`"),
         ("cauchy", 1.0, {"power": 2}, ValueError, "Invalid kernel_params"),

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from skgpu_kernel.planning import MemoryAccount
+from skgpu_kernel.planning.kernel_policy import KernelFitRequest
 from skgpu_kernel.planning.kernel import (
     FULL_KERNEL_CG_MAX_ROWS,
     KernelProblem,
@@ -287,21 +288,26 @@ def test_full_kernel_cg_that_does_not_fit_is_an_error():
 
 
 ALPHA_CASES = [
-    # (alpha, uses_centers, solver resolved so far, classifier) -> plan
-    (0.3, False, "eigenpro", False, ("given", 0.3)),
-    (0.0, True, "cg", True, ("given", 0.0)),
-    ("auto", True, "eigenpro", False, ("zero", None)),  # EigenPro 3 has no penalty
-    ("loo", True, "eigenpro", False, ("zero", None)),
-    ("auto", True, "cg", True, ("loo", 0.0)),  # CG needs a penalty: always scored
-    ("loo", False, "eigenpro", True, ("loo", 0.0)),  # asked for: always scored
-    ("auto", False, "eigenpro", True, ("zero", None)),  # the classifier stops early instead
-    ("auto", False, "eigenpro", False, ("loo", 0.95)),  # the regressor, where the features cover the kernel
+    # (alpha, uses_centers, solver resolved so far, classifier, weighted) -> plan
+    (0.3, False, "eigenpro", False, False, ("given", 0.3)),
+    (0.0, True, "cg", True, True, ("given", 0.0)),
+    ("auto", True, "eigenpro", False, False, ("zero", None)),  # EigenPro 3 has no penalty
+    ("loo", True, "eigenpro", False, False, ("zero", None)),
+    ("auto", True, "cg", True, False, ("loo", 0.0)),  # CG needs a penalty: always scored
+    ("loo", False, "eigenpro", True, False, ("loo", 0.0)),  # asked for: always scored
+    # Where the features cover the kernel, by misclassifications for the classifier.
+    ("auto", False, "eigenpro", True, False, ("loo", 0.95)),
+    ("auto", False, "eigenpro", False, False, ("loo", 0.95)),
+    # Weights act only through a penalty: the classifier's is always scored.
+    ("auto", False, "eigenpro", True, True, ("loo", 0.0)),
+    ("auto", False, "eigenpro", False, True, ("loo", 0.95)),
 ]
 
 
-@pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "expected"), ALPHA_CASES)
-def test_alpha_plan_table(alpha, uses_centers, solver, classifier, expected):
-    assert plan_alpha(alpha, uses_centers, solver, classifier, 0.95) == expected
+@pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "weighted", "expected"), ALPHA_CASES)
+def test_alpha_plan_table(alpha, uses_centers, solver, classifier, weighted, expected):
+    request = KernelFitRequest("auto", alpha, "auto", classifier, False, 0.95, weighted)
+    assert plan_alpha(alpha, uses_centers, solver, request) == expected
 
 
 # EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in

@@ -43,9 +43,9 @@ def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_fe
     X, Y, weights = _data(n=1200, seed=5)
     scored = {}
 
-    def capturing(kernel, X_rows, Y_rows, w, subsample_size, min_coverage=0.0):
+    def capturing(kernel, X_rows, Y_rows, w, subsample_size, min_coverage=0.0, **criterion):
         scored.update(kernel=kernel, X=X_rows, Y=Y_rows, w=w, s=subsample_size)
-        return select_alpha(kernel, X_rows, Y_rows, w, subsample_size, min_coverage)
+        return select_alpha(kernel, X_rows, Y_rows, w, subsample_size, min_coverage, **criterion)
 
     monkeypatch.setattr(kernel_fit, "select_alpha", capturing)
     model = AdaptiveKernelRegressor(

@@ -35,8 +35,10 @@ class KernelFitRequest:
     distributed : bool
         ``distributed=True``: the centers are to be sharded over the ranks of a process group.
     min_coverage : float
-        The Nystrom coverage ``alpha="auto"`` asks of a regressor with every point
-        a center before it trusts the leave-one-out criterion.
+        The Nystrom coverage ``alpha="auto"`` asks of a model with every point a
+        center before it trusts the leave-one-out criterion.
+    weighted : bool, default=False
+        The sample weights (``class_weight`` included) are not all equal.
     """
 
     solver: str
@@ -45,6 +47,7 @@ class KernelFitRequest:
     classifier: bool
     distributed: bool
     min_coverage: float
+    weighted: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def plan_kernel_fit(problem, budget, request):
             "centers (with every training point a center, the model is trained on one device)."
         )
     solver = _centers_solver(problem, budget, request) if uses_centers else "eigenpro"
-    alpha_mode, value = plan_alpha(request.alpha, uses_centers, solver, request.classifier, request.min_coverage)
+    alpha_mode, value = plan_alpha(request.alpha, uses_centers, solver, request)
     policy = KernelFitPolicy(problem, budget, request, solver, alpha_mode)
     if alpha_mode == "loo":
         return dataclasses.replace(policy, loo_min_coverage=value)

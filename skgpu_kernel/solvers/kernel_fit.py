@@ -26,14 +26,23 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.base import clone
 
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier
 from ..buffer import is_out_of_core
-from ..kernels import make_kernel
+from ..kernels import make_kernel, searches_bandwidth
 from ..planning.kernel import KernelProblem, KernelSettings, auto_subsample_size, plan_auto_centers
 from ..planning.kernel_policy import KernelFitRequest, plan_kernel_fit
-from ..regularization import LOO_MAX_ROWS, LOO_MIN_COVERAGE, select_alpha
+from ..regularization import (
+    BANDWIDTH_SEARCH_ROWS,
+    LOO_MAX_ROWS,
+    LOO_MIN_COVERAGE,
+    PENALTY_GRID,
+    ClassCodes,
+    select_alpha,
+    select_bandwidth,
+)
 from ..splits import holdout_split
 from .eigenpro import KernelLoopResult
 from .kernel_paths import KernelFitSettings, KernelHostData, KernelRuntime, run_path
@@ -44,7 +53,7 @@ __all__ = [
     "KernelFitParameters",
     "KernelFitResult",
     "KernelRuntime",
-    "choose_alpha",
+    "LooRows",
     "fit_kernel_model",
 ]
 
@@ -126,11 +135,10 @@ class KernelFitParameters:
     name: str
     cache_16bit: bool = True
 
-    @property
-    def request(self):
-        """What the policy planner reads."""
+    def request(self, weighted):
+        """What the policy planner reads; ``weighted``: the sample weights are not all equal."""
         return KernelFitRequest(
-            self.solver, self.alpha, self.early_stopping, self.classifier, self.distributed, LOO_MIN_COVERAGE
+            self.solver, self.alpha, self.early_stopping, self.classifier, self.distributed, LOO_MIN_COVERAGE, weighted
         )
 
     @property
@@ -151,6 +159,7 @@ class KernelFitResult:
     solver : {"eigenpro", "cg"}
     alpha : float
     alpha_selection : AlphaSelection or None
+    bandwidth_selection : BandwidthSelection or None
     early_stopping : bool
     kernel : Kernel
     bandwidth : float or None
@@ -171,6 +180,7 @@ class KernelFitResult:
     solver: str
     alpha: float
     alpha_selection: object
+    bandwidth_selection: object
     early_stopping: bool
     kernel: object
     bandwidth: float | None
@@ -200,16 +210,26 @@ def fit_kernel_model(data, runtime, parameters):
     kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
     data = _resolve_auto_centers(data, runtime, parameters, kernel)
     streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
-    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, parameters.request)
-    selection = None
-    if policy.alpha is None:
-        centred = data.Y - _intercept(parameters.fit_intercept, data.Y, data.weights)
-        offset = _kernel_offset(kernel, data.X)
-        selection = choose_alpha(data.X, centred, data.weights, kernel, offset, runtime, policy.loo_min_coverage)
-        policy = policy.with_alpha(selection.alpha)
+    request = parameters.request(weighted=not np.all(data.weights == data.weights[0]))
+    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, request)
+    search, selection = None, None
+    if searches_bandwidth(parameters.kernel, parameters.bandwidth) or policy.alpha is None:
+        scored = LooRows.draw(data, kernel, runtime, parameters)
+        if searches_bandwidth(parameters.kernel, parameters.bandwidth):
+            search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0])
+            kernel, bandwidth = clone(kernel).set_params(bandwidth=search.bandwidth), search.bandwidth
+            _log(runtime, parameters, search.describe())
+        if policy.alpha is None:
+            # Where the search scored every row with every row a feature, its own selection is the criterion's.
+            reuse = search is not None and scored.n_rows <= min(
+                BANDWIDTH_SEARCH_ROWS, auto_subsample_size(scored.n_rows)
+            )
+            selection = search.selection if reuse else scored.select_alpha(kernel, policy.loo_min_coverage)
+            selection = selection.gated(policy.loo_min_coverage)
+            policy = policy.with_alpha(selection.alpha)
     X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     intercept = _intercept(parameters.fit_intercept, Y, weights)
-    if validation is not None:  # the bandwidth rule reads the rows the model is fitted on
+    if validation is not None and search is None:  # the bandwidth rule reads the rows the model is fitted on
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
@@ -228,6 +248,7 @@ def fit_kernel_model(data, runtime, parameters):
         solver=policy.solver,
         alpha=policy.alpha if outcome.alpha is None else outcome.alpha,
         alpha_selection=selection,
+        bandwidth_selection=search,
         early_stopping=policy.early_stopping,
         kernel=kernel,
         bandwidth=bandwidth,
@@ -270,10 +291,26 @@ def _resolve_auto_centers(data, runtime, parameters, kernel):
     streamed = _streams(data.X, data.Y.shape[1], runtime)
     problem = _problem(dataclasses.replace(data, n_centers=None), runtime, kernel, streamed)
     count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters.planning)
-    if runtime.log is not None:
-        chosen = "every training point" if count.n_centers is None else str(count.n_centers)
-        runtime.log(f"[{parameters.name}] n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
+    chosen = "every training point" if count.n_centers is None else str(count.n_centers)
+    _log(runtime, parameters, f"n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
     return dataclasses.replace(data, n_centers=count.n_centers)
+
+
+def _log(runtime, parameters, message):
+    if runtime.log is not None:
+        runtime.log(f"[{parameters.name}] {message}")
+
+
+def _search_penalties(policy, data):
+    """The penalties each bandwidth is scored at: a given ``alpha``'s alone, else the whole grid.
+
+    Where early stopping regularises (``alpha`` 0), the bandwidth is the one whose
+    best penalty scores best: early stopping follows a path much like the ridge
+    path's.
+    """
+    if policy.alpha_mode == "given" and policy.alpha > 0:
+        return np.array([policy.alpha / float(np.sum(data.weights))])
+    return PENALTY_GRID
 
 
 def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
@@ -386,8 +423,9 @@ def _with_intercept(validation_score, intercept):
     return score
 
 
-def choose_alpha(X, Y, weights, kernel, offset, runtime, min_coverage=0.0):
-    """The leave-one-out ``alpha``: :func:`~skgpu_kernel.regularization.select_alpha` on seeded random rows.
+@dataclass(frozen=True)
+class LooRows:
+    """The rows the leave-one-out criteria score, on the device in float64, in their seeded random order.
 
     At most ``LOO_MAX_ROWS`` rows are scored.  Beyond that the chosen ``alpha`` is
     kept as it is rather than scaled with the number of rows: on the real-data
@@ -395,31 +433,77 @@ def choose_alpha(X, Y, weights, kernel, offset, runtime, min_coverage=0.0):
     60000 rows of Fashion-MNIST and from 4000 to 17817 rows of HI (and fell on
     VietNamI), where a constant per-sample penalty would have grown it 4 to 12 times.
 
-    Parameters
+    Attributes
     ----------
-    X, Y, weights : ndarray
-        Host training rows, centred targets and weights.
-    kernel : Kernel
-    offset : ndarray or None
-    runtime : KernelRuntime
-    min_coverage : float, default=0.0
-        Passed to :func:`~skgpu_kernel.regularization.select_alpha`.
-
-    Returns
-    -------
-    AlphaSelection
+    X, Y : Tensor
+        Rows and targets (the codes less the intercept for a classifier).
+    weights : Tensor or None
+        None when every weight is equal.
+    classes : ClassCodes or None
+        A classifier's labels: its criterion counts misclassifications.
     """
-    to_device = DeviceCopier(runtime.devices[0], torch.float64, offset)  # the criterion is float64 throughout
-    # Drawn from a copy of the fit's generator, so that choosing alpha leaves the fit's own
-    # draws (validation split, epoch orders) as they would be with alpha given.
-    rows = copy.deepcopy(runtime.rng).permutation(X.shape[0])[:LOO_MAX_ROWS]  # the first s: the Nystrom subsample
-    unit = np.all(weights == weights[0])
-    w = None if unit else torch.as_tensor(weights[rows], dtype=torch.float64, device=runtime.devices[0])
-    return select_alpha(
-        kernel,
-        to_device(X[rows]),
-        to_device(Y[rows], center=False),
-        w,
-        auto_subsample_size(len(rows)),
-        min_coverage,
-    )
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    weights: torch.Tensor | None
+    classes: ClassCodes | None
+
+    @classmethod
+    def draw(cls, data, kernel, runtime, parameters):
+        """Seeded random rows of ``data`` (the first ``s`` are the Nystrom subsample)."""
+        device = runtime.devices[0]
+        intercept = _intercept(parameters.fit_intercept, data.Y, data.weights)
+        to_device = DeviceCopier(device, torch.float64, _kernel_offset(kernel, data.X))
+        # Drawn from a copy of the fit's generator, so that choosing alpha leaves the fit's own
+        # draws (validation split, epoch orders) as they would be with alpha given.
+        rows = copy.deepcopy(runtime.rng).permutation(data.X.shape[0])[:LOO_MAX_ROWS]
+        unit = np.all(data.weights == data.weights[0])
+        w = None if unit else torch.as_tensor(data.weights[rows], dtype=torch.float64, device=device)
+        classes = None
+        if parameters.classifier:
+            labels = torch.as_tensor(_code_labels(data.stratify[rows], data.Y.shape[1]), device=device)
+            classes = ClassCodes(labels, torch.as_tensor(intercept, dtype=torch.float64, device=device))
+        return cls(to_device(data.X[rows]), to_device(data.Y[rows] - intercept, center=False), w, classes)
+
+    @property
+    def n_rows(self):
+        return self.X.shape[0]
+
+    def head(self, count):
+        """The first ``count`` rows."""
+        weights = None if self.weights is None else self.weights[:count]
+        classes = self.classes and ClassCodes(self.classes.labels[:count], self.classes.offset)
+        return LooRows(self.X[:count], self.Y[:count], weights, classes)
+
+    def select_alpha(self, kernel, min_coverage=0.0):
+        """:func:`~skgpu_kernel.regularization.select_alpha` on these rows."""
+        subsample = auto_subsample_size(self.n_rows)
+        return select_alpha(kernel, self.X, self.Y, self.weights, subsample, min_coverage, classes=self.classes)
+
+    def search_bandwidth(self, kernel, penalties, n_rows):
+        """:func:`~skgpu_kernel.regularization.select_bandwidth` on the first ``BANDWIDTH_SEARCH_ROWS`` rows.
+
+        Every row searched is a feature, so the criterion is exact for a kernel
+        machine on those rows.  Of ``n_rows`` rows in all, the bandwidth best for
+        a subsample is at least as wide as the one best for every row (a model of
+        more rows resolves finer detail), so a subsample's preference for a bandwidth
+        wider than the scale rule is not followed.
+        """
+        count = min(self.n_rows, BANDWIDTH_SEARCH_ROWS)
+        searched = self.head(count)
+        widest = None if count >= n_rows else 1.0
+        return select_bandwidth(
+            kernel,
+            searched.X,
+            searched.Y,
+            searched.weights,
+            count,
+            classes=searched.classes,
+            penalties=penalties,
+            widest=widest,
+        )
+
+
+def _code_labels(labels, n_outputs):
+    """The class index the criterion compares with: the code column, or 1 for the positive of +-1 codes."""
+    return np.asarray(labels, dtype=np.int64) if n_outputs > 1 else (np.asarray(labels) == 1).astype(np.int64)
