@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from skgpu_kernel.planning import MemoryAccount
-from skgpu_kernel.planning.kernel_policy import KernelFitRequest
 from skgpu_kernel.planning.kernel import (
     FULL_KERNEL_CG_MAX_ROWS,
     KernelProblem,
@@ -33,6 +32,7 @@ from skgpu_kernel.planning.kernel import (
     plan_full_kernel_solver,
     temporary_centers_for,
 )
+from skgpu_kernel.planning.kernel_policy import KernelFitRequest
 
 CPU = torch.device("cpu")
 MB = 10**6

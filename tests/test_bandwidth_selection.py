@@ -1,0 +1,162 @@
+"""bandwidth="auto": the leave-one-out search of the bandwidth with the penalty, and the classifier's criterion."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+from sklearn.metrics import recall_score
+from sklearn.model_selection import train_test_split
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel.kernels import Gaussian, Laplacian, auto_bandwidth
+from skgpu_kernel.regularization import (
+    BANDWIDTH_FACTORS,
+    PENALTY_GRID,
+    ClassCodes,
+    _NystromFeatures,
+    select_bandwidth,
+)
+
+
+def _kernel_expansion(factor, seed, n=1000, n_features=3):
+    """A target drawn from the Gaussian kernel of bandwidth ``factor`` x the scale rule, plus 10% noise."""
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, n_features)
+    sigma = factor * auto_bandwidth(X)
+    bumps = Gaussian(bandwidth=sigma)(torch.as_tensor(X), torch.as_tensor(rng.randn(60, n_features))).numpy()
+    f = bumps @ rng.randn(60)
+    return X, f + 0.1 * f.std() * rng.randn(n), sigma
+
+
+@pytest.mark.parametrize("factor", [0.25, 0.5, 1.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_auto_lands_within_one_grid_step_of_the_bandwidth_the_data_were_drawn_with(factor, seed):
+    X, y, sigma = _kernel_expansion(factor, seed)
+    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    assert abs(np.log2(model.bandwidth_ / sigma)) <= 0.5 + 1e-9
+    selection = model.bandwidth_selection_
+    assert selection.bandwidth == model.bandwidth_ == model.kernel_.bandwidth
+    assert selection.scale == pytest.approx(auto_bandwidth(X))
+    np.testing.assert_allclose(selection.bandwidths, selection.scale * BANDWIDTH_FACTORS)
+    assert selection.errors[np.argmin(np.abs(selection.bandwidths - model.bandwidth_))] == np.nanmin(selection.errors)
+
+
+def _brute_force_leave_one_out(phi, codes, weights, penalty, labels=None):
+    """Weighted mean squared error (and misclassification) of ridge with an intercept refitted without each row."""
+    n, k = phi.shape
+    design = np.hstack([np.ones((n, 1)), phi])
+    shrink = penalty * weights.sum() * np.diag([0.0] + [1.0] * k)  # the intercept is not penalised
+    squared, wrong = 0.0, 0.0
+    for i in range(n):
+        rest = np.arange(n) != i
+        weighted = design[rest] * weights[rest, None]
+        coef = np.linalg.solve(weighted.T @ design[rest] + shrink, weighted.T @ codes[rest])
+        predicted = design[i] @ coef
+        squared += weights[i] * np.sum((codes[i] - predicted) ** 2)
+        if labels is not None:
+            guess = int(predicted[0] > 0) if codes.shape[1] == 1 else int(np.argmax(predicted))
+            wrong += weights[i] * (guess != labels[i])
+    return squared / weights.sum(), wrong / weights.sum()
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_the_search_scores_a_brute_force_leave_one_out(n_classes):
+    rng = np.random.RandomState(n_classes)
+    X = rng.randn(90, 2)
+    labels = np.digitize(X[:, 0] + 0.5 * np.sin(3 * X[:, 1]) + 0.3 * rng.randn(90), [-0.4, 0.4][: n_classes - 1])
+    codes = np.where(labels == 1, 1.0, -1.0)[:, None] if n_classes == 2 else np.eye(n_classes)[labels]
+    intercept = codes.mean(axis=0)
+    weights = rng.uniform(0.5, 2.0, size=90)
+    kernel, X_t = Gaussian(bandwidth=auto_bandwidth(X)), torch.as_tensor(X)
+    classes = ClassCodes(torch.as_tensor(labels), torch.as_tensor(intercept))
+    search = select_bandwidth(
+        kernel, X_t, torch.as_tensor(codes - intercept), torch.as_tensor(weights), 90, classes=classes
+    )
+    chosen = search.selection
+    phi = _NystromFeatures(Gaussian(bandwidth=search.bandwidth), X_t, 90).of(X_t).numpy()
+    # Away from interpolation, where the brute force's normal equations stay well conditioned.
+    for index in np.flatnonzero(PENALTY_GRID >= 1e-5):
+        squared, wrong = _brute_force_leave_one_out(phi, codes, weights, PENALTY_GRID[index], labels)
+        assert chosen.loo_errors[index] == pytest.approx(squared, rel=1e-8)
+        assert chosen.loo_misclassification[index] == pytest.approx(wrong, rel=1e-8, abs=1e-12)
+    # The chosen penalty has the fewest misclassifications, ties going to the smaller squared error.
+    fewest = chosen.loo_misclassification.min()
+    tied = np.flatnonzero(chosen.loo_misclassification == fewest)
+    assert chosen.penalty == PENALTY_GRID[tied[np.argmin(chosen.loo_errors[tied])]]
+    assert search.errors[np.flatnonzero(search.bandwidths == search.bandwidth)[0]] == fewest
+
+
+def test_scale_is_the_rule_and_a_fixed_bandwidth_is_not_searched():
+    X, y, _ = _kernel_expansion(0.5, seed=3, n=600)
+    rule = auto_bandwidth(X)
+    scale = AdaptiveKernelRegressor(bandwidth="scale", random_state=0).fit(X, y)
+    fixed = AdaptiveKernelRegressor(bandwidth=rule, random_state=0).fit(X, y)
+    assert scale.bandwidth_ == rule and scale.bandwidth_selection_ is None and fixed.bandwidth_selection_ is None
+    np.testing.assert_array_equal(scale.dual_coef_, fixed.dual_coef_)
+    searched = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    assert searched.bandwidth_ < rule  # the data's bandwidth is half the rule's
+    assert searched.score(X, y) > scale.score(X, y)
+
+
+def test_a_kernel_instance_with_an_auto_bandwidth_is_searched_and_one_with_scale_is_not():
+    X, y, _ = _kernel_expansion(0.5, seed=4, n=500)
+    searched = AdaptiveKernelRegressor(kernel=Laplacian(), random_state=0).fit(X, y)
+    assert searched.bandwidth_selection_ is not None
+    assert searched.kernel_.bandwidth == searched.bandwidth_selection_.bandwidth
+    ruled = AdaptiveKernelRegressor(kernel=Laplacian(bandwidth="scale"), random_state=0).fit(X, y)
+    assert ruled.bandwidth_selection_ is None and ruled.bandwidth_ == pytest.approx(auto_bandwidth(X))
+
+
+def test_a_given_alpha_is_the_only_penalty_the_search_scores():
+    X, y, _ = _kernel_expansion(0.5, seed=5, n=400)
+    model = AdaptiveKernelRegressor(alpha=0.5, random_state=0).fit(X, y)
+    assert model.alpha_ == 0.5 and model.alpha_selection_ is None
+    np.testing.assert_allclose(model.bandwidth_selection_.selection.penalties, [0.5 / 400])
+
+
+def test_beyond_the_searched_rows_no_bandwidth_wider_than_the_rule_is_taken(monkeypatch):
+    from skgpu_kernel.solvers import kernel_fit
+
+    monkeypatch.setattr(kernel_fit, "BANDWIDTH_SEARCH_ROWS", 200)
+    X, y, _ = _kernel_expansion(4.0, seed=6, n=600)  # smooth data: the searched rows prefer a wide kernel
+    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    selection = model.bandwidth_selection_
+    assert selection.selection.n_rows == 200 and selection.bandwidth == selection.scale
+    assert np.all(selection.bandwidths <= selection.scale)
+    every_row = AdaptiveKernelRegressor(random_state=0).fit(X[:200], y[:200])
+    assert every_row.bandwidth_ > every_row.bandwidth_selection_.scale
+
+
+def test_verbose_prints_the_search(capsys):
+    X, y, _ = _kernel_expansion(1.0, seed=7, n=300)
+    AdaptiveKernelRegressor(verbose=1, random_state=0).fit(X, y)
+    assert "leave-one-out error by bandwidth" in capsys.readouterr().out
+
+
+def _noisy_imbalanced_digits(seed):
+    """Digits with 90% of classes 3 and 8 dropped and 20% of the training labels replaced at random."""
+    X, y = load_digits(return_X_y=True)
+    rng = np.random.RandomState(seed)
+    keep = ~np.isin(y, (3, 8)) | (rng.uniform(size=y.size) < 0.1)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X[keep] / 16, y[keep], test_size=0.3, random_state=seed, stratify=y[keep]
+    )
+    noisy = rng.uniform(size=y_train.size) < 0.2
+    y_train = np.where(noisy, rng.randint(0, 10, y_train.size), y_train)
+    return X_train, y_train, X_test, y_test
+
+
+@pytest.mark.slow
+def test_balanced_class_weight_raises_minority_recall_with_the_defaults():
+    # With noisy labels an interpolating classifier fits the majority's mislabelled
+    # copies of the minority; weights act through the penalty they get by default.
+    gains = []
+    for seed in range(3):
+        X_train, y_train, X_test, y_test = _noisy_imbalanced_digits(seed)
+        recalls = []
+        for class_weight in (None, "balanced"):
+            model = AdaptiveKernelClassifier(class_weight=class_weight, random_state=0).fit(X_train, y_train)
+            recalls.append(recall_score(y_test, model.predict(X_test), labels=[3, 8], average="macro"))
+            assert model.alpha_ > 0 and model.alpha_selection_.loo_misclassification is not None
+        gains.append(recalls[1] - recalls[0])
+    assert np.mean(gains) >= 0.1
