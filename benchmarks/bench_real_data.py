@@ -385,7 +385,7 @@ def run_nystroem(name, max_train, device):
 
 
 def run_nystroem_tuned(name, max_train, device):
-    """Nystroem + ridge with gamma chosen by a 3-fold GridSearchCV over TUNED_GAMMA_FACTORS x scale (time: the search)."""
+    """Nystroem + ridge, gamma by a 3-fold GridSearchCV over TUNED_GAMMA_FACTORS x scale (time: the search)."""
 
     def build(X_train, task):
         from sklearn.kernel_approximation import Nystroem
