@@ -64,6 +64,8 @@ ALLOWED_TO_CHANGE = {"sgd_parallel_parle": {"train_loss", "bytes_all_reduced"}}
 CHANGED_ON_PURPOSE = {
     "ep2_classifier": "issue 28: the classifier's alpha='auto' is chosen by leave-one-out misclassifications "
     "(CG on every point here) instead of 0 with early stopping",
+    "cg_full_kernel": "issue 28: CG on every point fits the unpenalised intercept the leave-one-out criterion "
+    "scores (a column of ones solved with the targets) instead of taking the mean of the targets",
 }
 
 # History keys renamed by the refactor: compared under their new name.

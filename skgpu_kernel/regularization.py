@@ -1,4 +1,4 @@
-"""The ridge penalty of ``alpha="auto"``: leave-one-out error of a Nystrom ridge model.
+"""The ridge penalty of ``alpha="auto"`` and the bandwidth of ``bandwidth="auto"``: leave-one-out errors.
 
 A kernel model regularised only by early stopping follows the path of gradient
 descent, which on noisy targets can stay several percent above the best ridge
@@ -29,6 +29,18 @@ residuals), so memory is ``O(s^2 + ROW_BLOCK s)`` whatever the number of rows; t
 cost is about three ``rows x s x s`` products, well under one epoch of EigenPro 2
 unless the features are few.  Candidates are per-sample penalties ``alpha /
 sum(w)``, a quarter of a decade apart (half a decade apart cost Computers 1%).
+
+A classifier's criterion (:class:`ClassCodes` given) is the weighted leave-one-out
+misclassification rate of the class codes' scores, ties going to the smaller
+squared error: the squared error of the codes also penalises confident correct
+scores, and on LetterRecognition it chose a penalty with test error 0.026 where
+the misclassifications chose one with 0.024.
+
+:func:`select_bandwidth` scores a grid of bandwidths by the same criterion, for
+every penalty at once per bandwidth, on a subsample small enough that each of its
+rows is a feature (the criterion is then the exact leave-one-out error of the
+kernel machine on those rows; see ``BANDWIDTH_SEARCH_ROWS`` for why not a Nystrom
+model of more rows).
 """
 
 import math

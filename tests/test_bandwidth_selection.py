@@ -160,3 +160,13 @@ def test_balanced_class_weight_raises_minority_recall_with_the_defaults():
             assert model.alpha_ > 0 and model.alpha_selection_.loo_misclassification is not None
         gains.append(recalls[1] - recalls[0])
     assert np.mean(gains) >= 0.1
+
+
+def test_a_warm_start_keeps_its_bandwidth_instead_of_searching_again():
+    X, y, _ = _kernel_expansion(0.5, seed=8, n=400)
+    model = AdaptiveKernelRegressor(alpha=0.0, n_epochs=2, warm_start=True, random_state=0).fit(X, y)
+    first = model.bandwidth_
+    model.set_params(random_state=1)  # a search would score other rows
+    model.fit(X, y)
+    assert model.bandwidth_ == first == model.kernel_.bandwidth and model.bandwidth_selection_ is None
+    assert model.n_epochs_total_ == 4

@@ -106,3 +106,33 @@ def test_alpha_beyond_the_scored_rows_is_kept(monkeypatch):
     assert model.alpha_ == selection.alpha == pytest.approx(selection.penalty * 200, rel=1e-12)
     again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     assert again.alpha_ == model.alpha_  # the scored rows follow random_state
+
+
+def _ridge_with_intercept_on_the_kernel(X, y, w, bandwidth, alpha):
+    """``min sum_i w_i (y_i - (K a)_i - b)^2 + alpha a^T K a`` by its dense normal equations."""
+    K = Gaussian(bandwidth=bandwidth)(torch.as_tensor(X), torch.as_tensor(X)).numpy()
+    ones = np.ones((X.shape[0], 1))
+    system = np.block([[K @ (w[:, None] * K) + alpha * K, K @ (w[:, None] * ones)], [(w @ K)[None, :], w.sum()]])
+    solution = np.linalg.lstsq(system, np.concatenate([K @ (w * y), [w @ y]]), rcond=None)[0]
+    return solution[:-1], solution[-1]
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_cg_on_every_point_fits_the_intercept_the_criterion_scores(warm_start):
+    # The criterion scores ridge with an unpenalised intercept; with a narrow kernel the
+    # mean of the targets is far from it (here 5.0 against the fitted 5.01).
+    rng = np.random.RandomState(0)
+    X, w = rng.randn(300, 3), rng.uniform(0.5, 2.0, size=300)
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.randn(300) + 5.0
+    model = AdaptiveKernelRegressor(
+        bandwidth=0.4, alpha=0.3, solver="cg", tol=1e-10, dtype="float64", warm_start=warm_start, random_state=0
+    )
+    model.fit(X, y, sample_weight=w)
+    if warm_start:  # continued from its own solution: the same model
+        model.fit(X, y, sample_weight=w)
+    coef, intercept = _ridge_with_intercept_on_the_kernel(X, y, w, 0.4, 0.3)
+    X_new = rng.randn(50, 3)
+    reference = Gaussian(bandwidth=0.4)(torch.as_tensor(X_new), torch.as_tensor(X)).numpy() @ coef + intercept
+    assert model.intercept_ == pytest.approx(intercept, rel=1e-7)  # CG stops at a relative residual of 1e-10
+    assert abs(intercept - np.average(y, weights=w)) > 1e-3  # not the mean
+    np.testing.assert_allclose(model.predict(X_new), reference, atol=1e-5)
