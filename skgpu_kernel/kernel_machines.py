@@ -388,8 +388,9 @@ default="gaussian"
         misses for noise (Fashion-MNIST: coverage 0.87, and its penalty cost 1.5
         points of accuracy; the tabular sets of ``benchmarks/bench_real_data.py``:
         0.97 to 0.998, where it beat early stopping by up to 7%).  The classifier's
-        criterion is the leave-one-out misclassification rate (ties go to the
-        smaller squared error of the codes), and with unequal sample weights
+        criterion is the leave-one-out misclassification rate (among the penalties
+        within a standard error of the lowest rate, the smallest squared error of
+        the codes wins), and with unequal sample weights
         (``class_weight`` included) its penalty is always scored: a model that
         interpolates, or stops early on the way there, fits every training label
         whatever its weight.  The value used is

@@ -31,10 +31,11 @@ unless the features are few.  Candidates are per-sample penalties ``alpha /
 sum(w)``, a quarter of a decade apart (half a decade apart cost Computers 1%).
 
 A classifier's criterion (:class:`ClassCodes` given) is the weighted leave-one-out
-misclassification rate of the class codes' scores, ties going to the smaller
-squared error: the squared error of the codes also penalises confident correct
-scores, and on LetterRecognition it chose a penalty with test error 0.026 where
-the misclassifications chose one with 0.024.
+misclassification rate of the class codes' scores: the squared error of the codes
+also penalises confident correct scores, and on LetterRecognition it chose a
+penalty with test error 0.026 where the misclassifications chose one with 0.024.
+Rates within a standard error of the lowest, which it cannot tell apart, go to
+the smaller squared error (:func:`best_classifier`).
 
 :func:`select_bandwidth` scores a grid of bandwidths by the same criterion, for
 every penalty at once per bandwidth, on a subsample small enough that each of its
@@ -62,6 +63,7 @@ __all__ = [
     "AlphaSelection",
     "BandwidthSelection",
     "ClassCodes",
+    "best_classifier",
     "select_alpha",
     "select_bandwidth",
 ]
@@ -224,9 +226,9 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         misses more of it is not the model being fitted, and the criterion would
         take the signal it misses for noise.
     classes : ClassCodes or None, default=None
-        Given, the penalty with the fewest (weighted) leave-one-out misclassifications
-        wins, ties going to the smaller squared error of the codes; None: the
-        smallest squared error.
+        Given, the penalty of :func:`best_classifier` (the fewest weighted
+        leave-one-out misclassifications, up to a standard error, then the
+        smallest squared error of the codes); None: the smallest squared error.
     penalties : array-like, default=PENALTY_GRID
         The candidate per-sample penalties ``alpha / sum(w)``.
 
@@ -244,8 +246,10 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
     gram = _WeightedGram.accumulate(features, Y, w)
     total = float(w.sum())
     errors, misclassified = _loo_errors(features, Y, w, gram, penalties * total, classes)
-    keys = (errors,) if misclassified is None else (errors, misclassified)
-    best = int(np.lexsort(keys)[0])  # lexsort's last key is the primary one
+    if misclassified is None:
+        best = int(np.argmin(errors))
+    else:
+        best = best_classifier(misclassified / total, errors, float(total**2 / (w * w).sum()))
     penalty = float(penalties[best])
     return AlphaSelection(
         penalty * total,
@@ -257,6 +261,33 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         coverage,
         None if misclassified is None else misclassified / total,
     )
+
+
+def best_classifier(misclassification, squared_errors, n_effective):
+    """The candidate a classifier's criterion picks: the smallest squared error of those that classify as well.
+
+    Candidates whose leave-one-out misclassification rate is within one standard
+    error of the lowest, ``sqrt(p (1 - p) / n_effective)``, cannot be told apart
+    by it, and among them the squared error of the codes, a criterion of much lower
+    variance, decides.  The lowest rate alone chose a penalty of 1e-4 on
+    FertilityMorekids (203723 rows, error 0.366 either way) where the squared error
+    chose 31.6; the CG solve then took 13 iterations instead of 6.
+
+    Parameters
+    ----------
+    misclassification, squared_errors : ndarray
+        Per candidate (NaN: not scored).
+    n_effective : float
+        ``(sum w)^2 / sum w^2``: the rows the rates are means over.
+
+    Returns
+    -------
+    int
+    """
+    lowest = np.nanmin(misclassification)
+    band = lowest + math.sqrt(lowest * (1.0 - lowest) / n_effective)
+    tied = np.flatnonzero(misclassification <= band)
+    return int(tied[np.argmin(squared_errors[tied])])
 
 
 def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None):
@@ -298,10 +329,16 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     for neighbour in (best - 1, best + 1):
         if 0 <= neighbour < len(bandwidths):
             score(neighbour)
-    best = min(scored, key=score)
     errors = np.full(len(bandwidths), np.nan)
+    squared = np.full(len(bandwidths), np.nan)
     for index, selection in scored.items():
         errors[index] = selection.criterion[0]
+        squared[index] = selection.criterion[-1]
+    if classes is None:
+        best = int(np.nanargmin(errors))
+    else:
+        n_effective = X.shape[0] if weights is None else float(weights.sum() ** 2 / (weights * weights).sum())
+        best = best_classifier(errors, np.where(np.isnan(squared), np.inf, squared), n_effective)
     return BandwidthSelection(
         float(bandwidths[best]), scale, bandwidths, errors, scored[best], time.perf_counter() - tic
     )

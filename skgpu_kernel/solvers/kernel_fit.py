@@ -292,6 +292,7 @@ def _tune(data, kernel, policy, runtime, parameters):
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
             _log(runtime, parameters, search.describe())
         if policy.alpha is None:
+            scored = scored.head(LOO_MAX_ROWS)
             # Where the search scored every row, each of them a feature, its own selection is the criterion's.
             exact = search is not None and scored.n_rows <= min(
                 BANDWIDTH_SEARCH_ROWS, auto_subsample_size(scored.n_rows)
