@@ -55,22 +55,28 @@ def main(argv=None):
     accuracy = model.score(X_test, y_test)
     predict_seconds = time.perf_counter() - tic
 
-    before, after = model.critical_batch_size_
     print(f"test accuracy      {accuracy:.4f}")
     print(f"fit time           {fit_seconds:.1f} s ({model.n_epochs_} epochs), predict {predict_seconds:.1f} s")
     print(f"device             {model.device_} ({model.dtype_}), memory budget {model.memory_budget_ / 1e9:.1f} GB")
-    print(f"bandwidth          {model.bandwidth_:.4g}")
+    print(f"bandwidth          {model.bandwidth_:.4g}, alpha {model.alpha_:.3g}, solver {model.solver_}")
+    if model.solver_ == "eigenpro":
+        _print_eigenpro_decisions(model)
+    return model, accuracy, fit_seconds
+
+
+def _print_eigenpro_decisions(model):
+    """EigenPro 2's decisions: the kernel cache, the batch capacity and critical batch, the step."""
     if model.kernel_cached_:
         print(f"kernel cache       K(X, X) in {model.kernel_cache_dtype_}, read every epoch")
         print(f"batch capacity m_G {model.batch_capacity_} (the memory limit: steps read their kernel rows)")
     else:
         print("kernel cache       none (K(X, X) does not fit the budget: blocks computed per batch)")
         print(f"batch capacity m_G {model.batch_capacity_} (measured)")
+    before, after = model.critical_batch_size_
     print(f"critical batch     {before:.1f} -> {after:.1f} with preconditioning")
     print(f"preconditioner     {model.n_components_} components on a subsample of {model.subsample_size_}")
     print(f"batch size         {model.batch_size_}")
     print(f"step size          {model.learning_rate_:.4g}")
-    return model, accuracy, fit_seconds
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ def test_demo_falls_back_to_digits_with_a_message(monkeypatch, tmp_path, capsys)
     model, accuracy, _ = demo.main(["--n-epochs", "3", "--verbose", "0"])
     captured = capsys.readouterr()
     assert "falling back to scikit-learn's digits" in captured.err
-    assert "test accuracy" in captured.out and "batch capacity m_G" in captured.out
+    assert "test accuracy" in captured.out and f"solver {model.solver_}" in captured.out
+    assert ("batch capacity m_G" in captured.out) == (model.solver_ == "eigenpro")
     assert accuracy > 0.95 and model.n_epochs_ == 3
 
 

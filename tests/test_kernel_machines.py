@@ -156,7 +156,9 @@ def test_fitted_attributes_record_every_decision(digits):
     assert model.history_[-1]["learning_rate"] == model.learning_rate_
     assert model.scaling_rule_.get_params() == EigenProRule().get_params()
     assert model.n_steps_total_ == 2 * int(np.ceil(500 / model.batch_size_))
-    assert model.bandwidth_ == pytest.approx(np.sqrt(64 * X[:500].var() / 2))
+    # bandwidth="auto": searched from the scale rule.
+    assert model.bandwidth_selection_.scale == pytest.approx(np.sqrt(64 * X[:500].var() / 2))
+    assert model.bandwidth_ == model.bandwidth_selection_.bandwidth == model.kernel_.bandwidth
     np.testing.assert_allclose(model.X_offset_, X[:500].mean(axis=0))
 
 
