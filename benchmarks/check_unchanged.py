@@ -66,6 +66,11 @@ CHANGED_ON_PURPOSE = {
     "(CG on every point here) instead of 0 with early stopping",
     "cg_full_kernel": "issue 28: CG on every point fits the unpenalised intercept the leave-one-out criterion "
     "scores (a column of ones solved with the targets) instead of taking the mean of the targets",
+    **dict.fromkeys(
+        ("ep2_plain", "ep2_warm_start", "ep2_loo"),
+        "issue 28: alpha='auto' scores a penalty and CG solves on every point here, now with the joint "
+        "intercept (its column of ones counts in the history's train_loss and relative_residual)",
+    ),
 }
 
 # History keys renamed by the refactor: compared under their new name.
