@@ -249,7 +249,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
     if misclassified is None:
         best = int(np.argmin(errors))
     else:
-        best = best_classifier(misclassified / total, errors, float(total**2 / (w * w).sum()))
+        best = best_classifier(misclassified / total, errors, _effective_rows(w))
     penalty = float(penalties[best])
     return AlphaSelection(
         penalty * total,
@@ -337,11 +337,16 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     if classes is None:
         best = int(np.nanargmin(errors))
     else:
-        n_effective = X.shape[0] if weights is None else float(weights.sum() ** 2 / (weights * weights).sum())
+        n_effective = X.shape[0] if weights is None else _effective_rows(weights)
         best = best_classifier(errors, np.where(np.isnan(squared), np.inf, squared), n_effective)
     return BandwidthSelection(
         float(bandwidths[best]), scale, bandwidths, errors, scored[best], time.perf_counter() - tic
     )
+
+
+def _effective_rows(weights):
+    """``(sum w)^2 / sum w^2``: the rows a weighted mean is worth."""
+    return float(weights.sum() ** 2 / (weights * weights).sum())
 
 
 def _walk_octaves(score, start, size):

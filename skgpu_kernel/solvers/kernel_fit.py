@@ -106,6 +106,11 @@ class KernelFitInput:
     def uses_centers(self):
         return self.centers is not None or self.n_centers is not None
 
+    @property
+    def equal_weights(self):
+        """Every sample weight the same (the criteria then skip the weights)."""
+        return bool(np.all(self.weights == self.weights[0]))
+
 
 @dataclass(frozen=True)
 class KernelFitParameters:
@@ -215,7 +220,7 @@ def fit_kernel_model(data, runtime, parameters):
     kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
     data = _resolve_auto_centers(data, runtime, parameters, kernel)
     streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
-    request = parameters.request(weighted=not np.all(data.weights == data.weights[0]))
+    request = parameters.request(weighted=not data.equal_weights)
     policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, request)
     tuned = _tune(data, kernel, policy, runtime, parameters)
     kernel, policy = tuned.kernel, tuned.policy
@@ -294,8 +299,8 @@ def _tune(data, kernel, policy, runtime, parameters):
         if policy.alpha is None:
             scored = scored.head(LOO_MAX_ROWS)
             # Where the search scored every row, each of them a feature, its own selection is the criterion's.
-            exact = search is not None and scored.n_rows <= min(
-                BANDWIDTH_SEARCH_ROWS, auto_subsample_size(scored.n_rows)
+            exact = search is not None and search.selection.n_rows == scored.n_rows <= auto_subsample_size(
+                scored.n_rows
             )
             selection = search.selection if exact else scored.select_alpha(kernel, policy.loo_min_coverage)
             selection = selection.gated(policy.loo_min_coverage)
@@ -379,8 +384,8 @@ def _with_joint_intercept(outcome):
     for_targets, for_ones = coef[:, :-1], coef[:, -1:]
     shift = for_targets.sum(dim=0) / for_ones.sum()
     combined = for_targets - for_ones * shift
-    device, centers, _, offset = outcome.device_cache
-    cache_coef = combined.to(device=outcome.device_cache[2].device, dtype=outcome.device_cache[2].dtype)
+    device, centers, cached, offset = outcome.device_cache
+    cache_coef = combined.to(device=cached.device, dtype=cached.dtype)
     result = dataclasses.replace(outcome.result, coef=combined)
     outcome = dataclasses.replace(outcome, result=result, device_cache=(device, centers, cache_coef, offset))
     return outcome, shift.double().cpu().numpy()
@@ -530,11 +535,11 @@ class LooRows:
         # Drawn from a copy of the fit's generator, so that choosing alpha leaves the fit's own
         # draws (validation split, epoch orders) as they would be with alpha given.
         rows = copy.deepcopy(runtime.rng).permutation(data.X.shape[0])[: max(count, BANDWIDTH_SEARCH_ROWS)]
-        unit = np.all(data.weights == data.weights[0])
-        w = None if unit else torch.as_tensor(data.weights[rows], dtype=torch.float64, device=device)
+        w = None if data.equal_weights else torch.as_tensor(data.weights[rows], dtype=torch.float64, device=device)
         classes = None
         if parameters.classifier:
-            labels = torch.as_tensor(_code_labels(data.stratify[rows], data.Y.shape[1]), device=device)
+            # The class indices are the code columns, and for +-1 codes 1 is the positive class.
+            labels = torch.as_tensor(np.asarray(data.stratify[rows], dtype=np.int64), device=device)
             classes = ClassCodes(labels, torch.as_tensor(intercept, dtype=torch.float64, device=device))
         return cls(to_device(data.X[rows]), to_device(data.Y[rows] - intercept, center=False), w, classes)
 
@@ -545,7 +550,7 @@ class LooRows:
     def head(self, count):
         """The first ``count`` rows."""
         weights = None if self.weights is None else self.weights[:count]
-        classes = self.classes and ClassCodes(self.classes.labels[:count], self.classes.offset)
+        classes = self.classes and dataclasses.replace(self.classes, labels=self.classes.labels[:count])
         return LooRows(self.X[:count], self.Y[:count], weights, classes)
 
     def select_alpha(self, kernel, min_coverage=0.0):
@@ -575,8 +580,3 @@ class LooRows:
             penalties=penalties,
             widest=widest,
         )
-
-
-def _code_labels(labels, n_outputs):
-    """The class index the criterion compares with: the code column, or 1 for the positive of +-1 codes."""
-    return np.asarray(labels, dtype=np.int64) if n_outputs > 1 else (np.asarray(labels) == 1).astype(np.int64)
