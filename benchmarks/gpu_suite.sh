@@ -4,12 +4,13 @@
 #
 #   bash benchmarks/gpu_suite.sh wheels          # HERE (network): fetch what the GPU image lacks into .whl/,
 #                                                #   copy Fashion-MNIST into .data/ (both git-ignored, carried)
-#   bash benchmarks/gpu_suite.sh tests fashion   # device call 1 (carry .whl .data): pytest -m gpu, the non-slow
-#                                                #   suite with device "auto" = CUDA, Fashion-MNIST rows
-#   bash benchmarks/gpu_suite.sh large           # device call 2 (carry .whl): the 5M-row kernel run, BMGD out
+#   bash benchmarks/gpu_suite.sh gpu fashion large   # with LARGE_KERNEL_ONLY=1, device call 1 (carry .whl .data):
+#                                                #   pytest -m gpu, Fashion-MNIST rows, the 5M-row kernel run (~3 min)
+#   bash benchmarks/gpu_suite.sh tests           # device call 2 (carry .whl .data): pytest -m gpu and the non-slow
+#                                                #   suite with device "auto" = CUDA (6-8 min; -v names failures
+#                                                #   as they happen, so a cut run still says which)
+#   bash benchmarks/gpu_suite.sh large           # a third call where time is left: the 5M-row kernel run, BMGD out
 #                                                #   of core, parallel with a GPU and a CPU worker
-#   bash benchmarks/gpu_suite.sh gpu fashion large   # with LARGE_KERNEL_ONLY=1: the short form that fits one
-#                                                #   15-minute lease (pytest -m gpu, Fashion, the 5M-row kernel run)
 #   bash benchmarks/gpu_suite.sh --dry-run all   # a CPU machine: every step at toy sizes on the CPU, the GPU-only
 #                                                #   steps skipped (tests/test_gpu_suite.py runs this)
 #
@@ -89,8 +90,10 @@ part_tests() {
     if [ $DRY -eq 1 ]; then
         echo "(dry run: the suite on CUDA skipped; CI runs it on the CPU)"
     else
-        step 270 pytest_all_cuda $PY -m pytest -p no:cacheprovider -m "not slow and not gpu" -n 3 -q -rfE \
+        # -v names each failure as it happens: a run that the time limit cuts still says which tests failed.
+        step 400 pytest_all_cuda $PY -m pytest -p no:cacheprovider -m "not slow and not gpu" -n "$(nproc)" -v -rfE \
             --durations=15 tests
+        grep -E "(FAILED|ERROR) tests/" "$OUT/pytest_all_cuda.log" | sort -u | head -40
     fi
 }
 
