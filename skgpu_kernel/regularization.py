@@ -16,7 +16,9 @@ problem ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2`` has the same ``alpha`` as
 :class:`sklearn.kernel_ridge.KernelRidge` and as the estimators' ``alpha``.  The
 leave-one-out residuals come from one eigendecomposition of the k x k Gram of the
 (weighted, centred) features, for every candidate at once (the intercept's leverage
-``w_i / sum(w)`` included, as ``RidgeCV(fit_intercept=True)``).
+``w_i / sum(w)`` included, as ``RidgeCV(fit_intercept=True)``).  When every row
+scored is in the subsample, the model is kernel ridge on those rows, and one
+eigendecomposition of the centred kernel matrix replaces the two.
 
 Everything here is float64 whatever the training dtype.  Features cut at float32's
 resolution (a few hundred of 2000 on the benchmark's tabular sets) leave signal
@@ -46,6 +48,7 @@ model of more rows).
 
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,7 +82,7 @@ LOO_MAX_ROWS = 100_000
 # bandwidths, whose functions its features can represent: on LetterRecognition
 # (10000 rows, 2000 features) it ranked 1.41 worst of five bandwidths and 2.83 best,
 # where the kernel machine on all 16000 rows had test error 0.0255 at 1.41 and 0.031
-# at 2.83.  Each candidate costs two eigendecompositions of this size.
+# at 2.83.  Each candidate costs one eigendecomposition of this size.
 BANDWIDTH_SEARCH_ROWS = 1500
 # alpha="auto" with every point a center trusts the criterion only when the
 # features capture this share of the kernel's trace.  Measured on the real-data
@@ -98,6 +101,9 @@ ROW_BLOCK = 4096
 # Nystrom eigenvalues kept, relative to the largest: float64 resolves these, and the
 # criterion's choice no longer changed below 1e-7 on the benchmark's data sets.
 _RELATIVE_EIGENVALUE_FLOOR = 1e-10
+# Directions of the centred features kept, relative to the largest: float64's
+# eigendecomposition resolves eigenvalues to about n eps of the largest.
+_RESOLVABLE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -239,13 +245,16 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
     rows = X.shape[0]
     penalties = np.asarray(penalties, dtype=np.float64)
     w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights.double()
-    features = _NystromFeatures(kernel, X, min(subsample_size, rows))
-    coverage = features.coverage(w)
-    if coverage < min_coverage:
-        return AlphaSelection(0.0, 0.0, penalties, None, rows, features.n_features, coverage)
-    gram = _WeightedGram.accumulate(features, Y, w)
+    if subsample_size >= rows:
+        basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w), 1.0
+    else:
+        # Measured before the features, whose eigendecomposition a failed gate does not need.
+        coverage = _nystrom_coverage(kernel, X, subsample_size, w)
+        if coverage < min_coverage:
+            return AlphaSelection(0.0, 0.0, penalties, None, rows, 0, coverage)
+        basis = _CentredBasis.of_features(_NystromFeatures(kernel, X, subsample_size), Y, w)
     total = float(w.sum())
-    errors, misclassified = _loo_errors(features, Y, w, gram, penalties * total, classes)
+    errors, misclassified = _loo_errors(basis, Y, w, penalties * total, classes)
     if misclassified is None:
         best = int(np.argmin(errors))
     else:
@@ -257,7 +266,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         penalties,
         errors / total,
         rows,
-        features.n_features,
+        basis.n_features,
         coverage,
         None if misclassified is None else misclassified / total,
     )
@@ -381,32 +390,56 @@ class _NystromFeatures:
         """``phi(rows)`` for float64 rows."""
         return self.kernel(rows, self.centers) @ self.projection
 
-    def coverage(self, w):
-        """Weighted share of ``k(x, x)`` that ``||phi(x)||^2`` captures on one block past the subsample."""
-        start = self.centers.shape[0]
-        if start >= self.X.shape[0]:
-            return 1.0  # every row is in the subsample: the features are the kernel itself
-        rows = self.X[start : start + ROW_BLOCK].double()
-        captured = self.of(rows).pow(2).sum(dim=1)
-        weights = w[start : start + rows.shape[0]]
-        return float((weights * captured).sum() / (weights * self.kernel.diagonal(rows)).sum())
+
+def _nystrom_coverage(kernel, X, subsample_size, w):
+    """Weighted share of ``k(x, x)`` that the Nystrom features capture on one block past the subsample.
+
+    ``||phi(x)||^2 = k_S(x)^T K_SS^+ k_S(x)``, evaluated with a Cholesky factor of
+    ``K_SS`` plus ``_RELATIVE_EIGENVALUE_FLOOR`` of a bound on its largest
+    eigenvalue, the level below which the features drop eigendirections; a tenth
+    of the cost of their eigendecomposition.
+    """
+    centers = X[:subsample_size].double()
+    rows = X[subsample_size : subsample_size + ROW_BLOCK].double()
+    gram = kernel(centers, centers)
+    kernel.require_finite(gram, X.dtype)
+    jitter = _RELATIVE_EIGENVALUE_FLOOR * float(gram.abs().sum(dim=1).max())  # >= lambda_1 (Gershgorin)
+    factor, failed = torch.linalg.cholesky_ex(
+        (gram + gram.T) / 2.0 + jitter * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    )
+    if failed:  # not numerically positive definite even so: the features' own count
+        features = _NystromFeatures(kernel, X, subsample_size)
+        captured = features.of(rows).pow(2).sum(dim=1)
+    else:
+        captured = torch.linalg.solve_triangular(factor, kernel(centers, rows), upper=False).pow(2).sum(dim=0)
+    weights = w[subsample_size : subsample_size + rows.shape[0]]
+    return float((weights * captured).sum() / (weights * kernel.diagonal(rows)).sum())
 
 
 @dataclass(frozen=True)
-class _WeightedGram:
-    """Weighted means and the centred Gram ``Phi^T W Phi`` and ``Phi^T W Y`` of the features."""
+class _CentredBasis:
+    """The weighted, centred features ``W^{1/2} (Phi - 1 m^T) = Q S V^T`` as the residuals need them.
 
-    feature_mean: torch.Tensor
+    ``m`` is the features' weighted mean (the unpenalised intercept); ``Q``, whose
+    rows :meth:`blocks` yields, is an orthonormal basis of their span.
+    """
+
+    squares: torch.Tensor  # S^2, the directions kept
+    coordinates: torch.Tensor  # Q^T W^{1/2} (Y - target_mean)
     target_mean: torch.Tensor
-    gram: torch.Tensor
-    cross: torch.Tensor
+    blocks: Callable[[], Iterator[tuple[int, int, torch.Tensor]]]
+
+    @property
+    def n_features(self):
+        return self.squares.shape[0]
 
     @classmethod
-    def accumulate(cls, features, Y, w):
-        k, total = features.n_features, w.sum()
-        gram = torch.zeros(k, k, dtype=torch.float64, device=w.device)
-        cross = torch.zeros(k, Y.shape[1], dtype=torch.float64, device=w.device)
-        feature_sum = torch.zeros(k, dtype=torch.float64, device=w.device)
+    def of_features(cls, features, Y, w):
+        """From the eigendecomposition of the features' k x k weighted, centred Gram."""
+        total = w.sum()
+        gram = torch.zeros(features.n_features, features.n_features, dtype=torch.float64, device=w.device)
+        cross = torch.zeros(features.n_features, Y.shape[1], dtype=torch.float64, device=w.device)
+        feature_sum = torch.zeros(features.n_features, dtype=torch.float64, device=w.device)
         for start, stop, phi in features.blocks():
             weighted = w[start:stop, None] * phi
             gram += weighted.T @ phi
@@ -416,34 +449,71 @@ class _WeightedGram:
         target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
         gram -= total * torch.outer(feature_mean, feature_mean)
         cross -= total * torch.outer(feature_mean, target_mean)
-        return cls(feature_mean, target_mean, gram, cross)
+        squares, vectors = _leading(*torch.linalg.eigh(gram), _RESOLVABLE)
+        to_basis = vectors * squares.rsqrt()  # Q = W^{1/2} (Phi - 1 m^T) V S^-1
+
+        def blocks():
+            for start, stop, phi in features.blocks():
+                yield start, stop, (w[start:stop, None].sqrt() * (phi - feature_mean)) @ to_basis
+
+        return cls(squares, to_basis.T @ cross, target_mean, blocks)
+
+    @classmethod
+    def of_kernel(cls, kernel, X, Y, w):
+        """Every row a feature: one eigendecomposition of the weighted, centred ``K(X, X)``.
+
+        ``Phi Phi^T = K``, so ``Q`` and ``S^2`` are the eigenvectors and eigenvalues of
+        ``W^{1/2} (I - 1 w^T / sum(w)) K (I - w 1^T / sum(w)) W^{1/2}``: half the work of
+        the Nystrom features' two eigendecompositions, which the bandwidth search
+        pays at every candidate.  Only directions below float64's resolution are
+        dropped (no Nystrom floor): the errors are those of kernel ridge on these rows
+        (to 7e-7 of a brute-force refit at the smallest penalty, 1e-11 at 1e-4).
+        """
+        X = X.double()
+        gram = kernel(X, X)
+        kernel.require_finite(gram, X.dtype)
+        total = w.sum()
+        row_means = (gram + gram.T) @ (w / (2.0 * total))
+        centred = gram - row_means[:, None] - row_means[None, :] + (w @ row_means) / total
+        sqrt_w = w.sqrt()
+        centred = sqrt_w[:, None] * centred * sqrt_w[None, :]
+        squares, basis = _leading(*torch.linalg.eigh((centred + centred.T) / 2.0), _RESOLVABLE)
+        target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
+        coordinates = basis.T @ (sqrt_w[:, None] * (Y.double() - target_mean))
+
+        def blocks():
+            for start in range(0, basis.shape[0], ROW_BLOCK):
+                yield start, min(start + ROW_BLOCK, basis.shape[0]), basis[start : start + ROW_BLOCK]
+
+        return cls(squares, coordinates, target_mean, blocks)
 
 
-def _loo_errors(features, Y, w, moments, alphas, classes=None):
+def _leading(values, vectors, relative_floor):
+    """The eigenpairs of ``torch.linalg.eigh`` whose value exceeds ``relative_floor`` of the largest."""
+    keep = values > values.max() * relative_floor
+    return values[keep], vectors[:, keep]
+
+
+def _loo_errors(basis, Y, w, alphas, classes=None):
     """Weighted sums of squared leave-one-out residuals and of misclassifications, for each alpha.
 
-    With the centred, weighted features ``Phi = Q S V^T``, the hat matrix is
-    ``Q diag(s^2 / (s^2 + alpha)) Q^T`` plus the intercept's ``w_i / sum(w)``;
-    residual ``i`` left out is the fitted residual over ``1 - h_ii``, and the
-    prediction left out the target minus it.  The misclassifications are None
+    With the centred, weighted features ``Q S V^T`` (a :class:`_CentredBasis`), the
+    hat matrix is ``Q diag(s^2 / (s^2 + alpha)) Q^T`` plus the intercept's ``w_i /
+    sum(w)``; residual ``i`` left out is the fitted residual over ``1 - h_ii``, and
+    the prediction left out the target minus it.  The misclassifications are None
     without ``classes``.
     """
-    squares, vectors = torch.linalg.eigh(moments.gram)
-    keep = squares > squares.max() * 1e-12
-    squares, vectors = squares[keep], vectors[:, keep]
-    to_basis = vectors * squares.rsqrt()  # Q = Phi V S^-1
-    coordinates = to_basis.T @ moments.cross  # Q^T (targets)
+    squares = basis.squares
     alphas = torch.as_tensor(alphas, dtype=torch.float64, device=squares.device)
     shrink = squares[:, None] / (squares[:, None] + alphas[None, :])  # (k, candidates)
-    shrunk = (coordinates[:, None, :] * shrink[:, :, None]).flatten(1)  # (k, candidates * l)
+    shrunk = (basis.coordinates[:, None, :] * shrink[:, :, None]).flatten(1)  # (k, candidates * l)
     total, errors = w.sum(), torch.zeros(len(alphas), dtype=torch.float64, device=squares.device)
     misclassified = None if classes is None else torch.zeros_like(errors)
-    for start, stop, phi in features.blocks():
+    for start, stop, rows in basis.blocks():
         sqrt_w = w[start:stop, None].sqrt()
-        basis = (sqrt_w * (phi - moments.feature_mean)) @ to_basis
-        targets = sqrt_w * (Y[start:stop].double() - moments.target_mean)
-        fitted = (basis @ shrunk).unflatten(1, (len(alphas), -1))
-        leverage = basis**2 @ shrink + (w[start:stop] / total)[:, None]
+        targets = sqrt_w * (Y[start:stop].double() - basis.target_mean)
+        fitted = (rows @ shrunk).unflatten(1, (len(alphas), -1))
+        leverage = rows**2 @ shrink + (w[start:stop] / total)[:, None]
         residuals = (targets[:, None, :] - fitted) / (1.0 - leverage).clamp_min(1e-12)[:, :, None]
         errors += (residuals**2).sum(dim=(0, 2))
         if classes is not None:

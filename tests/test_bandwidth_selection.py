@@ -13,9 +13,10 @@ from skgpu_kernel.regularization import (
     BANDWIDTH_FACTORS,
     PENALTY_GRID,
     ClassCodes,
-    _NystromFeatures,
     select_bandwidth,
 )
+
+from .test_regularization import kernel_features
 
 
 def _kernel_expansion(factor, seed, n=1000, n_features=3):
@@ -73,7 +74,7 @@ def test_the_search_scores_a_brute_force_leave_one_out(n_classes):
         kernel, X_t, torch.as_tensor(codes - intercept), torch.as_tensor(weights), 90, classes=classes
     )
     chosen = search.selection
-    phi = _NystromFeatures(Gaussian(bandwidth=search.bandwidth), X_t, 90).of(X_t).numpy()
+    phi = kernel_features(Gaussian(bandwidth=search.bandwidth), X_t)  # every row a feature: kernel ridge
     # Away from interpolation, where the brute force's normal equations stay well conditioned.
     for index in np.flatnonzero(PENALTY_GRID >= 1e-5):
         squared, wrong = _brute_force_leave_one_out(phi, codes, weights, PENALTY_GRID[index], labels)

@@ -23,7 +23,10 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     X, Y, weights = _data()
     kernel, X_t = Gaussian(bandwidth=1.5), torch.as_tensor(X)
     selection = select_alpha(kernel, X_t, torch.as_tensor(Y), torch.as_tensor(weights), subsample_size)
-    features = _NystromFeatures(kernel, X_t, subsample_size).of(X_t).numpy()
+    if subsample_size == X.shape[0]:  # every row a feature: kernel ridge itself
+        features = kernel_features(kernel, X_t)
+    else:
+        features = _NystromFeatures(kernel, X_t, subsample_size).of(X_t).numpy()
     alphas = PENALTY_GRID * weights.sum()
     reference = RidgeCV(alphas=alphas, store_cv_results=True).fit(features, Y, sample_weight=weights)
     assert selection.alpha == pytest.approx(reference.alpha_, rel=1e-12)
@@ -33,13 +36,20 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     theirs = reference.cv_results_.sum(axis=(0, 1))
     # (to 1e-4: at the smallest penalties the two differ in which tiny singular values they keep)
     np.testing.assert_allclose(ours / ours.min(), theirs / theirs.min(), rtol=1e-4)
-    assert selection.n_features == features.shape[1] <= subsample_size
+    if subsample_size < X.shape[0]:
+        assert selection.n_features == features.shape[1] < subsample_size
+
+
+def kernel_features(kernel, X):
+    """``Phi`` with ``Phi Phi^T = K(X, X)`` to rounding: the kernel's eigenvectors times root eigenvalues."""
+    values, vectors = np.linalg.eigh(kernel(X, X).numpy())
+    return vectors * np.sqrt(np.clip(values, 0.0, None))
 
 
 def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_features(monkeypatch):
     # The estimator's path: alpha="loo" on a model of 300 drawn centers fitted by CG.
     # The rows and subsample the criterion scored are captured; RidgeCV on their
-    # Nystrom features must choose the penalty the CG model was fitted with.
+    # kernel features must choose the penalty the CG model was fitted with.
     X, Y, weights = _data(n=1200, seed=5)
     scored = {}
 
@@ -53,11 +63,12 @@ def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_fe
     ).fit(X, Y[:, 0], sample_weight=weights)
     assert model.solver_ == "cg" and model.n_centers_ == 300
     assert scored["X"].shape[0] == 1200  # every row scored
-    features = _NystromFeatures(scored["kernel"], scored["X"], scored["s"]).of(scored["X"]).numpy()
+    assert scored["s"] == 1200  # the subsample is every scored row: kernel ridge on them
+    features = kernel_features(scored["kernel"], scored["X"])
     w = scored["w"].numpy()
     reference = RidgeCV(alphas=PENALTY_GRID * w.sum()).fit(features, scored["Y"].numpy(), sample_weight=w)
     assert model.alpha_ == pytest.approx(reference.alpha_, rel=1e-12)
-    assert model.alpha_selection_.n_features == features.shape[1]
+    assert model.alpha_selection_.n_features <= 1200 and model.alpha_selection_.coverage == 1.0
 
 
 def test_noise_gets_the_largest_penalty_and_a_clean_signal_a_small_one():
