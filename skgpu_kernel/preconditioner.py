@@ -285,6 +285,20 @@ class PreconditionerPlan:
         return self.preconditioner.top_eigenvalue
 
 
+def _default_components(candidates, subsample_size, rows_per_epoch):
+    """The directions flattened beyond the batch's need: half the subsample's, or all of them when it is exact.
+
+    With every training row in the subsample (``subsample_size == rows_per_epoch``)
+    its eigensystem is that of the whole problem, and a direction left unflattened
+    converges at its own eigenvalue's rate: on 300 points in 5 dimensions (float64,
+    bandwidth 2) the interpolant was still 0.6 away (relative) after 200 epochs with
+    the 150 directions of a given batch of 113, and 3e-10 away after 30 with all 299.
+    """
+    if rows_per_epoch is not None and subsample_size >= rows_per_epoch:
+        return candidates
+    return min(candidates, subsample_size // 2)
+
+
 def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_block, probe_rows=None):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
@@ -296,7 +310,8 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``, so that batches
     of the capacity run with the linear step ``m / beta_P`` and keep a margin for
     the error of the Nystrom estimate; beyond that, up to half the subsample's
-    directions are flattened (at most 1000, and only resolvable ones; ``spectral``
+    directions are flattened (every one when the subsample is every training row;
+    at most 1000, and only resolvable ones; ``spectral``
     gives ``n_components``, the damping and the shifts of a ridge penalty, under which
     the eigenvalues and the diagonal are those of the penalised operator).  Each costs
     O(s l) per step, negligible next to the kernel block, and flattening more of
@@ -347,7 +362,7 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     if n_components == "auto":
         target = CRITICAL_BATCH_MARGIN * capacity
         needed = choose_n_components(eigenvalues, beta_at, target, damping, candidates)
-        n_components = max(needed, min(candidates, subsample_size // 2))
+        n_components = max(needed, _default_components(candidates, subsample_size, spectral.rows_per_epoch))
         if spectral.rows_per_epoch is not None:
             within_epoch = choose_n_components(eigenvalues, beta_at, spectral.rows_per_epoch, damping, candidates)
             n_components = min(n_components, within_epoch)
