@@ -23,6 +23,7 @@ __all__ = [
     "KernelCache",
     "cache_kernel_rows",
     "csr_to_torch",
+    "filled_entries",
     "kernel_diagonal_max",
     "kernel_matmul",
     "kernel_matmul_rows",
@@ -208,6 +209,13 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
     if symmetric:
         _mirror_below_bands(cache, row_block)
     return cache
+
+
+def filled_entries(m, n, row_block, symmetric=False):
+    """Kernel entries :func:`cache_kernel_rows` evaluates for an ``m x n`` cache (the rest a symmetric fill mirrors)."""
+    if not symmetric:
+        return m * n
+    return sum(min(top + row_block, m) * (min(top + row_block, m) - top) for top in range(0, m, row_block))
 
 
 def _mirror_below_bands(cache, row_block):

@@ -24,6 +24,7 @@ __all__ = [
     "column_block_size",
     "exact_gram_row_block",
     "is_out_of_memory",
+    "matmul_gflops",
     "parse_memory_budget",
     "prediction_device",
     "resolve_device",
@@ -266,6 +267,31 @@ def synchronize(device):
 def is_out_of_memory(error):
     """Whether ``error`` is a device out-of-memory error."""
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+# torch.mm's GFLOP/s by (device, dtype, shape), measured once per process for verbose reports.
+_MATMUL_RATES = {}
+
+
+def matmul_gflops(device, dtype, rows, inner, columns):
+    """GFLOP/s of ``torch.mm`` on ``device`` at ``(rows x inner) @ (inner x columns)``: best of three, after a warm-up.
+
+    The reference that ``verbose`` compares a kernel fill or an epoch with, so that a
+    slow machine reads as such (a few tens of milliseconds, measured once per shape).
+    """
+    key = (str(device), dtype, rows, inner, columns)
+    if key not in _MATMUL_RATES:
+        left = torch.rand(rows, inner, dtype=dtype, device=device)
+        right = torch.rand(inner, columns, dtype=dtype, device=device)
+        best = math.inf
+        for _ in range(4):
+            synchronize(device)
+            tic = time.perf_counter()
+            torch.mm(left, right)
+            synchronize(device)
+            best = min(best, time.perf_counter() - tic)
+        _MATMUL_RATES[key] = 2.0 * rows * inner * columns / max(best, 1e-9) / 1e9
+    return _MATMUL_RATES[key]
 
 
 # Probe records by (device identity, operation key): {"ceiling": largest batch the

@@ -15,7 +15,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows
+from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows, filled_entries
 from skgpu_kernel.kernels import CallableKernel, Gaussian, Laplacian
 from skgpu_kernel.solvers.eigenpro import chunked_permutation
 
@@ -184,3 +184,36 @@ def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
         model = AdaptiveKernelRegressor(**params).fit(X, y)
     assert not model.kernel_cached_ and model.kernel_cache_dtype_ is None
     np.testing.assert_array_equal(model.dual_coef_, computed.dual_coef_)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_filled_entries_counts_the_blocks_the_fill_evaluates(monkeypatch, symmetric):
+    from skgpu_kernel import blockwise
+
+    X = torch.randn(70, 3, dtype=torch.float64)
+    kernel = Gaussian(bandwidth=1.0)
+    evaluated = []
+    block = kernel.block
+
+    def counting(rows, centers):
+        evaluated.append(rows.shape[0] * centers.shape[0])
+        return block(rows, centers)
+
+    monkeypatch.setattr(kernel, "block", counting)
+    cache = blockwise.cache_kernel_rows(kernel, X, kernel.prepare_centers(X), torch.float64, 16, 24, symmetric)
+    assert sum(evaluated) == filled_entries(70, 70, 16, symmetric)
+    torch.testing.assert_close(cache, Gaussian(bandwidth=1.0)(X, X))
+
+
+@pytest.mark.parametrize("cache_kernel", [True, False])
+def test_verbose_reports_the_rates_of_the_fill_and_of_an_epoch(capsys, cache_kernel):
+    rng = np.random.RandomState(0)
+    X, y = rng.randn(600, 4), rng.randn(600)
+    AdaptiveKernelRegressor(
+        solver="eigenpro", alpha=0.0, bandwidth=1.0, n_epochs=3, cache_kernel=cache_kernel, verbose=1, random_state=0
+    ).fit(X, y)
+    out = capsys.readouterr().out
+    assert ("kernel cached:" in out and "GFLOP/s" in out) is cache_kernel
+    epoch = [line for line in out.splitlines() if "a typical epoch" in line]
+    assert len(epoch) == 1
+    assert ("GB/s" if cache_kernel else "of torch.mm's") in epoch[0]

@@ -20,9 +20,16 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier, KernelCache, cache_kernel_rows, kernel_matmul_rows, measure_batch_capacity
+from ..blockwise import (
+    DeviceCopier,
+    KernelCache,
+    cache_kernel_rows,
+    filled_entries,
+    kernel_matmul_rows,
+    measure_batch_capacity,
+)
 from ..buffer import as_row_source
-from ..device import is_out_of_memory, synchronize
+from ..device import is_out_of_memory, matmul_gflops, synchronize
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
@@ -375,7 +382,9 @@ class _EigenPro2Path(_EigenProPath):
         fresh = data.coef_init is None
         coef = self.starting_coef(self.problem.n_rows)
         generator = self.runtime.generator
-        return fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
+        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
+        self._report_epochs(result, plan, caches[0])
+        return result
 
     def prepare(self, plan):
         """Fill the kernel cache the plan asks for; without device memory for it, compute blocks per batch.
@@ -402,6 +411,31 @@ class _EigenPro2Path(_EigenProPath):
             )
             return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, (None, None))
 
+    def _product_rate(self, entries, seconds, block_shape):
+        """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
+        n_features, seconds = self.X_dev.shape[1], max(seconds, 1e-9)
+        rate = 2.0 * entries * n_features / seconds / 1e9
+        rows, columns = (min(size, self.problem.n_rows) for size in block_shape)
+        peak = matmul_gflops(self.device, self.runtime.dtype, rows, n_features, columns)
+        return (
+            f"{entries / seconds / 1e9:.2g} G entries/s, {rate:.3g} GFLOP/s = {rate / peak:.0%} "
+            f"of torch.mm's {peak:.3g} at these blocks"
+        )
+
+    def _report_epochs(self, result, plan, cache):
+        """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
+        timed = [record["seconds"] for record in result.history[1:]] or [r["seconds"] for r in result.history]
+        if self.runtime.log is None or not timed:
+            return
+        seconds = float(np.median(timed))
+        if cache is not None:
+            gigabytes = cache.values.numel() * cache.values.element_size() / 1e9
+            rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
+        else:
+            n = self.problem.n_rows
+            rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (plan.batch_size, plan.column_block))}"
+        self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
+
     def _caches(self, plan, validation):
         """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
         tic = time.perf_counter()
@@ -413,10 +447,13 @@ class _EigenPro2Path(_EigenProPath):
             held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks)
         synchronize(self.device)
         if self.runtime.log is not None:
+            seconds = time.perf_counter() - tic
             rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
+            entries = filled_entries(train.shape[0], train.shape[1], plan.row_block, symmetric=True)
+            entries += 0 if held_out is None else held_out.numel()
             self.runtime.log(
                 f"[{self.settings.parameters.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
-                f"{time.perf_counter() - tic:.1f} s"
+                f"{seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
         return KernelCache(train, self.runtime.dtype), (
             None if held_out is None else KernelCache(held_out, self.runtime.dtype)
