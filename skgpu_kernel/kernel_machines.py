@@ -419,8 +419,9 @@ default="gaussian"
         Number ``k`` of top eigendirections the preconditioner flattens (the paper's
         ``q`` is ``k + 1``).  ``"auto"`` takes at least the smallest ``k`` whose
         preconditioned critical batch reaches twice the batch capacity, and flattens
-        up to half the subsample's directions (at most 1000, only those resolvable
-        in ``dtype``), which costs little per step and improves accuracy per epoch,
+        up to half the subsample's directions (all of them when the subsample is
+        every training row; at most 1000, only those resolvable in ``dtype``),
+        which costs little per step and improves accuracy per epoch,
         but never beyond the first ``k`` whose preconditioned critical batch reaches
         the training rows (past it the flattened directions converge by less than
         a factor e per epoch).
