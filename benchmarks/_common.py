@@ -1,11 +1,9 @@
 """Helpers shared by the benchmark scripts: child processes, machine and memory reports."""
 
-import math
 import multiprocessing
 import os
 import platform
 import resource
-import time
 
 import torch
 
@@ -59,18 +57,9 @@ def append_section(path, text):
 
 
 def matmul_peak_gflops(device):
-    """torch.mm GFLOP/s on large square products: the device's matmul throughput."""
+    """torch.mm GFLOP/s on large square float32 products: the device's matmul throughput."""
+    from skgpu_kernel.device import matmul_gflops
+
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
     size = 4096 if device.type == "cuda" else 2048
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    best = math.inf
-    for _ in range(5):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        tic = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - tic)
-    return 2.0 * size**3 / best / 1e9
+    return matmul_gflops(device, torch.float32, size, size, size)

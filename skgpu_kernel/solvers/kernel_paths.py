@@ -424,12 +424,12 @@ class _EigenPro2Path(_EigenProPath):
 
     def _report_epochs(self, result, plan, cache):
         """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
-        timed = [record["seconds"] for record in result.history[1:]] or [r["seconds"] for r in result.history]
-        if self.runtime.log is None or not timed:
+        steady = result.history[1:] or result.history  # the first epoch of a fresh fit reads half the rows
+        if self.runtime.log is None or not steady:
             return
-        seconds = float(np.median(timed))
+        seconds = float(np.median([record["seconds"] for record in steady]))
         if cache is not None:
-            gigabytes = cache.values.numel() * cache.values.element_size() / 1e9
+            gigabytes = cache.values.nbytes / 1e9
             rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
         else:
             n = self.problem.n_rows
