@@ -95,6 +95,7 @@ __all__ = [
     "KernelRowBlocks",
     "RowBlocks",
     "center_kernel_block",
+    "conjugate_gradients",
     "default_jitter",
     "fit_centers_cg",
 ]
@@ -522,18 +523,47 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
         gradient = target - fitted - alpha * preconditioner.gram(coef)
     residual = preconditioner.solve_transpose(gradient)
     reference = torch.maximum(_column_norms(preconditioner.solve_transpose(target)), _column_norms(residual))
-    problem = _Problem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype)
-    history, stop = _conjugate_gradients(problem, coef, residual, reference, settings)
+    system = _CentersSystem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype, coef)
+    history, stop = conjugate_gradients(system, coef, residual, reference, settings)
     return CentersSolveResult(coef.to(dtype), len(history), history, projection.jitter, stop)
 
 
-@dataclass(frozen=True)
-class _Problem:
-    row_blocks: object
-    preconditioner: CentersPreconditioner
-    alpha: float
-    loss_scale: float  # n_eff * l
-    dtype: torch.dtype
+class _CentersSystem:
+    """Falkon's normal equations ``H a = b`` on centers, with ``a = B beta`` (see :func:`conjugate_gradients`).
+
+    Keeps ``T a`` next to the coefficients, so that ``K_ZZ a`` costs one product with
+    the factor per iteration.
+    """
+
+    def __init__(self, row_blocks, preconditioner, alpha, loss_scale, dtype, coef):
+        self.row_blocks, self.preconditioner, self.alpha = row_blocks, preconditioner, alpha
+        self.loss_scale, self.dtype = loss_scale, dtype  # loss_scale: n_eff * l
+        self.coef_factor, self.step_factor = preconditioner.L.mT @ coef, None
+
+    def step_coefficients(self, direction):
+        """``B d``, remembering ``T B d``."""
+        step_coef, self.step_factor = self.preconditioner.solve(direction)
+        return step_coef
+
+    def evaluate(self, coef, step_coef):
+        """``([H a - b, H v], objective)`` in one pass over the row blocks."""
+        gradient, image, data_loss = _iteration_pass(self.row_blocks, coef, step_coef, self.dtype)
+        # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
+        # each reads a p x p matrix, which dominates the p-space work when p is large.
+        both_factors = torch.cat([self.coef_factor, self.step_factor], 1)
+        at_centers = self.preconditioner.gram(torch.cat([coef, step_coef], 1), both_factors)
+        n_outputs = coef.shape[1]
+        train_loss = (data_loss + self.alpha * float((coef * at_centers[:, :n_outputs]).sum())) / self.loss_scale
+        # The objective is CG's own here: its growth is what the monitor watches.
+        return torch.cat([gradient, image], 1).add_(at_centers, alpha=self.alpha), train_loss, train_loss
+
+    def transposed(self, matrix):
+        """``B^T matrix``."""
+        return self.preconditioner.solve_transpose(matrix)
+
+    def moved(self, step):
+        """``a`` moved by ``step`` times the last step's coefficients: ``T a`` follows."""
+        self.coef_factor.add_(self.step_factor * step)
 
 
 def _relative(residual, reference):
@@ -541,8 +571,18 @@ def _relative(residual, reference):
     return torch.where(reference > 0, norms / reference.clamp_min(1e-300), torch.zeros_like(norms))
 
 
-def _conjugate_gradients(problem, coef, residual, reference, settings):
-    """CG on ``B^T H B beta = B^T b`` tracking ``a = B beta`` in ``coef`` (in place); ``(history, stop)``.
+def conjugate_gradients(system, coef, residual, reference, settings):
+    """CG on ``C^T A C beta = C^T b`` tracking ``a = C beta`` in ``coef`` (in place); ``(history, stop)``.
+
+    ``system`` holds the symmetric operator ``A`` (Falkon's ``H`` on centers, or
+    ``K + alpha W^-1`` with every training row a center) and the split
+    preconditioner ``C`` (Falkon's ``B``): ``system.step_coefficients(d)`` is ``C d``,
+    ``system.evaluate(a, v)`` is ``([A a - b, A v], training objective, merit)``
+    from one pass over the data (the merit is what exact CG lowers at every step,
+    up to a constant: its growth means rounding), ``system.transposed(M)`` is ``C^T M`` and ``system.moved(step)``
+    hears that ``a`` moved by ``step`` times the last ``C d``.  ``residual`` is
+    ``C^T (b - A a)`` at the start and ``reference`` the norms the relative
+    residual divides by.
 
     Each pass also yields the gradient at the current coefficients, so every
     iteration starts from the true residual ``B^T (b - H a)`` rather than the one
@@ -554,34 +594,30 @@ def _conjugate_gradients(problem, coef, residual, reference, settings):
     numerically singular problems.  The stopping test reads the residual one step
     after the true one.
     """
-    preconditioner, alpha, history = problem.preconditioner, problem.alpha, []
+    history = []
     relative = _relative(residual, reference)
     met = relative <= settings.tol  # columns that met the tolerance: frozen from then on
     broken = torch.zeros_like(met)  # columns whose curvature was not positive (rounding): stopped unconverged
     direction, monitor = residual.clone(), _Monitor(coef, settings)
-    n_outputs, coef_factor = coef.shape[1], preconditioner.L.mT @ coef
+    n_outputs = coef.shape[1]
     clock = EpochClock(coef.device)
     for iteration in range(1, settings.max_iterations + 1):
         active = ~(met | broken)
         if not bool(active.any()):
             break
         clock.start()
-        step_coef, step_factor = preconditioner.solve(direction)
-        gradient, image, data_loss = _iteration_pass(problem.row_blocks, coef, step_coef, problem.dtype)
-        # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
-        # each reads a p x p matrix, which dominates the p-space work when p is large.
-        at_centers = preconditioner.gram(torch.cat([coef, step_coef], 1), torch.cat([coef_factor, step_factor], 1))
-        train_loss = (data_loss + alpha * float((coef * at_centers[:, :n_outputs]).sum())) / problem.loss_scale
-        if monitor.diverged(train_loss, coef):
+        step_coef = system.step_coefficients(direction)
+        images, train_loss, merit = system.evaluate(coef, step_coef)
+        if monitor.diverged(merit, coef):
             return history, "objective grew"
-        both = preconditioner.solve_transpose(torch.cat([gradient, image], 1).add_(at_centers, alpha=alpha))
+        both = system.transposed(images)
         residual, image = both[:, :n_outputs].neg(), both[:, n_outputs:]
         curvature = (direction * image).sum(dim=0)
         broken |= active & ~(curvature > 0)
         active &= ~broken
         step = torch.where(active, (residual * direction).sum(dim=0) / curvature.clamp_min(1e-300), 0.0)
         coef.add_(step_coef * step)
-        coef_factor.add_(step_factor * step)  # T a, updated as a is
+        system.moved(step)
         new_residual = residual - image * step
         relative = _relative(new_residual, reference)
         ratio = (new_residual * (new_residual - residual)).sum(dim=0) / _column_norms(residual).square()
@@ -614,16 +650,21 @@ class _Monitor:
         self.lowest_residual, self.without_new_low = math.inf, 0
         self.objective = Stopping(settings.stopping)
 
-    def diverged(self, train_loss, coef):
-        """Record the objective at ``coef``; on growth put the best coefficients back (a warning) and say so."""
-        if math.isfinite(train_loss) and train_loss <= _GROWTH_FACTOR * self.best_loss:
-            if train_loss < self.best_loss:
-                self.best_loss = train_loss
+    def diverged(self, merit, coef):
+        """Record CG's merit at ``coef``; on growth put the best coefficients back (a warning) and say so.
+
+        Growth is by ``_GROWTH_FACTOR - 1`` times the best merit's size (which may be
+        negative: CG's quadratic on the square system).
+        """
+        allowed = self.best_loss + (_GROWTH_FACTOR - 1.0) * abs(self.best_loss)
+        if math.isfinite(merit) and merit <= allowed:
+            if merit < self.best_loss:
+                self.best_loss = merit
                 self.best_coef.copy_(coef)
             return False
         coef.copy_(self.best_coef)
         warn_user(
-            f"Conjugate gradients on the centers stopped: the objective grew to {train_loss:.4g} from "
+            f"Conjugate gradients stopped: the objective grew to {merit:.4g} from "
             f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best coefficients. "
             "Use float64 or a larger alpha.",
             RuntimeWarning,

@@ -32,7 +32,13 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel, searches_bandwidth
-from ..planning.kernel import KernelProblem, KernelSettings, auto_subsample_size, plan_auto_centers
+from ..planning.kernel import (
+    KernelProblem,
+    KernelSettings,
+    auto_subsample_size,
+    full_kernel_cg_factors,
+    plan_auto_centers,
+)
 from ..planning.kernel_policy import KernelFitRequest, plan_kernel_fit
 from ..regularization import (
     BANDWIDTH_SEARCH_ROWS,
@@ -231,7 +237,8 @@ def fit_kernel_model(data, runtime, parameters):
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
-    if data.uses_centers or policy.solver == "cg":  # CG takes every training point as a center
+    factored_cg = policy.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
+    if data.uses_centers or factored_cg:  # Falkon's CG takes every training point as a center
         centers, shares = _centers(data, X, order) if data.uses_centers else (X[order].astype(np.float64), None)
         coef_init = _continued_center_coef(data.continuation, centers)
     else:

@@ -45,7 +45,14 @@ from ..planning.kernel import (
     plan_eigenpro3_layout,
 )
 from ..planning.stopping import plan_stopping
-from ..preconditioner import SpectralSettings, max_usable_components, plan_preconditioner
+from ..preconditioner import (
+    PenalisedRows,
+    SpectralSettings,
+    max_usable_components,
+    nystrom_eigensystem,
+    plan_preconditioner,
+    shifted_nystrom_preconditioner,
+)
 from ..process_group import agree
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
@@ -58,6 +65,7 @@ from .eigenpro3 import (
     StreamedBatches,
     fit_eigenpro3,
 )
+from .full_kernel_cg import fit_full_kernel_cg
 
 # Relative residual of the preconditioned normal equations at which CG stops: far
 # below the statistical error of any model it fits, near float32's resolution.
@@ -196,9 +204,9 @@ class PathOutcome:
 
 
 def run_path(solver, data, runtime, settings):
-    """Run the path of ``solver`` (``"eigenpro"``: EigenPro 2 or 3 by ``data.centers``; ``"cg"``)."""
+    """Run the path of ``solver``: EigenPro 2 or 3, or CG on centers or on every point, by ``data.centers``."""
     if solver == "cg":
-        return _CGPath(data, runtime, settings).run()
+        return (_CGPath if data.centers is not None else _SubsampleCGPath)(data, runtime, settings).run()
     path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
     return _run_eigenpro(path)
 
@@ -460,6 +468,64 @@ class _EigenPro2Path(_EigenProPath):
         )
 
 
+class _SubsampleCGPath(_EigenPro2Path):
+    """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a subsample preconditioner.
+
+    It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
+    plan, and reads it once per iteration; the preconditioner is built from
+    EigenPro's Nystrom subsample (:func:`shifted_nystrom_preconditioner`).
+    """
+
+    def run(self):
+        runtime, parameters = self.runtime, self.settings.parameters
+        layout = self.layout()
+        # No batch: the plan's batch is the row block an uncached pass evaluates at once.
+        plan = plan_eigenpro2(layout, min(CG_ROW_BLOCK, layout.memory_limit), math.inf, parameters.planning)
+        plan, (validation, caches) = self.prepare(plan)
+        s = layout.subsample_size
+
+        def products(V):
+            V = V.to(runtime.dtype)
+            if caches[0] is not None:
+                return caches[0].matmul(slice(None), V)
+            return kernel_matmul_rows(self.kernel, self.X_dev, self.centers_dev, V, plan.batch_size, plan.column_block)
+
+        def subsample_products(V):
+            if caches[0] is not None:
+                return caches[0].matmul(slice(None), V)
+            subsample = self.centers_dev[:s]
+            return kernel_matmul_rows(self.kernel, self.X_dev, subsample, V, plan.batch_size, plan.column_block)
+
+        data, ridge = self.data, self.ridge()
+        Y = self.to_device(data.Y[data.order], center=False)
+        weights = self.weights_tensor(data.weights[data.order])
+        eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
+        rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
+        preconditioner = shifted_nystrom_preconditioner(eigensystem, subsample_products, rows)
+        if runtime.log is not None:
+            where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
+            runtime.log(
+                f"[{parameters.name}] device={self.device}, dtype={runtime.dtype}, n={self.problem.n_rows}, solver cg "
+                f"on every training point, {where}, preconditioner flattening {preconditioner.n_components} "
+                f"Nystrom directions of a {s}-row subsample down to alpha, {plan.memory.describe()}"
+            )
+        coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
+        solved = fit_full_kernel_cg(
+            products, Y, weights, ridge, preconditioner, _cg_settings(parameters, runtime), coef_init
+        )
+        coef = solved.coef.to(runtime.dtype)
+        _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
+
+        def predict(X_val):
+            if caches[1] is not None:
+                return caches[1].matmul(slice(None), coef)
+            return kernel_matmul_rows(self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block)
+
+        result = _cg_loop_result(solved, coef, validation, predict, self.settings)
+        self._report_epochs(result, plan, caches[0])
+        return PathOutcome(result, None, None, {}, self.centers_host(), self.device_cache(coef))
+
+
 class _EigenPro3Path(_EigenProPath):
     """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
 
@@ -593,15 +659,9 @@ class _CGPath(_Path):
         shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
         solved, alpha = self._solve(rows, centers, coef_init, shares)
         coef = solved.coef.to(runtime.dtype)
-        history = solved.history
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters.tol)
-        if data.validation is not None and history:
-            # CG heads for the exact solution: the held-out rows score the model it ends with.
-            X_val, Y_val = self.validation_tensors()
-            predictions = center_kernel_block(kernel, centers)(X_val) @ coef
-            history[-1] = {**history[-1], "validation_score": float(settings.validation_score(predictions, Y_val))}
-        n = len(history)
-        result = KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
+        predict = center_kernel_block(kernel, centers)
+        result = _cg_loop_result(solved, coef, self.validation_tensors(), lambda X_val: predict(X_val) @ coef, settings)
         device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
         return PathOutcome(result, None, None, {}, data.centers, device_cache, alpha)
 
@@ -625,23 +685,39 @@ class _CGPath(_Path):
             alpha, coef_init = larger, solved.coef
 
     def _cg_settings(self):
-        settings, dtype = self.settings, self.runtime.dtype
-        # tol=None asks for every iteration up to the bound, as it asks for every epoch.
-        # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
-        # above it, and the relative objective judges progress (the package's one rule).
-        # Held-out rows score the solution CG ends with, not each iteration.
-        stopping = plan_stopping(
-            settings.parameters.tol,
-            settings.parameters.n_iter_no_change,
-            validation=False,
-            on_train_loss=dtype != torch.float64,
-        )
-        return CGSettings(
-            max_iterations=settings.parameters.n_epochs,
-            tol=0.0 if settings.parameters.tol is None else CG_TOL,
-            log=self.runtime.log,
-            stopping=stopping,
-        )
+        return _cg_settings(self.settings.parameters, self.runtime)
+
+
+def _cg_settings(parameters, runtime):
+    """How a CG path iterates: the estimator's ``n_epochs`` as the bound, its ``tol`` and stopping rule."""
+    # tol=None asks for every iteration up to the bound, as it asks for every epoch.
+    # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
+    # above it, and the relative objective judges progress (the package's one rule).
+    # Held-out rows score the solution CG ends with, not each iteration.
+    stopping = plan_stopping(
+        parameters.tol, parameters.n_iter_no_change, validation=False, on_train_loss=runtime.dtype != torch.float64
+    )
+    return CGSettings(
+        max_iterations=parameters.n_epochs,
+        tol=0.0 if parameters.tol is None else CG_TOL,
+        log=runtime.log,
+        stopping=stopping,
+    )
+
+
+def _cg_loop_result(solved, coef, validation, predict, settings):
+    """A CG run as a :class:`KernelLoopResult`; held-out rows, if any, score the model it ends with.
+
+    CG heads for the exact solution, so the validation score is not a stopping rule
+    here: it is recorded on the last iteration's history entry.
+    """
+    history = solved.history
+    if validation is not None and history:
+        X_val, Y_val = validation
+        score = float(settings.validation_score(predict(X_val), Y_val))
+        history[-1] = {**history[-1], "validation_score": score}
+    n = len(history)
+    return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
 
 
 def _warn_if_unfinished(solved, dtype, tol):

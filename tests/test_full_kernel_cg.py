@@ -1,0 +1,140 @@
+"""Penalised fits with a center at every row beyond Falkon's factors: CG with a subsample preconditioner.
+
+References are dense float64 solutions of ``(K + alpha W^-1) a = Y`` and
+scikit-learn's ``KernelRidge`` on the same data.  The estimator-level tests lower
+``FULL_KERNEL_CG_MAX_ROWS`` so that a few hundred rows take the path large data
+takes (beyond 10000 rows).
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.kernel_ridge import KernelRidge
+
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.planning import kernel as planning_kernel
+from skgpu_kernel.planning.kernel import KernelProblem, full_kernel_cg_factors, plan_full_kernel_solver
+from skgpu_kernel.preconditioner import (
+    PenalisedRows,
+    ShiftedNystromPreconditioner,
+    nystrom_eigensystem,
+    shifted_nystrom_preconditioner,
+)
+from skgpu_kernel.solvers.centers_cg import CGSettings
+from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
+
+
+def _data(n, d=4, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    Y = np.stack([np.sin(X[:, 0]) + 0.1 * rng.randn(n), X[:, 1] * X[:, 2]], axis=1)
+    return X, Y
+
+
+def _system(n, subsample, alpha, weighted, bandwidth=1.5, seed=0):
+    X, Y = _data(n, seed=seed)
+    X_t = torch.tensor(X)
+    kernel = Gaussian(bandwidth=bandwidth)
+    K = kernel(X_t, X_t)
+    weights = torch.tensor(np.random.RandomState(seed + 1).uniform(0.2, 1.0, n)) if weighted else None
+    rows = PenalisedRows(n, alpha, weights, torch.float64)
+    eigensystem = nystrom_eigensystem(kernel, X_t[:subsample])
+    preconditioner = shifted_nystrom_preconditioner(eigensystem, lambda V: K[:, :subsample] @ V, rows)
+    return K, torch.tensor(Y), weights, preconditioner
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("alpha", [1e-3, 1e-1])
+def test_cg_reaches_the_exact_penalised_solution(alpha, weighted):
+    K, Y, weights, preconditioner = _system(400, 120, alpha, weighted)
+    settings = CGSettings(tol=1e-9, max_iterations=500)
+    result = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, preconditioner, settings)
+    inverse_weights = torch.ones(400, dtype=torch.float64) if weights is None else 1.0 / weights
+    exact = torch.linalg.solve(K + alpha * torch.diag(inverse_weights), Y)
+    assert result.converged
+    torch.testing.assert_close(K @ result.coef, K @ exact, rtol=0, atol=1e-7)
+
+
+def test_preconditioner_is_a_split_factor_that_lowers_the_condition_number():
+    alpha = 1e-3
+    K, _, weights, preconditioner = _system(400, 120, alpha, weighted=True)
+    A = K + alpha * torch.diag(1.0 / weights)
+    identity = torch.eye(400, dtype=torch.float64)
+    C = preconditioner.apply(identity)
+    torch.testing.assert_close(preconditioner.apply_transpose(identity), C.T, rtol=0, atol=1e-12)
+    plain = torch.linalg.cond(A)
+    preconditioned = torch.linalg.cond(C.T @ A @ C)
+    assert preconditioner.n_components > 10
+    assert preconditioned < plain / 100
+
+
+def test_cg_needs_fewer_iterations_with_the_preconditioner():
+    alpha = 1e-3
+    K, Y, _, preconditioner = _system(400, 120, alpha, weighted=False)
+    none = ShiftedNystromPreconditioner(torch.zeros(400, 0, dtype=torch.float64), torch.zeros(0), alpha)
+    settings = CGSettings(tol=1e-8, max_iterations=400)
+    with_it = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, preconditioner, settings)
+    without = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, none, settings)
+    # Plain CG may not reach the tolerance at all within the bound (it then ran all 400).
+    assert with_it.converged
+    assert with_it.n_iterations * 2 <= without.n_iterations
+
+
+def test_warm_start_from_the_solution_needs_no_iteration():
+    alpha = 1e-2
+    K, Y, _, preconditioner = _system(300, 100, alpha, weighted=False)
+    exact = torch.linalg.solve(K + alpha * torch.eye(300, dtype=torch.float64), Y)
+    result = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, preconditioner, CGSettings(tol=1e-8), coef_init=exact)
+    assert result.n_iterations == 0 and result.converged
+
+
+def test_planning_takes_cg_beyond_the_factored_rows_for_a_positive_alpha_only():
+    large = KernelProblem(50_000, 8, 1, 4, 0)
+    small = KernelProblem(5_000, 8, 1, 4, 0)
+    assert not full_kernel_cg_factors(large) and full_kernel_cg_factors(small)
+    assert plan_full_kernel_solver(large, 2**34, "auto", 0.1) == "cg"
+    assert plan_full_kernel_solver(large, 2**34, "auto", 0.0) == "eigenpro"
+    assert plan_full_kernel_solver(large, 2**34, "eigenpro", 0.1) == "eigenpro"
+
+
+@pytest.fixture
+def beyond_factors(monkeypatch):
+    """Fits of more than 200 rows take the subsample-preconditioned CG."""
+    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_regressor_matches_kernel_ridge(beyond_factors, weighted):
+    X, Y = _data(700, seed=3)
+    y = Y[:, 0]
+    weights = np.random.RandomState(4).uniform(0.5, 2.0, 700) if weighted else None
+    bandwidth, alpha = 1.5, 0.05
+    model = AdaptiveKernelRegressor(
+        bandwidth=bandwidth, alpha=alpha, dtype="float64", fit_intercept=False, subsample_size=150, random_state=0
+    ).fit(X, y, sample_weight=weights)
+    reference = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.5 / bandwidth**2).fit(X, y, sample_weight=weights)
+    assert model.solver_ == "cg" and model.n_centers_ == 700
+    X_test, _ = _data(200, seed=5)
+    np.testing.assert_allclose(model.predict(X_test), reference.predict(X_test), rtol=0, atol=1e-5)
+
+
+def test_regressor_float32_is_close_to_float64(beyond_factors):
+    X, Y = _data(700, seed=6)
+    params = dict(bandwidth=1.5, alpha=0.05, subsample_size=150, random_state=0)
+    single = AdaptiveKernelRegressor(**params).fit(X, Y)
+    double = AdaptiveKernelRegressor(dtype="float64", **params).fit(X, Y)
+    X_test, _ = _data(200, seed=7)
+    difference = np.abs(single.predict(X_test) - double.predict(X_test)).max()
+    assert single.solver_ == "cg" and difference < 1e-3 * np.abs(double.predict(X_test)).max()
+
+
+def test_classifier_with_class_weights_takes_the_penalised_cg(beyond_factors):
+    X, Y = _data(600, seed=8)
+    y = (Y[:, 1] > 0.8).astype(int)  # a minority class
+    model = AdaptiveKernelClassifier(class_weight="balanced", random_state=0, subsample_size=150).fit(X, y)
+    plain = AdaptiveKernelClassifier(random_state=0, subsample_size=150).fit(X, y)
+    assert model.solver_ == "cg" and model.alpha_ > 0
+    minority = y == 1
+    recall = (model.predict(X)[minority] == 1).mean()
+    assert recall >= (plain.predict(X)[minority] == 1).mean()
