@@ -73,7 +73,7 @@ def test_cg_needs_fewer_iterations_with_the_preconditioner():
     alpha = 1e-3
     K, Y, _, preconditioner = _system(400, 120, alpha, weighted=False)
     none = ShiftedNystromPreconditioner(torch.zeros(400, 0, dtype=torch.float64), torch.zeros(0), alpha)
-    settings = CGSettings(tol=1e-8, max_iterations=400)
+    settings = CGSettings(tol=1e-8, max_iterations=400, n_iter_no_change=None)
     with_it = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, preconditioner, settings)
     without = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, none, settings)
     # Plain CG may not reach the tolerance at all within the bound (it then ran all 400).
