@@ -288,11 +288,21 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
 
 def _eigenpro_decisions(plan, spectrum):
-    """The spectrum and layout attributes; None where the CG solver has no such decision."""
-    if plan is None:
+    """The spectrum and layout attributes; None where the CG solver has no such decision.
+
+    CG on every point beyond Falkon's factors has a plan (EigenPro 2's subsample and
+    kernel cache) but no spectrum.
+    """
+    if plan is None or spectrum is None:
         names = ("subsample_size_", "top_eigenvalues_", "n_components_", "batch_capacity_")
         decisions = dict.fromkeys((*names, "critical_batch_size_", "projection_"))
         decisions.update(kernel_cached_=False, kernel_cache_dtype_=None)
+        if plan is not None:
+            decisions.update(
+                subsample_size_=plan.subsample_size,
+                kernel_cached_=plan.cached,
+                kernel_cache_dtype_=_CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
+            )
         return {**decisions, "streamed_": False, "n_temporary_centers_": 0}
     n_components = spectrum.preconditioner.n_components
     return {
@@ -542,12 +552,18 @@ default="eigenpro"
         on one device with the data in memory, and EigenPro 3 otherwise (sharded
         centers, streamed data, large ``n p``: an iteration that evaluates
         ``K(X, Z)`` costs an EigenPro 3 epoch, and CG needs tens of them).  With every
-        training point a center (``n_centers=None``), ``"cg"`` uses
-        ``K(X, X)``'s own factor, which makes CG exact in a few iterations (the
-        KernelRidge solution, at ``O(n^3)`` cost), and ``"auto"`` takes it for
-        ``alpha_ > 0`` up to 10000 rows when the factors fit (there EigenPro 2 needed
-        tens of epochs on ill-conditioned low-dimensional data), EigenPro 2
-        otherwise.  The choice is ``solver_``.  ``alpha > 0`` with centers needs CG.
+        training point a center (``n_centers=None``), ``"cg"`` solves ``K + alpha
+        W^-1`` (the KernelRidge solution): up to 10000 rows preconditioned with
+        ``K(X, X)``'s own factor, which makes CG exact in a few iterations at
+        ``O(n^3)`` cost; beyond, with a Nystrom preconditioner from the
+        ``subsample_size`` rows that flattens the directions above ``alpha`` (``O(n
+        q)`` memory, ``q <= 1000``), reading ``K(X, X)`` once per iteration from
+        EigenPro 2's cache (or evaluating it).  ``"auto"`` takes CG whenever
+        ``alpha_ > 0`` (up to 10000 rows only when the factors fit): a small
+        penalty needs tens of EigenPro epochs and fewer CG iterations (VietNamI,
+        ``alpha_`` 0.07: 22 against 31).  Without a penalty it takes EigenPro 2,
+        whose early stopping regularises.  The choice is ``solver_``.  ``alpha >
+        0`` with centers needs CG.
     distributed : bool, default=False
         EigenPro 3 only: shard the centers over the ranks of the initialised
         default ``torch.distributed`` process group (torchrun).  Every rank must
@@ -620,7 +636,10 @@ _COMMON_ATTRIBUTES = """
         (``subsample_size_``, ``top_eigenvalues_``, ``n_components_``,
         ``batch_capacity_``, ``critical_batch_size_``, ``batch_size_``,
         ``learning_rate_``, ``projection_``) are None, and each ``history_`` record
-        is a CG iteration (one pass over the data).
+        is a CG iteration (one pass over the data).  CG with every point a center
+        beyond 10000 rows keeps EigenPro 2's subsample (for its preconditioner) and
+        kernel cache: ``subsample_size_``, ``kernel_cached_`` and
+        ``kernel_cache_dtype_`` are set.
     n_epochs_total_ : int
         Epochs run since the last fit without ``warm_start``.
     n_steps_total_ : int

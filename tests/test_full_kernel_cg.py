@@ -115,6 +115,7 @@ def test_regressor_matches_kernel_ridge(beyond_factors, weighted):
     ).fit(X, y, sample_weight=weights)
     reference = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.5 / bandwidth**2).fit(X, y, sample_weight=weights)
     assert model.solver_ == "cg" and model.n_centers_ == 700
+    assert (model.subsample_size_, model.kernel_cached_, model.batch_size_) == (150, True, None)
     X_test, _ = _data(200, seed=5)
     np.testing.assert_allclose(model.predict(X_test), reference.predict(X_test), rtol=0, atol=1e-5)
 

@@ -270,7 +270,15 @@ def test_centers_solver_cg_that_cannot_run_is_an_error():
     [
         ("penalised, small, fits: CG with K's own factor", 5000, 10**9, "auto", 0.1, "cg"),
         ("no penalty: EigenPro 2's early-stopped iterates", 5000, 10**9, "auto", 0.0, "eigenpro"),
-        ("above the row limit", FULL_KERNEL_CG_MAX_ROWS + 1, 10**10, "auto", 0.1, "eigenpro"),
+        (
+            "above the row limit: CG with a subsample preconditioner",
+            FULL_KERNEL_CG_MAX_ROWS + 1,
+            10**10,
+            "auto",
+            0.1,
+            "cg",
+        ),
+        ("above the row limit, no penalty", FULL_KERNEL_CG_MAX_ROWS + 1, 10**10, "auto", 0.0, "eigenpro"),
         ("16 n^2 bytes do not fit", 5000, 10**8, "auto", 0.1, "eigenpro"),
         ("asked for CG without a penalty: the interpolant", 5000, 10**9, "cg", 0.0, "cg"),
         ("asked for CG above the row limit", FULL_KERNEL_CG_MAX_ROWS + 1, 10**10, "cg", 0.1, "cg"),

@@ -190,7 +190,8 @@ class KernelFitSettings:
 class PathOutcome:
     """What a path decided and produced.
 
-    ``plan`` and ``spectrum`` are None for CG, which has neither; ``device_cache``
+    ``plan`` and ``spectrum`` are None for CG, which has neither (CG on every point
+    has EigenPro 2's plan: its subsample and kernel cache); ``device_cache``
     is ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
     """
 
@@ -523,7 +524,7 @@ class _SubsampleCGPath(_EigenPro2Path):
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self._report_epochs(result, plan, caches[0])
-        return PathOutcome(result, None, None, {}, self.centers_host(), self.device_cache(coef))
+        return PathOutcome(result, plan, None, {}, self.centers_host(), self.device_cache(coef))
 
 
 class _EigenPro3Path(_EigenProPath):
