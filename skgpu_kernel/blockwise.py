@@ -117,13 +117,16 @@ class KernelCache:
         """
         columns = self.values[:, : V.shape[0]]
         if isinstance(rows, slice):
-            rows = torch.arange(self.values.shape[0], device=V.device)[rows]
-        m, width = rows.shape[0], V.shape[1]
+            rows = range(self.values.shape[0])[rows]
+            pieces = self._slice_pieces(columns, rows)
+        else:
+            pieces = self._pieces(columns, rows)
+        m, width = len(rows), V.shape[1]
         wide = widened(V)
         out = torch.empty(m, wide.shape[1], dtype=self.dtype, device=V.device)
         leading_block = torch.empty(m, leading, dtype=self.dtype, device=V.device) if leading else None
         converted = None
-        for start, block in self._pieces(columns, rows):
+        for start, block in pieces:
             if block.dtype != self.dtype:
                 if converted is None or converted.shape[0] < block.shape[0]:
                     converted = torch.empty(block.shape, dtype=self.dtype, device=block.device)
@@ -133,6 +136,20 @@ class KernelCache:
                 leading_block[start : start + block.shape[0]] = block[:, :leading]
         out = out[:, :width]
         return (out, leading_block) if leading else out
+
+    def _slice_pieces(self, columns, rows):
+        """``(position, view)`` of the consecutive rows of a ``range`` with step 1 (else gathered).
+
+        On CUDA too: a whole-cache product (conjugate gradients, validation scores)
+        must not gather a copy of the cache.
+        """
+        if rows.step != 1:
+            yield from self._pieces(columns, torch.tensor(rows, device=columns.device))
+            return
+        read_rows = self.read_rows or max(CUDA_READ_ENTRIES // max(columns.shape[1], 1), 1)
+        for start in range(0, len(rows), read_rows):
+            first = rows.start + start
+            yield start, columns[first : min(first + read_rows, rows.stop)]
 
     def _pieces(self, columns, rows):
         """``(position in rows, block of cached rows)``: views of consecutive runs, gathers otherwise."""
@@ -151,6 +168,10 @@ class KernelCache:
 # Entries of K a CPU read takes at once (a few MB), and the width the BLAS reads
 # fastest: see KernelCache and widened (the memory planner counts both).
 CPU_READ_ENTRIES = 2**21
+
+# Entries of K a CUDA product over a run of rows reads at once (a 16-bit cache's
+# rows are converted through a buffer of this size: 256 MB in float32).
+CUDA_READ_ENTRIES = 2**26
 CPU_WIDE_COLUMNS = 16
 
 # Tiles of the cache mirrored at once: 256 x 256 moved 560 M float16 entries/s on the

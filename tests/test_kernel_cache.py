@@ -14,7 +14,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor, blockwise
 from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows, filled_entries
 from skgpu_kernel.kernels import CallableKernel, Gaussian, Laplacian
 from skgpu_kernel.solvers.eigenpro import chunked_permutation
@@ -220,3 +220,19 @@ def test_verbose_reports_the_rates_of_the_fill_and_of_an_epoch(capsys, cache_ker
     epoch = [line for line in out.splitlines() if "a typical epoch" in line]
     assert len(epoch) == 1
     assert ("GB/s" if cache_kernel else "of torch.mm's") in epoch[0]
+
+
+@pytest.mark.parametrize("rows", [slice(None), slice(3, 41), slice(2, 40, 3)])
+def test_whole_cache_products_read_views_in_pieces_where_a_batch_is_gathered(monkeypatch, rows):
+    # As on CUDA (read_rows None): a slice of rows is read as views of at most
+    # CUDA_READ_ENTRIES entries, never gathered into a copy of the cache.
+    monkeypatch.setattr(blockwise, "CUDA_READ_ENTRIES", 64)
+    values = torch.randn(50, 16, dtype=torch.float64)
+    cache = KernelCache(values.to(torch.float16), torch.float64)
+    cache.read_rows = None
+    gathers, gather = [], cache._pieces
+    cache._pieces = lambda columns, indices: gathers.append(len(indices)) or gather(columns, indices)
+    V = torch.randn(16, 3, dtype=torch.float64)
+    expected = values.to(torch.float16).to(torch.float64)[rows] @ V
+    torch.testing.assert_close(cache.matmul(rows, V), expected, rtol=1e-12, atol=1e-12)
+    assert gathers == ([] if rows.step is None else [13])
