@@ -139,3 +139,14 @@ def test_classifier_with_class_weights_takes_the_penalised_cg(beyond_factors):
     minority = y == 1
     recall = (model.predict(X)[minority] == 1).mean()
     assert recall >= (plain.predict(X)[minority] == 1).mean()
+
+
+def test_warm_start_continues_from_the_previous_solution(beyond_factors):
+    # Without an intercept: the joint intercept's column of ones starts again from zero.
+    X, Y = _data(600, seed=9)
+    params = dict(bandwidth=1.5, alpha=0.05, dtype="float64", subsample_size=150, random_state=0, fit_intercept=False)
+    model = AdaptiveKernelRegressor(warm_start=True, **params).fit(X, Y)
+    first = model.predict(X)
+    model.fit(X, Y)
+    assert model.solver_ == "cg" and model.n_epochs_ <= 1
+    np.testing.assert_allclose(model.predict(X), first, rtol=0, atol=1e-6)
