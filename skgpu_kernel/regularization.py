@@ -105,6 +105,10 @@ _RELATIVE_EIGENVALUE_FLOOR = 1e-10
 # eigendecomposition resolves eigenvalues to about n eps of the largest.
 _RESOLVABLE = 1e-12
 
+# The Nystrom features of the scored rows are kept between the criterion's two passes
+# up to this many bytes (float64), instead of being evaluated twice.
+_KEPT_FEATURE_BYTES = 2**30
+
 
 @dataclass(frozen=True)
 class AlphaSelection:
@@ -440,7 +444,13 @@ class _CentredBasis:
         gram = torch.zeros(features.n_features, features.n_features, dtype=torch.float64, device=w.device)
         cross = torch.zeros(features.n_features, Y.shape[1], dtype=torch.float64, device=w.device)
         feature_sum = torch.zeros(features.n_features, dtype=torch.float64, device=w.device)
+        # The second pass (the residuals) reads the same blocks: kept where they are small
+        # enough, they are not evaluated again (VietNamI, 22212 rows x 2000 features: 355 MB).
+        keep = features.X.shape[0] * features.n_features * 8 <= _KEPT_FEATURE_BYTES
+        kept = []
         for start, stop, phi in features.blocks():
+            if keep:
+                kept.append((start, stop, phi))
             weighted = w[start:stop, None] * phi
             gram += weighted.T @ phi
             cross += weighted.T @ Y[start:stop].double()
@@ -453,7 +463,7 @@ class _CentredBasis:
         to_basis = vectors * squares.rsqrt()  # Q = W^{1/2} (Phi - 1 m^T) V S^-1
 
         def blocks():
-            for start, stop, phi in features.blocks():
+            for start, stop, phi in kept or features.blocks():
                 yield start, stop, (w[start:stop, None].sqrt() * (phi - feature_mean)) @ to_basis
 
         return cls(squares, to_basis.T @ cross, target_mean, blocks)

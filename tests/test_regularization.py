@@ -147,3 +147,17 @@ def test_cg_on_every_point_fits_the_intercept_the_criterion_scores(warm_start):
     assert model.intercept_ == pytest.approx(intercept, rel=1e-7)  # CG stops at a relative residual of 1e-10
     assert abs(intercept - np.average(y, weights=w)) > 1e-3  # not the mean
     np.testing.assert_allclose(model.predict(X_new), reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_features_kept_between_the_passes_give_the_errors_of_evaluating_them_twice(monkeypatch, weighted):
+    rng = np.random.RandomState(0)
+    X = torch.tensor(rng.randn(9000, 3))
+    Y = torch.sin(X[:, :1]) + 0.1 * torch.tensor(rng.randn(9000, 1))
+    w = torch.tensor(rng.uniform(0.2, 1.0, 9000)) if weighted else None
+    kernel = Gaussian(bandwidth=1.0)
+    kept = select_alpha(kernel, X, Y, w, 300)
+    monkeypatch.setattr(regularization, "_KEPT_FEATURE_BYTES", 0)
+    evaluated = select_alpha(kernel, X, Y, w, 300)
+    np.testing.assert_array_equal(kept.loo_errors, evaluated.loo_errors)
+    assert kept.alpha == evaluated.alpha
