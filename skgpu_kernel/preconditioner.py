@@ -387,11 +387,6 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     )
 
 
-# Directions flattened by the penalised CG's preconditioner at most: each costs
-# O(n) memory and work per iteration and O(n s) once to extend to every row.
-_MAX_SHIFTED_COMPONENTS = 1000
-
-
 class ShiftedNystromPreconditioner:
     """Split preconditioner ``C`` of ``K + alpha W^-1`` from a Nystrom estimate of ``K``.
 
@@ -463,14 +458,14 @@ class PenalisedRows:
     dtype: torch.dtype
 
 
-def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows):
+def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components=1000):
     """The :class:`ShiftedNystromPreconditioner` of ``K + alpha W^-1`` from a subsample's eigensystem.
 
     The Nystrom estimate of ``K`` from the subsample ``S`` is ``B B^T`` with ``B =
     K(X, X_S) psi diag(lambda)^(-1/2)`` (``lambda``, ``psi`` of ``K_S / s``);
     ``U`` and its eigenvalues come from the Gram matrix of ``W^(1/2) B`` (float64).
     Only directions whose eigenvalue on the scale of ``K`` (``n lambda``) exceeds
-    ``alpha`` are kept, at most 1000 and those resolvable in the training dtype:
+    ``alpha`` are kept, at most ``max_components`` and those resolvable in the training dtype:
     below ``alpha`` a direction is already within a factor two of the flattened level.
 
     Parameters
@@ -481,24 +476,28 @@ def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows):
         ``subsample_products(V) -> K(X, X_S) V`` for ``V`` of shape (s, k) in the
         training dtype.
     rows : PenalisedRows
+    max_components : int, default=1000
+        The memory plan's bound (0: no preconditioning but the weights').
 
     Returns
     -------
     ShiftedNystromPreconditioner
     """
     eigenvalues, eigenvectors = eigensystem
-    usable = min(max_usable_components(eigenvalues, rows.dtype) + 1, _MAX_SHIFTED_COMPONENTS)
-    count = max(int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha)), 1)
+    usable = min(max_usable_components(eigenvalues, rows.dtype) + 1, max_components)
+    count = int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha))
+    root_weights = None if rows.weights is None else rows.weights.to(torch.float64).sqrt()
+    if count == 0:
+        empty = torch.zeros(rows.n_rows, 0, dtype=rows.dtype, device=eigenvectors.device)
+        return ShiftedNystromPreconditioner(empty, empty.new_zeros(0, dtype=torch.float64), rows.alpha, root_weights)
     scale = torch.as_tensor(eigenvalues[:count], dtype=torch.float64, device=eigenvectors.device)
     sketch = subsample_products(eigenvectors[:, :count].to(rows.dtype)).to(torch.float64)
     sketch *= scale.clamp_min(1e-300).rsqrt()
-    root_weights = None if rows.weights is None else rows.weights.to(torch.float64).sqrt()
     if root_weights is not None:
         sketch *= root_weights[:, None]
     squares, rotation = torch.linalg.eigh(sketch.mT @ sketch)
     squares, rotation = squares.flip(0), rotation.flip(1)
-    # Directions at or below the shift are left to CG (those of a first column kept
-    # only so that the Gram matrix is never empty).
+    # Directions at or below the shift are left to CG.
     kept = (squares > rows.alpha) & (squares > squares[0] * _RELATIVE_RESOLUTION * torch.finfo(rows.dtype).eps)
     squares, rotation = squares[kept], rotation[:, kept]
     basis = (sketch @ (rotation * squares.rsqrt())).to(rows.dtype)

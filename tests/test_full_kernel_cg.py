@@ -14,13 +14,21 @@ from sklearn.kernel_ridge import KernelRidge
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning import kernel as planning_kernel
-from skgpu_kernel.planning.kernel import KernelProblem, full_kernel_cg_factors, plan_full_kernel_solver
+from skgpu_kernel.planning._account import MemoryAccount
+from skgpu_kernel.planning.kernel import (
+    SHIFTED_MAX_COMPONENTS,
+    KernelProblem,
+    full_kernel_cg_factors,
+    plan_full_kernel_cg,
+    plan_full_kernel_solver,
+)
 from skgpu_kernel.preconditioner import (
     PenalisedRows,
     ShiftedNystromPreconditioner,
     nystrom_eigensystem,
     shifted_nystrom_preconditioner,
 )
+from skgpu_kernel.solvers import kernel_paths
 from skgpu_kernel.solvers.centers_cg import CGSettings
 from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
 
@@ -150,3 +158,25 @@ def test_warm_start_continues_from_the_previous_solution(beyond_factors):
     model.fit(X, Y)
     assert model.solver_ == "cg" and model.n_epochs_ <= 1
     np.testing.assert_allclose(model.predict(X), first, rtol=0, atol=1e-6)
+
+
+def test_the_preconditioner_basis_is_planned_within_the_budget():
+    problem = KernelProblem(50_000, 8, 2, 4, 0)
+    per_component = 50_000 * (8 + 4)
+    vectors = 8 * 50_000 * 2 * 8
+    roomy, account = plan_full_kernel_cg(MemoryAccount(10**10), problem)
+    assert roomy == SHIFTED_MAX_COMPONENTS and account.fits()
+    tight, account = plan_full_kernel_cg(MemoryAccount(vectors + 300 * per_component + 5), problem)
+    assert tight == 300 and account.fits()
+    none, account = plan_full_kernel_cg(MemoryAccount(vectors), problem)
+    assert none == 0 and account.fits()
+
+
+def test_without_room_for_a_basis_cg_still_solves(beyond_factors, monkeypatch):
+    monkeypatch.setattr(kernel_paths, "plan_full_kernel_cg", lambda account, problem: (0, account))
+    X, Y = _data(500, seed=10)
+    params = dict(bandwidth=1.5, alpha=0.05, dtype="float64", fit_intercept=False, subsample_size=150)
+    model = AdaptiveKernelRegressor(**params).fit(X, Y[:, 0])
+    reference = KernelRidge(alpha=0.05, kernel="rbf", gamma=0.5 / 1.5**2).fit(X, Y[:, 0])
+    assert model.solver_ == "cg"
+    np.testing.assert_allclose(model.predict(X), reference.predict(X), rtol=0, atol=1e-5)

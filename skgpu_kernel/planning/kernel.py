@@ -27,6 +27,7 @@ from ..preconditioner import CRITICAL_BATCH_MARGIN
 from ._account import MemoryAccount
 
 __all__ = [
+    "SHIFTED_MAX_COMPONENTS",
     "CentersCount",
     "CentersMemoryPlan",
     "CentersSolverChoice",
@@ -47,6 +48,7 @@ __all__ = [
     "plan_eigenpro2_layout",
     "plan_eigenpro3",
     "plan_eigenpro3_layout",
+    "plan_full_kernel_cg",
     "plan_full_kernel_solver",
     "plan_kernel_cache",
     "shard_bounds",
@@ -974,6 +976,42 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
         return "cg"
     as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
     return plan_centers_solver(as_centers, budget, solver).solver
+
+
+# Most Nystrom directions the subsample-preconditioned CG flattens: each costs O(n)
+# memory and work per iteration and O(n s) once to extend to every row.
+SHIFTED_MAX_COMPONENTS = 1000
+
+# n x l float64 vectors the square system's CG holds at once (coefficients, residual,
+# direction, step, and the images of the coefficients and of the step, doubled while
+# they are concatenated).
+_CG_VECTORS = 8
+
+
+def plan_full_kernel_cg(account, problem):
+    """What CG on every point adds to EigenPro 2's memory plan: ``(max components, account)``.
+
+    The preconditioner's basis is ``n x q`` in the training dtype, built through a
+    float64 sketch of the same shape; ``q`` is at most
+    :data:`SHIFTED_MAX_COMPONENTS` and as many as the budget leaves room for next to
+    the plan's items and CG's vectors.
+
+    Parameters
+    ----------
+    account : MemoryAccount
+        EigenPro 2's plan for the same rows (data, kernel cache, blocks).
+    problem : KernelProblem
+
+    Returns
+    -------
+    tuple
+        ``(max_components, account with CG's items)``.
+    """
+    n = problem.n_rows
+    account = account.with_item("CG vectors (float64)", _CG_VECTORS * n * problem.n_outputs * 8)
+    per_component = n * (8 + problem.itemsize)
+    components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
+    return components, account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
 
 
 def full_kernel_cg_factors(problem):

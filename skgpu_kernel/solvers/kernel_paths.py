@@ -43,6 +43,7 @@ from ..planning.kernel import (
     plan_eigenpro2_layout,
     plan_eigenpro3,
     plan_eigenpro3_layout,
+    plan_full_kernel_cg,
 )
 from ..planning.stopping import plan_stopping
 from ..preconditioner import (
@@ -502,13 +503,14 @@ class _SubsampleCGPath(_EigenPro2Path):
         weights = self.weights_tensor(data.weights[data.order])
         eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
         rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
-        preconditioner = shifted_nystrom_preconditioner(eigensystem, subsample_products, rows)
+        max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
+        preconditioner = shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components)
         if runtime.log is not None:
             where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
             runtime.log(
                 f"[{parameters.name}] device={self.device}, dtype={runtime.dtype}, n={self.problem.n_rows}, solver cg "
                 f"on every training point, {where}, preconditioner flattening {preconditioner.n_components} "
-                f"Nystrom directions of a {s}-row subsample down to alpha, {plan.memory.describe()}"
+                f"Nystrom directions of a {s}-row subsample down to alpha, {memory.describe()}"
             )
         coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
         solved = fit_full_kernel_cg(
