@@ -74,6 +74,22 @@ def test_kernel_fit_on_cuda_equals_the_cpu_fit(params):
     _assert_close_predictions(cuda, cpu, X_test)
 
 
+@pytest.mark.parametrize("cache_kernel", [True, False])
+def test_penalised_cg_on_every_point_on_cuda_equals_the_cpu_fit(monkeypatch, cache_kernel):
+    # 3000 rows take the subsample-preconditioned CG that fits beyond 10000 rows take.
+    from skgpu_kernel.planning import kernel as planning_kernel
+
+    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 1000)
+    X, y, X_test = _problem()
+    common = dict(alpha=0.05, subsample_size=500, dtype="float64", cache_kernel=cache_kernel, random_state=0)
+    cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)
+    cpu = AdaptiveKernelRegressor(device="cpu", **common).fit(X, y)
+    assert cuda.solver_ == cpu.solver_ == "cg" and cuda.kernel_cached_ == cache_kernel
+    # Both stop at CG's relative residual of 1e-6, along paths rounded differently.
+    reference = cpu.predict(X_test)
+    np.testing.assert_allclose(cuda.predict(X_test), reference, rtol=0, atol=1e-5 * np.abs(reference).max())
+
+
 def test_capacity_and_memory_budget_are_measured_on_cuda(tmp_path, monkeypatch):
     monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", str(tmp_path))  # measure here, not from a stored probe
     X, y, _ = _problem(n=20000, d=20)
