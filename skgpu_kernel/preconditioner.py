@@ -38,6 +38,7 @@ __all__ = [
     "plan_preconditioner",
     "preconditioned_beta",
     "preconditioned_top_eigenvalue",
+    "shifted_condition",
     "shifted_nystrom_preconditioner",
 ]
 
@@ -458,6 +459,36 @@ class PenalisedRows:
     dtype: torch.dtype
 
 
+def _shifted_count(eigenvalues, rows, max_components):
+    """Directions the shifted preconditioner flattens: those above ``alpha``, resolvable, at most ``max_components``."""
+    usable = min(max_usable_components(eigenvalues, rows.dtype) + 1, max_components)
+    return int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha))
+
+
+def shifted_condition(eigenvalues, rows, max_components=1000):
+    """Estimated condition number of ``C^T (K + alpha W^-1) C`` for the shifted Nystrom preconditioner.
+
+    ``(n lambda + alpha) / alpha`` at the first direction it leaves unflattened
+    (1 when it flattens every direction above ``alpha``).  The part of ``K`` the
+    subsample misses is not counted, so this is a lower bound.
+
+    Parameters
+    ----------
+    eigenvalues : ndarray
+        Descending eigenvalues of ``K_S / s``.
+    rows : PenalisedRows
+    max_components : int, default=1000
+
+    Returns
+    -------
+    float
+    """
+    count = _shifted_count(eigenvalues, rows, max_components)
+    if count >= len(eigenvalues) or rows.n_rows * eigenvalues[count] <= rows.alpha:
+        return 1.0
+    return (rows.n_rows * float(eigenvalues[count]) + rows.alpha) / rows.alpha
+
+
 def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components=1000):
     """The :class:`ShiftedNystromPreconditioner` of ``K + alpha W^-1`` from a subsample's eigensystem.
 
@@ -484,8 +515,7 @@ def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_co
     ShiftedNystromPreconditioner
     """
     eigenvalues, eigenvectors = eigensystem
-    usable = min(max_usable_components(eigenvalues, rows.dtype) + 1, max_components)
-    count = int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha))
+    count = _shifted_count(eigenvalues, rows, max_components)
     root_weights = None if rows.weights is None else rows.weights.to(torch.float64).sqrt()
     if count == 0:
         empty = torch.zeros(rows.n_rows, 0, dtype=rows.dtype, device=eigenvectors.device)

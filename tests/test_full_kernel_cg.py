@@ -26,6 +26,7 @@ from skgpu_kernel.preconditioner import (
     PenalisedRows,
     ShiftedNystromPreconditioner,
     nystrom_eigensystem,
+    shifted_condition,
     shifted_nystrom_preconditioner,
 )
 from skgpu_kernel.solvers import kernel_paths
@@ -172,11 +173,33 @@ def test_the_preconditioner_basis_is_planned_within_the_budget():
     assert none == 0 and account.fits()
 
 
-def test_without_room_for_a_basis_cg_still_solves(beyond_factors, monkeypatch):
+def test_without_room_for_a_basis_cg_still_solves_a_well_conditioned_system(beyond_factors, monkeypatch):
     monkeypatch.setattr(kernel_paths, "plan_full_kernel_cg", lambda account, problem: (0, account))
     X, Y = _data(500, seed=10)
-    params = dict(bandwidth=1.5, alpha=0.05, dtype="float64", fit_intercept=False, subsample_size=150)
+    alpha = 200.0  # above n lambda_1 / 99: the estimated condition is below CG_MAX_CONDITION without a basis
+    params = dict(bandwidth=1.5, alpha=alpha, dtype="float64", fit_intercept=False, subsample_size=150)
     model = AdaptiveKernelRegressor(**params).fit(X, Y[:, 0])
-    reference = KernelRidge(alpha=0.05, kernel="rbf", gamma=0.5 / 1.5**2).fit(X, Y[:, 0])
+    reference = KernelRidge(alpha=alpha, kernel="rbf", gamma=0.5 / 1.5**2).fit(X, Y[:, 0])
     assert model.solver_ == "cg"
-    np.testing.assert_allclose(model.predict(X), reference.predict(X), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(model.predict(X), reference.predict(X), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("room", [True, False])
+def test_an_ill_conditioned_penalised_system_falls_back_to_eigenpro(beyond_factors, monkeypatch, room):
+    if not room:
+        monkeypatch.setattr(kernel_paths, "plan_full_kernel_cg", lambda account, problem: (0, account))
+    X, Y = _data(700, seed=11)
+    alpha = 1e-7 if room else 0.05
+    model = AdaptiveKernelRegressor(bandwidth=1.5, alpha=alpha, subsample_size=150, random_state=0).fit(X, Y[:, 0])
+    assert model.solver_ == "eigenpro" and model.batch_size_ is not None
+    assert model.score(X, Y[:, 0]) > 0.5
+
+
+def test_shifted_condition_counts_the_first_direction_left_unflattened():
+    eigenvalues = np.array([1.0, 1e-1, 1e-2, 1e-3, 1e-4])
+    rows = PenalisedRows(100, 1e-3, None, torch.float64)  # n lambda: 100, 10, 1, 0.1, 0.01, all above alpha
+    assert shifted_condition(eigenvalues, rows) == 1.0
+    assert shifted_condition(eigenvalues, rows, max_components=2) == pytest.approx((1.0 + 1e-3) / 1e-3)
+    assert shifted_condition(eigenvalues, rows, max_components=0) == pytest.approx((100.0 + 1e-3) / 1e-3)
+    shifted = PenalisedRows(100, 0.5, None, torch.float64)  # flattens 100, 10, 1; 0.1 is below the shift
+    assert shifted_condition(eigenvalues, shifted) == 1.0

@@ -626,7 +626,7 @@ def conjugate_gradients(system, coef, residual, reference, settings):
         history.append(_record(iteration, train_loss, step, clock.seconds(), relative, settings))
         active &= ~met
         if bool(active.any()):
-            stop = monitor.stagnated(float(relative[active].max()), train_loss, settings.log)
+            stop = monitor.stagnated(float(relative[active].max()), merit, settings.log)
             if stop:
                 return history, stop
     if bool(met.all()):

@@ -257,7 +257,7 @@ def fit_kernel_model(data, runtime, parameters):
         intercept = intercept + shift
     return KernelFitResult(
         loop=outcome.result,
-        solver=policy.solver,
+        solver=outcome.solver or policy.solver,
         alpha=policy.alpha if outcome.alpha is None else outcome.alpha,
         alpha_selection=tuned.alpha_selection,
         bandwidth_selection=tuned.bandwidth_selection,

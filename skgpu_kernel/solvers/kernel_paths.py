@@ -52,6 +52,7 @@ from ..preconditioner import (
     max_usable_components,
     nystrom_eigensystem,
     plan_preconditioner,
+    shifted_condition,
     shifted_nystrom_preconditioner,
 )
 from ..process_group import agree
@@ -77,6 +78,16 @@ CG_TOL = 1e-6
 # rounding floor, 1e-5 to 1e-2 on the real-data sets (LetterRecognition, Computers)
 # with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
 CG_ROUNDING_TOL = 1e-2
+
+# CG on every point beyond Falkon's factors runs where its preconditioned system's
+# estimated condition number, (n lambda + alpha) / alpha at the first direction the
+# preconditioner cannot flatten, is at most this: CG then needs about
+# sqrt(100) ln(2 / 1e-4) / 2 ~ 50 iterations at worst, the epochs EigenPro 2's
+# penalised SGD needed on the benchmark.  Beyond, EigenPro 2 fits: on 12000 rows in 5
+# dimensions with alpha 1e-3 (condition ~600) CG ran 63 iterations (test MSE 0.0042)
+# against EigenPro's 21 epochs (0.0033), and with alpha 1e-6 CG ended unconverged after
+# 100 (0.23) against 34 epochs (0.025).  VietNamI's alpha 0.07 is at about 10.
+CG_MAX_CONDITION = 100.0
 
 # CG that rounding breaks down above its stated residual (a curvature was not
 # positive, the objective grew) is refit from where it ended with the penalty raised
@@ -203,6 +214,7 @@ class PathOutcome:
     centers: np.ndarray
     device_cache: tuple
     alpha: float | None = None  # the penalty used, where the path had to raise the settings'
+    solver: str | None = None  # the solver used, where the path fell back from the planned one
 
 
 def run_path(solver, data, runtime, settings):
@@ -483,8 +495,21 @@ class _SubsampleCGPath(_EigenPro2Path):
         layout = self.layout()
         # No batch: the plan's batch is the row block an uncached pass evaluates at once.
         plan = plan_eigenpro2(layout, min(CG_ROW_BLOCK, layout.memory_limit), math.inf, parameters.planning)
-        plan, (validation, caches) = self.prepare(plan)
         s = layout.subsample_size
+        data, ridge = self.data, self.ridge()
+        weights = self.weights_tensor(data.weights[data.order])
+        rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
+        max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
+        eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
+        condition = shifted_condition(eigensystem[0], rows, max_components)
+        if condition > CG_MAX_CONDITION:
+            if runtime.log is not None:
+                runtime.log(
+                    f"[{parameters.name}] alpha {ridge:.3g} leaves CG's preconditioned system a condition of about "
+                    f"{condition:.3g} (> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
+                )
+            return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
+        plan, (validation, caches) = self.prepare(plan)
 
         def products(V):
             V = V.to(runtime.dtype)
@@ -498,12 +523,7 @@ class _SubsampleCGPath(_EigenPro2Path):
             subsample = self.centers_dev[:s]
             return kernel_matmul_rows(self.kernel, self.X_dev, subsample, V, plan.batch_size, plan.column_block)
 
-        data, ridge = self.data, self.ridge()
         Y = self.to_device(data.Y[data.order], center=False)
-        weights = self.weights_tensor(data.weights[data.order])
-        eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
-        rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
-        max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
         preconditioner = shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components)
         if runtime.log is not None:
             where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
@@ -513,9 +533,10 @@ class _SubsampleCGPath(_EigenPro2Path):
                 f"Nystrom directions of a {s}-row subsample down to alpha, {memory.describe()}"
             )
         coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
-        solved = fit_full_kernel_cg(
-            products, Y, weights, ridge, preconditioner, _cg_settings(parameters, runtime), coef_init
-        )
+        # CG's residual on this square system is not monotone (CG lowers the error's
+        # A-norm), so no stall rule reads it: its own objective stops it below float64.
+        cg_settings = dataclasses.replace(_cg_settings(parameters, runtime), n_iter_no_change=None)
+        solved = fit_full_kernel_cg(products, Y, weights, ridge, preconditioner, cg_settings, coef_init)
         coef = solved.coef.to(runtime.dtype)
         _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
 
