@@ -561,7 +561,9 @@ default="eigenpro"
         EigenPro 2's cache (or evaluating it).  ``"auto"`` takes CG whenever
         ``alpha_ > 0`` (up to 10000 rows only when the factors fit): a small
         penalty needs tens of EigenPro epochs and fewer CG iterations (VietNamI,
-        ``alpha_`` 0.07: 22 against 31).  Without a penalty it takes EigenPro 2,
+        ``alpha_`` 0.07: 22 against 31), except where the preconditioned system's
+        estimated condition number exceeds 100 (a tiny ``alpha``): there EigenPro
+        2 fits.  Without a penalty it takes EigenPro 2,
         whose early stopping regularises.  The choice is ``solver_``.  ``alpha >
         0`` with centers needs CG.
     distributed : bool, default=False
