@@ -26,6 +26,7 @@ from ._warnings import warn_user
 from .blockwise import kernel_diagonal_max, kernel_matmul, widened
 
 __all__ = [
+    "SHIFTED_MAX_COMPONENTS",
     "EigenProPreconditioner",
     "PenalisedRows",
     "ShiftedNystromPreconditioner",
@@ -41,6 +42,10 @@ __all__ = [
     "shifted_condition",
     "shifted_nystrom_preconditioner",
 ]
+
+# Most Nystrom directions the subsample-preconditioned CG flattens: each costs O(n)
+# memory and work per iteration and O(n s) once to extend to every row.
+SHIFTED_MAX_COMPONENTS = 1000
 
 # Preconditioner levels beyond this cost more per step than they save.
 _MAX_AUTO_COMPONENTS = 1000
@@ -465,7 +470,7 @@ def _shifted_count(eigenvalues, rows, max_components):
     return int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha))
 
 
-def shifted_condition(eigenvalues, rows, max_components=1000):
+def shifted_condition(eigenvalues, rows, max_components=SHIFTED_MAX_COMPONENTS):
     """Estimated condition number of ``C^T (K + alpha W^-1) C`` for the shifted Nystrom preconditioner.
 
     ``(n lambda + alpha) / alpha`` at the first direction it leaves unflattened
@@ -477,7 +482,7 @@ def shifted_condition(eigenvalues, rows, max_components=1000):
     eigenvalues : ndarray
         Descending eigenvalues of ``K_S / s``.
     rows : PenalisedRows
-    max_components : int, default=1000
+    max_components : int, default=SHIFTED_MAX_COMPONENTS
 
     Returns
     -------
@@ -489,7 +494,7 @@ def shifted_condition(eigenvalues, rows, max_components=1000):
     return (rows.n_rows * float(eigenvalues[count]) + rows.alpha) / rows.alpha
 
 
-def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components=1000):
+def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components=SHIFTED_MAX_COMPONENTS):
     """The :class:`ShiftedNystromPreconditioner` of ``K + alpha W^-1`` from a subsample's eigensystem.
 
     The Nystrom estimate of ``K`` from the subsample ``S`` is ``B B^T`` with ``B =
@@ -507,7 +512,7 @@ def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_co
         ``subsample_products(V) -> K(X, X_S) V`` for ``V`` of shape (s, k) in the
         training dtype.
     rows : PenalisedRows
-    max_components : int, default=1000
+    max_components : int, default=SHIFTED_MAX_COMPONENTS
         The memory plan's bound (0: no preconditioning but the weights').
 
     Returns

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .._warnings import warn_user
 from ..blockwise import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
-from ..preconditioner import CRITICAL_BATCH_MARGIN
+from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 
 __all__ = [
@@ -977,10 +977,6 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
     return plan_centers_solver(as_centers, budget, solver).solver
 
-
-# Most Nystrom directions the subsample-preconditioned CG flattens: each costs O(n)
-# memory and work per iteration and O(n s) once to extend to every row.
-SHIFTED_MAX_COMPONENTS = 1000
 
 # n x l float64 vectors the square system's CG holds at once (coefficients, residual,
 # direction, step, and the images of the coefficients and of the step, doubled while

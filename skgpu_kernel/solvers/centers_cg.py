@@ -546,7 +546,7 @@ class _CentersSystem:
         return step_coef
 
     def evaluate(self, coef, step_coef):
-        """``([H a - b, H v], objective)`` in one pass over the row blocks."""
+        """``([H a - b, H v], objective, merit)`` in one pass over the row blocks (the merit is the objective)."""
         gradient, image, data_loss = _iteration_pass(self.row_blocks, coef, step_coef, self.dtype)
         # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
         # each reads a p x p matrix, which dominates the p-space work when p is large.

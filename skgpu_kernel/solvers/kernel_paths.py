@@ -392,13 +392,7 @@ class _EigenPro2Path(_EigenProPath):
             X_val, Y_val = validation
 
             def score(coef):
-                if caches[1] is not None:
-                    predictions = caches[1].matmul(slice(None), coef)
-                else:
-                    predictions = kernel_matmul_rows(
-                        self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block
-                    )
-                return self.settings.validation_score(predictions, Y_val)
+                return self.settings.validation_score(self._kernel_products(caches[1], X_val, coef, plan), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         fresh = data.coef_init is None
@@ -432,6 +426,13 @@ class _EigenPro2Path(_EigenProPath):
                 RuntimeWarning,
             )
             return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, (None, None))
+
+    def _kernel_products(self, cache, X, V, plan):
+        """``K(X, centers[:k]) V`` for ``V`` of ``k`` rows: read from ``cache`` (``K(X, centers)``) or evaluated."""
+        if cache is not None:
+            return cache.matmul(slice(None), V)
+        centers = self.centers_dev[: V.shape[0]]
+        return kernel_matmul_rows(self.kernel, X, centers, V, plan.batch_size, plan.column_block)
 
     def _product_rate(self, entries, seconds, block_shape):
         """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
@@ -511,20 +512,11 @@ class _SubsampleCGPath(_EigenPro2Path):
             return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
         plan, (validation, caches) = self.prepare(plan)
 
-        def products(V):
-            V = V.to(runtime.dtype)
-            if caches[0] is not None:
-                return caches[0].matmul(slice(None), V)
-            return kernel_matmul_rows(self.kernel, self.X_dev, self.centers_dev, V, plan.batch_size, plan.column_block)
-
-        def subsample_products(V):
-            if caches[0] is not None:
-                return caches[0].matmul(slice(None), V)
-            subsample = self.centers_dev[:s]
-            return kernel_matmul_rows(self.kernel, self.X_dev, subsample, V, plan.batch_size, plan.column_block)
+        def products(V):  # K(X, X[:k]) V for V of k rows: the whole K, or its subsample columns
+            return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan)
 
         Y = self.to_device(data.Y[data.order], center=False)
-        preconditioner = shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components)
+        preconditioner = shifted_nystrom_preconditioner(eigensystem, products, rows, max_components)
         if runtime.log is not None:
             where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
             runtime.log(
@@ -541,9 +533,7 @@ class _SubsampleCGPath(_EigenPro2Path):
         _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
 
         def predict(X_val):
-            if caches[1] is not None:
-                return caches[1].matmul(slice(None), coef)
-            return kernel_matmul_rows(self.kernel, X_val, self.centers_dev, coef, plan.batch_size, plan.column_block)
+            return self._kernel_products(caches[1], X_val, coef, plan)
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self._report_epochs(result, plan, caches[0])
