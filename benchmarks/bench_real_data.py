@@ -159,13 +159,17 @@ SVC_MAX_TRAIN = 60_000
 # --- data: one split and one preprocessing for every model ------------------------------------
 
 
-def _load(name):
-    """Raw data: (X_train, y_train, X_test, y_test, info) before preprocessing; X are DataFrames or arrays."""
+def _load(name, seed=SEED):
+    """Raw data: (X_train, y_train, X_test, y_test, info) before preprocessing; X are DataFrames or arrays.
+
+    ``seed`` draws the 80/20 split (and DigitsImbalanced's dropped rows); Fashion-MNIST
+    keeps its official split whatever it is.
+    """
     from skgpu_kernel import datasets
 
     source = {**REGRESSION, **CLASSIFICATION}[name]
     if source.loader == "load_digits_imbalanced":
-        return _load_digits_imbalanced()
+        return _load_digits_imbalanced(seed)
     if source.loader == "load_fashion_mnist":
         X_train, y_train, X_test, y_test = datasets.load_fashion_mnist()
         info = {"n": X_train.shape[0] + X_test.shape[0], "n_raw_features": X_train.shape[1], "categorical": 0}
@@ -182,7 +186,7 @@ def _load(name):
         y = np.asarray(y, dtype=np.float64)
         stratify = None
     X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=TEST_FRACTION, random_state=SEED, stratify=stratify
+        X, y, test_size=TEST_FRACTION, random_state=seed, stratify=stratify
     )
     info = {
         "n": X.shape[0],
@@ -197,25 +201,25 @@ def _load(name):
 MINORITY_CLASSES, MINORITY_SHARE = (3, 8), 0.1
 
 
-def _load_digits_imbalanced():
+def _load_digits_imbalanced(seed):
     """scikit-learn's bundled digits, pixels / 16, with 90% of classes 3 and 8 dropped (seeded), split 80/20."""
     import pandas as pd
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     X, y = load_digits(return_X_y=True)
-    rng = np.random.RandomState(SEED)
+    rng = np.random.RandomState(seed)
     keep = ~np.isin(y, MINORITY_CLASSES) | (rng.uniform(size=y.shape[0]) < MINORITY_SHARE)
     X = pd.DataFrame(X[keep] / 16.0, columns=[f"pixel{i}" for i in range(X.shape[1])])
     y = y[keep].astype(str)
-    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=TEST_FRACTION, random_state=SEED, stratify=y)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=TEST_FRACTION, random_state=seed, stratify=y)
     info = {"n": X.shape[0], "n_raw_features": X.shape[1], "categorical": 0, "dropped": int((~keep).sum())}
     return X_train, y_train, X_test, y_test, info
 
 
-def prepare(name, max_train=None):
+def prepare(name, max_train=None, seed=SEED):
     """The split and the features every model gets; ``max_train`` keeps the first training rows."""
-    X_train, y_train, X_test, y_test, info = _load(name)
+    X_train, y_train, X_test, y_test, info = _load(name, seed)
     if max_train is not None and max_train < len(y_train):
         X_train, y_train = X_train[:max_train], y_train[:max_train]
     if name != "FashionMNIST":  # Fashion-MNIST's pixels are already scaled to [0, 1]
@@ -369,63 +373,63 @@ def _ridge(task):
     return RidgeCV(alphas=RIDGE_ALPHAS) if task == "regression" else RidgeClassifierCV(alphas=RIDGE_ALPHAS)
 
 
-def run_nystroem(name, max_train, device):
+def build_nystroem(X_train, task):
     """Nystroem(2000 components, gamma="scale") + RidgeCV / RidgeClassifierCV over 10 alphas."""
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.pipeline import make_pipeline
 
-    def build(X_train, task):
-        from sklearn.kernel_approximation import Nystroem
-        from sklearn.pipeline import make_pipeline
+    gamma = _scale_gamma(X_train)
+    n_components = min(NYSTROEM_COMPONENTS, X_train.shape[0])
+    model = make_pipeline(Nystroem(gamma=gamma, n_components=n_components, random_state=0), _ridge(task))
+    return model, lambda fitted: f"{n_components} components, gamma {gamma:.3g}, alpha {fitted[-1].alpha_:.0e}"
 
-        gamma = _scale_gamma(X_train)
-        n_components = min(NYSTROEM_COMPONENTS, X_train.shape[0])
-        model = make_pipeline(Nystroem(gamma=gamma, n_components=n_components, random_state=0), _ridge(task))
-        return model, lambda fitted: f"{n_components} components, gamma {gamma:.3g}, alpha {fitted[-1].alpha_:.0e}"
 
-    return _fit_baseline(name, max_train, build)
+def build_nystroem_tuned(X_train, task):
+    """Nystroem + ridge, gamma by a 3-fold GridSearchCV over TUNED_GAMMA_FACTORS x scale (time: the search)."""
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+
+    gamma = _scale_gamma(X_train)
+    n_components = min(NYSTROEM_COMPONENTS, X_train.shape[0] * 2 // 3)  # the folds' training rows
+    pipeline = make_pipeline(Nystroem(n_components=n_components, random_state=0), _ridge(task))
+    grid = {"nystroem__gamma": [gamma * factor for factor in TUNED_GAMMA_FACTORS]}
+    model = GridSearchCV(pipeline, grid, cv=3)
+
+    def describe(fitted):
+        chosen = fitted.best_params_["nystroem__gamma"]
+        alpha = fitted.best_estimator_[-1].alpha_
+        return f"gamma {chosen:.3g} ({chosen / gamma:g} x scale), alpha {alpha:.0e}, 3-fold grid"
+
+    return model, describe
+
+
+def build_svc(X_train, task):
+    """SVC() with scikit-learn's defaults (C=1, gamma="scale"): what a new user tries first."""
+    from sklearn.svm import SVC
+
+    return SVC(), lambda fitted: f"{int(fitted.n_support_.sum())} support vectors"
+
+
+def build_linear(X_train, task):
+    """RidgeCV / RidgeClassifierCV over the same 10 alphas on the prepared features: the linear baseline."""
+    return _ridge(task), lambda fitted: f"alpha {fitted.alpha_:.0e}"
+
+
+def run_nystroem(name, max_train, device):
+    return _fit_baseline(name, max_train, build_nystroem)
 
 
 def run_nystroem_tuned(name, max_train, device):
-    """Nystroem + ridge, gamma by a 3-fold GridSearchCV over TUNED_GAMMA_FACTORS x scale (time: the search)."""
-
-    def build(X_train, task):
-        from sklearn.kernel_approximation import Nystroem
-        from sklearn.model_selection import GridSearchCV
-        from sklearn.pipeline import make_pipeline
-
-        gamma = _scale_gamma(X_train)
-        n_components = min(NYSTROEM_COMPONENTS, X_train.shape[0] * 2 // 3)  # the folds' training rows
-        pipeline = make_pipeline(Nystroem(n_components=n_components, random_state=0), _ridge(task))
-        grid = {"nystroem__gamma": [gamma * factor for factor in TUNED_GAMMA_FACTORS]}
-        model = GridSearchCV(pipeline, grid, cv=3)
-
-        def describe(fitted):
-            chosen = fitted.best_params_["nystroem__gamma"]
-            alpha = fitted.best_estimator_[-1].alpha_
-            return f"gamma {chosen:.3g} ({chosen / gamma:g} x scale), alpha {alpha:.0e}, 3-fold grid"
-
-        return model, describe
-
-    return _fit_baseline(name, max_train, build)
+    return _fit_baseline(name, max_train, build_nystroem_tuned)
 
 
 def run_svc(name, max_train, device):
-    """SVC() with scikit-learn's defaults (C=1, gamma="scale"): what a new user tries first."""
-
-    def build(X_train, task):
-        from sklearn.svm import SVC
-
-        return SVC(), lambda fitted: f"{int(fitted.n_support_.sum())} support vectors"
-
-    return _fit_baseline(name, max_train, build)
+    return _fit_baseline(name, max_train, build_svc)
 
 
 def run_linear(name, max_train, device):
-    """RidgeCV / RidgeClassifierCV over the same 10 alphas on the prepared features: the linear baseline."""
-
-    def build(X_train, task):
-        return _ridge(task), lambda fitted: f"alpha {fitted.alpha_:.0e}"
-
-    return _fit_baseline(name, max_train, build)
+    return _fit_baseline(name, max_train, build_linear)
 
 
 def run_hgb(name, max_train, device):
