@@ -38,6 +38,10 @@ extensions = [
     "numpydoc",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    # MathJax's files copied into the built site (``_static/mathjax``) from the
+    # sphinx-mathjax-offline package of the doc extra, so formulas render without
+    # network access; sphinx.ext.mathjax alone loads MathJax from a CDN at view time.
+    "sphinx-mathjax-offline",
     "sphinx_gallery.gen_gallery",
 ]
 
@@ -50,7 +54,14 @@ nitpicky = True
 
 # -- autodoc / autosummary / numpydoc --------------------------------------------
 
-autosummary_generate = ["api.rst"]
+autosummary_generate = [
+    "api/estimators.rst",
+    "api/kernels.rst",
+    "api/scaling_rules.rst",
+    "api/parallel.rst",
+    "api/data.rst",
+    "api/planning.rst",
+]
 autosummary_imported_members = False
 autodoc_default_options = {"member-order": "groupwise"}
 autodoc_typehints = "none"
@@ -88,6 +99,10 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "remove_config_comments": True,
     "within_subsection_order": "FileNameSortKey",
+    # The summary pages of execution times load jQuery and DataTables from CDNs
+    # (sphinx-gallery writes those tags itself), so they would not work offline; each
+    # example's page still gives its own running time.
+    "write_computation_times": False,
 }
 
 # -- HTML output -----------------------------------------------------------------
