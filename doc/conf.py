@@ -4,14 +4,17 @@ Build (from the repository root)::
 
     python -m sphinx -W --keep-going -b html doc doc/_build/html
 
-(as CI runs it, with ``-D plot_gallery=0`` added).
+(CI runs it with ``SKGPU_DOC_RUN_EXAMPLES=1``, then ``python doc/check_html.py
+doc/_build/html --examples examples``; ``-D plot_gallery=0`` gives a quick build
+without the examples' output).
 
 Environment variables:
 
 ``SKGPU_DOC_RUN_EXAMPLES=1``
-    Execute the gallery examples and show their plots (off by default: a plain build
-    only renders their source, so it needs neither a GPU nor the data sets the
-    examples load).  ``-D plot_gallery=1`` or ``-D plot_gallery=0`` on the command
+    Execute the gallery examples and show their plots (about 4 minutes on a 2-core
+    CPU; CI does).  Off by default: a plain build only renders their source.  One
+    example uses Fashion-MNIST when it is installed and scikit-learn's digits
+    otherwise.  ``-D plot_gallery=1`` or ``-D plot_gallery=0`` on the command
     line overrides it.
 ``SKGPU_DOC_INTERSPHINX=1``
     Link to the Python, NumPy, SciPy, scikit-learn and PyTorch docs.  Off by default

@@ -74,8 +74,13 @@ arrays = {
 # %%
 # The methods
 # -----------
-# * **ours**: ``AdaptiveKernelRegressor(n_centers=p)`` with its defaults
-#   otherwise.  With ``cache_kernel="auto"`` it computes the ``n x p`` block
+# * **ours**: ``AdaptiveKernelRegressor(n_centers=p, solver="eigenpro")``, 5
+#   epochs, defaults otherwise.  ``solver="eigenpro"`` asks for EigenPro 3, the
+#   method this example is about: with ``solver="auto"`` a problem this small
+#   (``K(X, centers)`` fits in memory) is solved by conjugate gradients instead,
+#   which reach the penalised least-squares solution on the centers, as Ridge
+#   does, but cost more per fit here because the penalty is chosen by
+#   leave-one-out on the 40,000 rows.  With ``cache_kernel="auto"`` it computes the ``n x p`` block
 #   ``K(X, centers)`` once and reuses it every epoch when it fits the memory
 #   budget (here it always does);
 # * **ours, no cache**: the same with ``cache_kernel=False``, which recomputes
@@ -88,7 +93,7 @@ arrays = {
 # scikit-learn's is; on a GPU the blocks would live in device memory, which
 # ``torch.cuda.max_memory_allocated`` reports and the host's resident memory
 # does not show.
-OURS = dict(bandwidth=BANDWIDTH, n_epochs=5, device="cpu", random_state=0)
+OURS = dict(bandwidth=BANDWIDTH, solver="eigenpro", n_epochs=5, device="cpu", random_state=0)
 METHODS = {
     "ours": ("ours", OURS),
     "ours, no cache": ("ours", dict(OURS, cache_kernel=False)),
@@ -225,18 +230,20 @@ if out:
 # Reading the picture
 # -------------------
 # **Test error (left).**  More centers give a richer model, and for this
-# smooth target the error of both methods falls steeply with ``p``: from about
-# 0.035 at ``p = 250`` to 0.002 to 0.003 at ``p = 2000``, ten times the centers
-# for roughly fifteen times less error.  Caching the kernel changes only how
-# ours computes, not what, so its two curves nearly coincide (they differ a
-# little where the throughput probe picked different batch sizes).
-# Nystroem + Ridge is a little more accurate, by a factor of 1.1 to 1.5: it
-# solves the least-squares problem in its features exactly, while ours stops
-# after 5 epochs of preconditioned SGD.  Part of the gap is which rows were
-# drawn as centers: given Nystroem's own 1000 centers (``centers=``), ours
-# reaches 0.0079 against Nystroem's 0.0068 in the run we checked; the rest is
-# the iteration stopping short of the exact solution, and 20 epochs only bring
-# it to 0.0077.
+# smooth target the error of both methods falls steeply with ``p``: from 0.03
+# to 0.07 at ``p = 250`` to 0.002 to 0.0035 at ``p = 2000``, eight times the
+# centers for ten to twenty times less error.  Caching the kernel changes only
+# how ours computes, not what, but the two runs of ours take different batch
+# sizes (the cached one takes the largest the memory allows below the critical
+# batch, the other one the throughput probe's), so after 5 epochs their errors
+# differ where the iteration is furthest from converged, at the smallest ``p``.
+# Nystroem + Ridge is more accurate, by a factor of 1.1 to 2.0 in the run this
+# text was written from: it solves the least-squares problem in its features
+# exactly, while ours stops after 5 epochs of preconditioned SGD.  The
+# ``RuntimeWarning`` lines above, if any, are EigenPro's divergence guard: an
+# epoch whose loss blew up is redone from its start with half the step size.
+# ``solver="auto"`` (conjugate gradients, to convergence) would close the gap
+# at a higher cost per fit.
 #
 # **Memory (middle).**  Nystroem + Ridge materialises the ``n x p`` feature
 # matrix (float32 here, like the input), and Ridge works on a centred copy of
@@ -249,12 +256,12 @@ if out:
 # the peak is the ``p x p`` kernel matrix of the centers and its factor for the
 # projection, the preconditioner's eigensystem on a subsample of at most ``p``
 # centers and one batch's kernel rows, so it grows with ``p`` only, and stays
-# well under Nystroem's (about 160 MB against 800 MB at ``p = 2000`` in the run
+# well under Nystroem's (about 200 MB against 820 MB at ``p = 2000`` in the run
 # this text was written from).  The few tens of MB that the smallest fits need
 # include library code that is paged in on first use.
 #
 # **Time (right).**  The times grow steeply with ``p`` for all three.  At
-# ``p = 2000`` ours took about 3 to 4 s and Nystroem + Ridge about 9 s on the
+# ``p = 2000`` ours took about 3 to 4 s and Nystroem + Ridge about 7 s on the
 # two-core CPU this example was written on (times vary from run to run); the
 # cost of Ridge's solve grows like ``n p^2``.  With 8 features a row of the
 # kernel costs little to recompute, so here the cache saves no time.
