@@ -210,13 +210,20 @@ if out:
 # per second.  On a small CPU the probe is noisy (anywhere from about a hundred
 # to ``n`` on the two-core machine this example was written on); a GPU typically
 # keeps its samples per second growing up to much larger batches.  The picture
-# explains EigenPro 2's choices: a batch larger than ``m_G`` takes
-# proportionally longer per iteration, and a batch larger than the critical
-# batch saves few iterations, so the best batch is about ``m_G``, with just
-# enough eigendirections flattened for ``m*(P)`` to reach it (as far as the
-# spectrum can be resolved in the training precision).  This is what
-# ``batch_size="auto"`` and ``n_components="auto"`` do (see the values printed
-# above for this machine).
+# explains EigenPro 2's choices when every step evaluates the kernel: a batch
+# larger than ``m_G`` takes proportionally longer per iteration, and a batch
+# larger than the critical batch saves few iterations, so the best batch is
+# about ``m_G``, with just enough eigendirections flattened for ``m*(P)`` to
+# reach it (as far as the spectrum can be resolved in the training precision).
+#
+# The values printed above for ``batch_size="auto"`` follow another rule,
+# because 600 points are few enough for the estimator to cache the whole
+# kernel matrix: an epoch then costs one read of the cache whatever the batch,
+# so the batch is set to give 32 updates per epoch (``n / 32``, 19 here), and as
+# many eigendirections are flattened as the memory and the training precision
+# allow, so that ``m*(P)`` is well above that batch.  At equal epochs that fitted
+# better than one batch of ``m*(P)`` rows on the benchmark sets (see
+# :ref:`kernel_cache`).
 #
 # References
 # ----------
