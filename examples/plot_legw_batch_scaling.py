@@ -223,7 +223,7 @@ print(f"\n{time.perf_counter() - started:.1f} s in all")
 #
 # **Linear scaling and the log loss.**  Linear scaling reaches about the same
 # accuracy as the square-root rules, but its log loss on the test set tells
-# another story: 3.3 at ``64 B0`` against 0.6.  Its peak there is
+# another story: 2.1 at ``64 B0`` against 0.6.  Its peak there is
 # ``64 x 0.1 = 6.4``, and the weights grow large enough to make the predicted
 # probabilities grossly overconfident, which the accuracy does not see.  The
 # logistic loss has bounded gradients, so SGD does not blow up; with the
