@@ -304,9 +304,9 @@ workdir.cleanup()
 # ---------------------
 # **Plain loading (top).**  Disk and device take turns: each buffer is read
 # (about 50 ms for 10 MB at 200 MB/s) while the training loop waits, then
-# trained (about 40 ms for 1563 steps of 32 rows on a small CPU) while the disk
+# trained (40 to 70 ms for 1563 steps of 32 rows on a small CPU) while the disk
 # idles.  The pass costs the sum of the two, ``K (t_io(n) + M t_dev(m))``, and
-# more than half of it is spent waiting for data.  Reading one mini-batch at a
+# close to half of it is spent waiting for data.  Reading one mini-batch at a
 # time would cost the same here, because the simulated disk has no per-read
 # latency; a real disk or a network file system, with a cost per request, makes
 # it worse.
@@ -319,15 +319,15 @@ workdir.cleanup()
 # reading a buffer is slower than training on it, the device still waits a
 # little before each buffer (the pass is *I/O bound*) and the pass takes about
 # ``K t_io(n)``, the time to read the file, plus the training of the last
-# buffer: roughly 35% less than the plain pass for exactly the same updates and
-# the same model.
+# buffer: roughly 35-45% less than the plain pass for exactly the same updates
+# and the same model.
 #
 # **BMGD, R = 3 (bottom).**  Three rounds per buffer triple the training time
 # per buffer, which now exceeds the reading time: the device never waits after
 # the first buffer (the pass is *compute bound*) and the disk idles between
 # reads, because only two buffers are resident, the one training and the next
-# one.  For about twice the time of the ``R = 1`` pass this run makes three
-# times as many updates from the same bytes read.  On data with a noisier or
+# one.  For two to three times the time of the ``R = 1`` pass this run makes
+# three times as many updates from the same bytes read.  On data with a noisier or
 # harder loss than this well-conditioned least-squares problem, those extra
 # updates buy accuracy per pass; the price is a bias of the order of the step
 # size (each buffer is over-weighted while it is resident) that a decaying
