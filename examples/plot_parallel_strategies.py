@@ -199,7 +199,7 @@ if __name__ == "__main__":
 # share the two cores with the parent process; they vary from run to run.
 #
 # **Start-up.**  One worker fits the 200,000 rows in about 0.05 s, whatever the
-# number of passes; every parallel fit first pays the start-up of about 2.5 s.
+# number of passes; every parallel fit first pays a start-up of 2.5 to 4 s.
 # Two CPU workers pay off only when a pass takes much longer than that (far more
 # data, costlier models), or when the workers are separate devices.
 #
