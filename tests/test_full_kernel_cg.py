@@ -16,8 +16,10 @@ from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning import kernel as planning_kernel
 from skgpu_kernel.planning._account import MemoryAccount
 from skgpu_kernel.planning.kernel import (
+    CG_MAX_CONDITION,
     SHIFTED_MAX_COMPONENTS,
     KernelProblem,
+    full_kernel_cg_conditioned,
     full_kernel_cg_factors,
     plan_full_kernel_cg,
     plan_full_kernel_solver,
@@ -203,3 +205,8 @@ def test_shifted_condition_counts_the_first_direction_left_unflattened():
     assert shifted_condition(eigenvalues, rows, max_components=0) == pytest.approx((100.0 + 1e-3) / 1e-3)
     shifted = PenalisedRows(100, 0.5, None, torch.float64)  # flattens 100, 10, 1; 0.1 is below the shift
     assert shifted_condition(eigenvalues, shifted) == 1.0
+
+
+def test_cg_on_every_point_is_planned_only_up_to_its_condition_bound():
+    assert full_kernel_cg_conditioned(1.0) and full_kernel_cg_conditioned(CG_MAX_CONDITION)
+    assert not full_kernel_cg_conditioned(np.nextafter(CG_MAX_CONDITION, np.inf))

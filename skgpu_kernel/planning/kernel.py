@@ -27,6 +27,7 @@ from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 
 __all__ = [
+    "CG_MAX_CONDITION",
     "SHIFTED_MAX_COMPONENTS",
     "CentersCount",
     "CentersMemoryPlan",
@@ -39,6 +40,7 @@ __all__ = [
     "TrainingMemoryPlan",
     "auto_subsample_size",
     "cached_batch_limit",
+    "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
     "operating_batch",
     "plan_alpha",
@@ -1008,6 +1010,35 @@ def plan_full_kernel_cg(account, problem):
     per_component = n * (8 + problem.itemsize)
     components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
     return components, account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
+
+
+# CG on every point beyond Falkon's factors runs where its preconditioned system's
+# estimated condition number, (n lambda + alpha) / alpha at the first direction the
+# preconditioner cannot flatten, is at most this: CG then needs about
+# sqrt(100) ln(2 / 1e-4) / 2 ~ 50 iterations at worst, the epochs EigenPro 2's
+# penalised SGD needed on the benchmark.  Beyond, EigenPro 2 fits: on 12000 rows in 5
+# dimensions with alpha 1e-3 (condition ~600) CG ran 63 iterations (test MSE 0.0042)
+# against EigenPro's 21 epochs (0.0033), and with alpha 1e-6 CG ended unconverged after
+# 100 (0.23) against 34 epochs (0.025).  VietNamI's alpha 0.07 is at about 10.
+CG_MAX_CONDITION = 100.0
+
+
+def full_kernel_cg_conditioned(condition):
+    """Whether subsample-preconditioned CG fits a system of estimated condition number ``condition``.
+
+    ``condition`` is :func:`~skgpu_kernel.preconditioner.shifted_condition` of the
+    eigensystem the fit measured; above :data:`CG_MAX_CONDITION` EigenPro 2's
+    penalised SGD fits instead.
+
+    Parameters
+    ----------
+    condition : float
+
+    Returns
+    -------
+    bool
+    """
+    return condition <= CG_MAX_CONDITION
 
 
 def full_kernel_cg_factors(problem):

@@ -33,11 +33,13 @@ from ..device import is_out_of_memory, matmul_gflops, synchronize
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
+    CG_MAX_CONDITION,
     CG_ROW_BLOCK,
     PROJECTION_JITTER,
     PROJECTION_MAX_ITERATIONS,
     PROJECTION_TOL,
     KernelProblem,
+    full_kernel_cg_conditioned,
     plan_centers_solver,
     plan_eigenpro2,
     plan_eigenpro2_layout,
@@ -78,16 +80,6 @@ CG_TOL = 1e-6
 # rounding floor, 1e-5 to 1e-2 on the real-data sets (LetterRecognition, Computers)
 # with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
 CG_ROUNDING_TOL = 1e-2
-
-# CG on every point beyond Falkon's factors runs where its preconditioned system's
-# estimated condition number, (n lambda + alpha) / alpha at the first direction the
-# preconditioner cannot flatten, is at most this: CG then needs about
-# sqrt(100) ln(2 / 1e-4) / 2 ~ 50 iterations at worst, the epochs EigenPro 2's
-# penalised SGD needed on the benchmark.  Beyond, EigenPro 2 fits: on 12000 rows in 5
-# dimensions with alpha 1e-3 (condition ~600) CG ran 63 iterations (test MSE 0.0042)
-# against EigenPro's 21 epochs (0.0033), and with alpha 1e-6 CG ended unconverged after
-# 100 (0.23) against 34 epochs (0.025).  VietNamI's alpha 0.07 is at about 10.
-CG_MAX_CONDITION = 100.0
 
 # CG that rounding breaks down above its stated residual (a curvature was not
 # positive, the objective grew) is refit from where it ended with the penalty raised
@@ -503,7 +495,7 @@ class _SubsampleCGPath(_EigenPro2Path):
         max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
         eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
         condition = shifted_condition(eigensystem[0], rows, max_components)
-        if condition > CG_MAX_CONDITION:
+        if not full_kernel_cg_conditioned(condition):
             if runtime.log is not None:
                 runtime.log(
                     f"[{parameters.name}] alpha {ridge:.3g} leaves CG's preconditioned system a condition of about "
