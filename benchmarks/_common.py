@@ -56,6 +56,14 @@ def append_section(path, text):
         results.write("\n" + text + "\n")
 
 
+def publish(text, path=None):
+    """Print a results section after a blank line, and append it to the markdown file ``path`` when given."""
+    print()
+    print(text)
+    if path:
+        append_section(path, text)
+
+
 def matmul_peak_gflops(device):
     """torch.mm GFLOP/s on large square float32 products: the device's matmul throughput."""
     from skgpu_kernel.device import matmul_gflops

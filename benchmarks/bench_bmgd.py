@@ -38,7 +38,7 @@ import time
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import append_section, in_child, machine_description, matmul_peak_gflops, peak_rss_gb
+from _common import in_child, machine_description, matmul_peak_gflops, peak_rss_gb, publish
 
 NOISE = 1.0
 REPEATS = 3
@@ -323,10 +323,7 @@ def main():
     if "b" in args.parts:
         sections.append(part_b(args))
     text = "\n\n".join(sections)
-    print()
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import append_section, machine_description
+from _common import machine_description, publish
 
 RARE_CLASSES, RARE_SHARE, SEEDS = (3, 8), 0.1, (0, 1, 2)
 SETTINGS = [(weight, alpha) for alpha in ("auto", 0.0, "loo") for weight in (None, "balanced")]
@@ -83,9 +83,7 @@ def main():
         *lines,
     ]
     text = "\n".join(section)
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

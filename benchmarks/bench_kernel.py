@@ -61,7 +61,7 @@ os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
 import torch
-from _common import append_section, in_child, machine_description, peak_rss_gb
+from _common import in_child, machine_description, peak_rss_gb, publish
 
 BANDWIDTH = 5.0
 GAMMA = 1.0 / (2.0 * BANDWIDTH**2)  # the same Gaussian kernel in scikit-learn's convention
@@ -568,10 +568,7 @@ def main():
     if "large" in parts:
         sections.append(large_part(args))
     for section in sections:
-        print()
-        print(section)
-        if args.write:
-            append_section(args.write, section)
+        publish(section, args.write)
     print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")
 
 

@@ -24,7 +24,7 @@ import time
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import append_section, in_child, machine_description, peak_rss_gb
+from _common import in_child, machine_description, peak_rss_gb, publish
 
 RIDGE_ALPHAS = np.logspace(-6, 3, 10)
 METHODS = ["ours (defaults)", "Nystroem(2000) + RidgeCV", "linear RidgeCV", "HistGradientBoostingRegressor"]
@@ -116,9 +116,7 @@ def main():
             f"{row['peak_gb']:.2f} | {row['notes']} |"
         )
     text = "\n".join(lines)
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

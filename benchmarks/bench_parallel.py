@@ -45,7 +45,7 @@ os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
 import torch
-from _common import append_section, in_child, machine_description
+from _common import in_child, machine_description, publish
 
 NOISE = 1.0
 TEST_ROWS = 100_000
@@ -307,10 +307,7 @@ def main():
         )
     lines.append(f"Whole benchmark: {time.perf_counter() - wall:.0f} s.")
     text = "\n".join(lines)
-    print()
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ from typing import NamedTuple
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import append_section, in_child, machine_description, matmul_peak_gflops, peak_rss_gb
+from _common import in_child, machine_description, matmul_peak_gflops, peak_rss_gb, publish
 
 
 class Source(NamedTuple):
@@ -709,10 +709,7 @@ def main():
         "Targets missed: " + ("; ".join(summary) if summary else "none") + ".",
     ]
     text = "\n".join(section)
-    print()
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
     print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")
 
 

@@ -26,7 +26,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import append_section, machine_description
+from _common import machine_description, publish
 from bench_real_data import (
     _error,
     _task,
@@ -137,10 +137,7 @@ def main():
         *lines,
     ]
     text = "\n".join(section)
-    print()
-    print(text)
-    if args.write:
-        append_section(args.write, text)
+    publish(text, args.write)
     print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")
 
 
