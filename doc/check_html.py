@@ -51,14 +51,15 @@ def remote_assets(html):
     return parser.remote
 
 
+def first_figure(build_dir, example):
+    """Where sphinx-gallery puts the first figure of the example script ``example`` in the built site."""
+    return Path(build_dir) / "_images" / f"sphx_glr_{Path(example).stem}_001.png"
+
+
 def missing_figures(build_dir, examples_dir):
     """The examples of ``examples_dir`` without a gallery figure in ``build_dir/_images``."""
-    images = Path(build_dir) / "_images"
-    return [
-        example.name
-        for example in sorted(Path(examples_dir).glob("plot_*.py"))
-        if not (images / f"sphx_glr_{example.stem}_001.png").is_file()
-    ]
+    examples = sorted(Path(examples_dir).glob("plot_*.py"))
+    return [example.name for example in examples if not first_figure(build_dir, example).is_file()]
 
 
 def problems(build_dir, examples_dir=None):

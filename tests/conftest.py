@@ -1,7 +1,9 @@
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,3 +38,14 @@ def rng():
 @pytest.fixture(params=["float32", "float64"])
 def dtype(request):
     return request.param
+
+
+@pytest.fixture(scope="session")
+def check_html():
+    """``doc/check_html.py``, the CI step that checks the built documentation (not a package module)."""
+    spec = importlib.util.spec_from_file_location(
+        "check_html", Path(__file__).resolve().parents[1] / "doc" / "check_html.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

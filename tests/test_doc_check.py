@@ -1,19 +1,6 @@
 """doc/check_html.py, the CI step that fails a built site loading scripts from the network."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-CHECKER = Path(__file__).resolve().parent.parent / "doc" / "check_html.py"
-
-
-@pytest.fixture(scope="module")
-def check_html():
-    spec = importlib.util.spec_from_file_location("check_html", CHECKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("plot_*.py"))
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
 # A documentation build that executed the gallery (.ci/run sets this after its docs
 # step): the examples ran there, so the tests check the figures they left instead of
 # running them a second time.
@@ -15,9 +16,9 @@ BUILT_DOCS = os.environ.get("SKGPU_EXAMPLES_BUILT")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
-def test_example_runs_and_saves_its_figure(path, tmp_path, monkeypatch):
+def test_example_runs_and_saves_its_figure(path, tmp_path, monkeypatch, check_html):
     if BUILT_DOCS:
-        figure = Path(BUILT_DOCS) / "_images" / f"sphx_glr_{path.stem}_001.png"
+        figure = check_html.first_figure(BUILT_DOCS, path)
         assert figure.is_file() and figure.stat().st_size > 0, f"the docs build in {BUILT_DOCS} has no {figure.name}"
         return
     matplotlib = pytest.importorskip("matplotlib")
