@@ -268,16 +268,21 @@ def _task(name):
 CACHE_16BIT = "_cache_16bit"
 
 
-def run_ours(name, max_train, device, params):
-    """Our estimator with package defaults plus ``params``; divergence warnings counted."""
+def our_estimator(task, **params):
+    """``AdaptiveKernelRegressor`` or ``AdaptiveKernelClassifier(random_state=0, **params)`` for ``task``."""
     from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 
+    estimator = AdaptiveKernelRegressor if task == "regression" else AdaptiveKernelClassifier
+    return estimator(random_state=0, **params)
+
+
+def run_ours(name, max_train, device, params):
+    """Our estimator with package defaults plus ``params``; divergence warnings counted."""
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
-    estimator = AdaptiveKernelRegressor if task == "regression" else AdaptiveKernelClassifier
     params = dict(params)
     cache_16bit = params.pop(CACHE_16BIT, None)
-    model = estimator(random_state=0, device=device, **params)
+    model = our_estimator(task, device=device, **params)
     if cache_16bit is not None:  # the planner's storage policy, measured here against float32
         model._cache_16bit = cache_16bit
     with warnings.catch_warnings(record=True) as caught:

@@ -34,6 +34,7 @@ from bench_real_data import (
     build_nystroem,
     build_nystroem_tuned,
     build_svc,
+    our_estimator,
     prepare,
 )
 
@@ -42,11 +43,7 @@ SMALL_SETS = ["Glass", "Sonar", "Ionosphere", "Vowel", "Vehicle", "DigitsImbalan
 
 def build_ours(X_train, task):
     """``AdaptiveKernelRegressor`` / ``AdaptiveKernelClassifier(random_state=0)``: the package defaults."""
-    from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-
-    estimator = AdaptiveKernelRegressor if task == "regression" else AdaptiveKernelClassifier
-    model = estimator(random_state=0)
-    return model, lambda fitted: f"bandwidth_ {fitted.bandwidth_:.3g}, alpha_ {fitted.alpha_:.3g}"
+    return our_estimator(task), lambda fitted: f"bandwidth_ {fitted.bandwidth_:.3g}, alpha_ {fitted.alpha_:.3g}"
 
 
 OURS = "ours (defaults)"
