@@ -24,10 +24,12 @@ dtype (EigenPro 2) or False.
 20000) for ``--sweep-epochs`` epochs (default 2) without early stopping, with
 ``batch_size="auto"`` and fixed batches of 256 to 4096, the kernel computed per batch
 and cached: fit seconds and test accuracy, and auto's time over the fastest fixed
-batch that reaches its accuracy (within 0.2 points); each row is the fastest of
-``--sweep-repeats`` fits (default 2), since single fits of a few seconds vary by
-about a second on a shared 2-core machine.  Then our kernel-block throughput as a fraction of
-``torch.mm`` GFLOP/s at the same shapes (EigenPro 2's batch).
+batch that reaches its accuracy (within 0.2 points), by the median of
+``--sweep-repeats`` fits (default 3, interleaved across batches), since single fits of
+a few seconds vary by about a second on a shared 2-core machine; the same ratio of the
+epochs' seconds alone, without the cache fill that every batch shares
+(``--sweep-kernels`` runs one kind only).  Then our kernel-block throughput as a
+fraction of ``torch.mm`` GFLOP/s at the same shapes (EigenPro 2's batch).
 
 ``large``: a synthetic regression with ``--n-rows`` training rows (default 5M) and
 100k held-out rows, ``--n-features`` inputs (default 16) uniform on [-1, 1], a smooth
@@ -404,14 +406,49 @@ SWEEP_BATCHES = (256, 512, 1024, 2048, 4096)
 SWEEP_ACCURACY_SLACK = 0.002
 
 
-def _fastest(runs):
-    """The fastest of repeated runs (the others' batches noted: the probe may choose differently)."""
+def _summary(runs):
+    """Repeated fits of one batch: the median fit and epoch times, the fastest fit's row, the batches used."""
     finished = [run for run in runs if "error" not in run]
     if not finished:
         return runs[0]
-    fastest = dict(min(finished, key=lambda run: run["fit_seconds"]))
-    fastest["batches_seen"] = sorted({run["batch_size"] for run in finished})
-    return fastest
+    summary = dict(min(finished, key=lambda run: run["fit_seconds"]))
+    summary["median_fit"] = float(np.median([run["fit_seconds"] for run in finished]))
+    summary["median_epochs"] = float(np.median([sum(run["seconds_per_epoch"]) for run in finished]))
+    summary["batches_seen"] = sorted({run["batch_size"] for run in finished})
+    return summary
+
+
+def _sweep_runs(args, cache_kernel):
+    """Every batch's fits, the repeats interleaved (auto, 256, ..., auto, 256, ...) so that drift hits all alike."""
+    batches = ("auto", *SWEEP_BATCHES)
+    runs = {batch: [] for batch in batches}
+    for repeat in range(args.sweep_repeats):
+        for batch in batches:
+            runs[batch].append(
+                _row(
+                    f"sweep {cache_kernel} {batch} (repeat {repeat + 1})",
+                    run_sweep_fit,
+                    args.sweep_n_train,
+                    args.device,
+                    batch,
+                    cache_kernel,
+                    args.sweep_epochs,
+                )
+            )
+    return {batch: _summary(batch_runs) for batch, batch_runs in runs.items()}
+
+
+def _auto_over_best(rows, key):
+    """Auto's median ``key`` over the best fixed batch's, among those within the accuracy slack; None without one."""
+    auto = rows["auto"]
+    if "error" in auto:
+        return None
+    comparable = [
+        row[key]
+        for batch, row in rows.items()
+        if batch != "auto" and "error" not in row and row["accuracy"] >= auto["accuracy"] - SWEEP_ACCURACY_SLACK
+    ]
+    return auto[key] / min(comparable) if comparable else None
 
 
 def sweep_part(args):
@@ -421,51 +458,30 @@ def sweep_part(args):
         "",
         f"Machine: {machine_description(args.device)}. `AdaptiveKernelClassifier(alpha=0, early_stopping=False, "
         f"n_epochs={args.sweep_epochs})`, kernel computed per batch (`cache_kernel=False`) or cached (`'auto'`). "
-        f"Each row is the fastest of {args.sweep_repeats} runs (batches the runs used in brackets). "
-        f"'best fixed' is the fastest fixed batch whose test accuracy is at least auto's minus "
-        f"{SWEEP_ACCURACY_SLACK:.1%}; target: auto within 10% of its time.",
+        f"Each batch ran {args.sweep_repeats} times, the repeats interleaved across batches; times are medians "
+        f"(the fastest fit in brackets, the batches the runs used after the batch). 'epochs s' is the sum of the "
+        f"epochs' seconds, without set-up and cache fill. 'best fixed' is the fixed batch with the lowest median "
+        f"among those whose test accuracy is at least auto's minus {SWEEP_ACCURACY_SLACK:.1%}; target: auto within "
+        f"10% of its fit time.",
         "",
-        "| kernel | batch | batch used | fit s | test accuracy | seconds per epoch | auto / best fixed |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| kernel | batch | batch used | fit s | epochs s | test accuracy | seconds per epoch (fastest fit) "
+        "| auto / best fixed: fit, epochs |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for cache_kernel in (False, "auto"):
-        rows = {
-            batch: _fastest(
-                [
-                    _row(
-                        f"sweep {cache_kernel} {batch}",
-                        run_sweep_fit,
-                        args.sweep_n_train,
-                        args.device,
-                        batch,
-                        cache_kernel,
-                        args.sweep_epochs,
-                    )
-                    for _ in range(args.sweep_repeats)
-                ]
-            )
-            for batch in ("auto", *SWEEP_BATCHES)
-        }
-        auto = rows["auto"]
-        comparable = [
-            row["fit_seconds"]
-            for batch, row in rows.items()
-            if batch != "auto"
-            and "error" not in row
-            and "error" not in auto
-            and row["accuracy"] >= auto["accuracy"] - SWEEP_ACCURACY_SLACK
-        ]
+    for cache_kernel in {"both": (False, "auto"), "computed": (False,), "cached": ("auto",)}[args.sweep_kernels]:
+        rows = _sweep_runs(args, cache_kernel)
         label = "computed" if cache_kernel is False else "cached (auto)"
         for batch, row in rows.items():
             if "error" in row:
-                lines.append(f"| {label} | {batch} | - | - | - | - | failed: {row['error'].splitlines()[-1]} |")
+                lines.append(f"| {label} | {batch} | - | - | - | - | - | failed: {row['error'].splitlines()[-1]} |")
                 continue
             ratio = "-"
-            if batch == "auto" and comparable:
-                ratio = f"{row['fit_seconds'] / min(comparable):.2f}"
+            if batch == "auto":
+                ratios = [_auto_over_best(rows, key) for key in ("median_fit", "median_epochs")]
+                ratio = ", ".join("-" if value is None else f"{value:.2f}" for value in ratios)
             lines.append(
-                f"| {label} | {batch} | {row['batch_size']} {row['batches_seen']} | {row['fit_seconds']:.1f} | "
-                f"{row['accuracy']:.4f} | "
+                f"| {label} | {batch} | {row['batch_size']} {row['batches_seen']} | {row['median_fit']:.1f} "
+                f"[{row['fit_seconds']:.1f}] | {row['median_epochs']:.2f} | {row['accuracy']:.4f} | "
                 f"{row['seconds_per_epoch']} | {ratio} |"
             )
     return "\n".join(lines)
@@ -544,7 +560,8 @@ def main():
     sweep = parser.add_argument_group("sweep part")
     sweep.add_argument("--sweep-n-train", type=int, default=20_000)
     sweep.add_argument("--sweep-epochs", type=int, default=2)
-    sweep.add_argument("--sweep-repeats", type=int, default=2, help="each row: the fastest of this many fits")
+    sweep.add_argument("--sweep-repeats", type=int, default=3, help="fits per batch (medians reported)")
+    sweep.add_argument("--sweep-kernels", default="both", choices=["both", "computed", "cached"])
     large = parser.add_argument_group("large part")
     large.add_argument("--n-rows", type=int, default=5_000_000, help="training rows (100k more are held out)")
     large.add_argument("--n-features", type=int, default=16)
