@@ -61,19 +61,47 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
     n = centers.shape[0]
     out = torch.zeros(X.shape[0], V.shape[1], dtype=X.dtype, device=X.device)
     starts = [0, *list(range(leading, n, column_block))] if leading > 0 else list(range(0, n, column_block))
+    rows, buffer = kernel.prepare_rows(X), BlockBuffer(kernel)
     leading_block = None
     for start, stop in zip(starts, [*starts[1:], n], strict=False):
         if stop <= start:
             continue
-        block = kernel.block(X, centers[start:stop])
+        # The leading block is returned to the caller: it gets memory of its own.
+        keeps_block = leading > 0 and start == 0
+        block = kernel.prepared_block(rows, centers[start:stop], out=None if keeps_block else buffer(rows, stop - start))
         out.addmm_(block, V[start:stop])
-        if leading > 0 and start == 0:
+        if keeps_block:
             leading_block = block
     if leading > 0:
         if leading_block is None:
             leading_block = torch.zeros(X.shape[0], 0, dtype=X.dtype, device=X.device)
         return out, leading_block
     return out
+
+
+class BlockBuffer:
+    """One reused buffer for kernel blocks of any shape up to the largest asked.
+
+    ``buffer(rows, n_columns)`` is a contiguous ``(len(rows), n_columns)`` tensor on
+    the rows' device and dtype, or ``None`` for a kernel that computes its blocks in
+    memory of its own (``uses_block_buffer`` false), which would then hold one block
+    more than the memory planner counts.  A loop over kernel blocks that allocated each
+    anew paid fresh memory (page faults) per block: on the 2-core CPU, filling a
+    2048-row band of Fashion-MNIST's cache ran at 137 GFLOP/s that way against
+    167 with prepared rows and one buffer (``torch.mm`` alone: 182).
+    """
+
+    def __init__(self, kernel):
+        self.enabled, self.storage = kernel.uses_block_buffer, None
+
+    def __call__(self, rows, n_columns):
+        if not self.enabled:
+            return None
+        size = rows.shape[0] * n_columns
+        storage = self.storage
+        if storage is None or storage.numel() < size or storage.dtype != rows.dtype or storage.device != rows.device:
+            self.storage = storage = torch.empty(size, dtype=rows.dtype, device=rows.device)
+        return storage[:size].view(rows.shape[0], n_columns)
 
 
 class KernelCache:
@@ -222,14 +250,19 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
     Tensor of shape (m, n)
     """
     m, n = X.shape[0], centers.shape[0]
-    cache = torch.empty(m, n, dtype=storage_dtype, device=centers.device)
+    # Zeroed (paged in) in one sequential pass: on the 2-core CPU, the page faults of
+    # fresh memory cost 1.6-1.7 s more when the block stores take them (a 30000-row
+    # float16 fill: 6.75-6.88 s into fresh memory, 5.10-5.19 s zeroed first).
+    cache = torch.zeros(m, n, dtype=storage_dtype, device=centers.device)
+    buffer = BlockBuffer(kernel)
     for top in range(0, m, row_block):
         bottom = min(top + row_block, m)
-        rows = X[top:bottom].to(centers.device)
+        rows = kernel.prepare_rows(X[top:bottom].to(centers.device))
         width = bottom if symmetric else n
         for left in range(0, width, column_block):
             right = min(left + column_block, width)
-            cache[top:bottom, left:right] = kernel.block(rows, centers[left:right])
+            block = kernel.prepared_block(rows, centers[left:right], out=buffer(rows, right - left))
+            cache[top:bottom, left:right] = block
     if symmetric:
         _mirror_below_bands(cache, row_block)
     return cache

@@ -63,11 +63,15 @@ class Kernel(BaseEstimator):
         ``True`` when every value lies in [-1, 1] (the radial kernels here, which
         are 1 at distance zero and decrease): a cached kernel matrix may then be
         stored in float16 without overflow.
+    uses_block_buffer : bool
+        ``True`` when :meth:`prepared_block` computes the block in the ``out``
+        buffer it is given; blocked loops then allocate one buffer for all blocks.
     """
 
     translation_invariant = False
     extra_blocks = 1
     unit_bounded = False
+    uses_block_buffer = False
 
     def __call__(self, X, Z):
         """Return the block ``K(X, Z)`` of shape (m, n) on ``X``'s device and dtype."""
@@ -85,6 +89,34 @@ class Kernel(BaseEstimator):
     def block(self, X, prepared_centers):
         """``K(X, Z)`` from centers returned by :meth:`prepare_centers`."""
         return self(X, prepared_centers)
+
+    def prepare_rows(self, X):
+        """Return rows ``X`` in the form :meth:`prepared_block` takes.
+
+        Loops that evaluate the same rows against many blocks of centers (a cache
+        fill, a kernel-vector product) prepare them once.  Must act row by row, as
+        :meth:`prepare_centers` does.  The default returns ``X``.
+        """
+        return X
+
+    def prepared_block(self, prepared_rows, prepared_centers, out=None):
+        """``K(X, Z)`` from rows returned by :meth:`prepare_rows` and centers by :meth:`prepare_centers`.
+
+        Parameters
+        ----------
+        prepared_rows : Tensor of shape (m, ...)
+        prepared_centers : Tensor of shape (n, ...)
+        out : Tensor of shape (m, n) or None
+            A contiguous buffer the kernel may compute the block in, so that a loop
+            over blocks does not allocate (and page in) fresh memory for each.
+            Kernels that cannot use it ignore it.
+
+        Returns
+        -------
+        Tensor of shape (m, n)
+            ``out`` itself when the kernel used it.
+        """
+        return self.block(prepared_rows, prepared_centers)
 
     def diagonal(self, X):
         """Return ``k(x_i, x_i)`` for every row of ``X`` as a 1-D tensor."""
@@ -135,6 +167,7 @@ class RadialKernel(Kernel):
     translation_invariant = True
     extra_blocks = 0
     unit_bounded = True
+    uses_block_buffer = True
 
     def __init__(self, bandwidth="auto"):
         self.bandwidth = bandwidth
@@ -157,11 +190,16 @@ class RadialKernel(Kernel):
         return torch.cat([Z, torch.ones_like(z_sq), z_sq], dim=1)
 
     def block(self, X, prepared_centers):
+        return self.prepared_block(self.prepare_rows(X), prepared_centers)
+
+    def prepare_rows(self, X):
         scale = self._distance_scale()
         keep = 1.0 - _rounding_allowance(X.shape[1], X.dtype)
         x_sq = (X * X).sum(dim=1, keepdim=True) * (keep * scale)
-        X_aug = torch.cat([X * (-2.0 * scale), x_sq, torch.full_like(x_sq, scale)], dim=1)
-        return self._profile_from_scaled(X_aug @ prepared_centers.T)
+        return torch.cat([X * (-2.0 * scale), x_sq, torch.full_like(x_sq, scale)], dim=1)
+
+    def prepared_block(self, prepared_rows, prepared_centers, out=None):
+        return self._profile_from_scaled(torch.mm(prepared_rows, prepared_centers.T, out=out))
 
     def diagonal(self, X):
         zero = torch.zeros(1, dtype=X.dtype, device=X.device)

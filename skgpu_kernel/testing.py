@@ -23,8 +23,8 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     Checks that the block has the right shape, dtype and device, that the kernel is
     symmetric and positive semi-definite on a small sample, that ``diagonal`` agrees
     with the block's diagonal, that blocks do not depend on how rows are chunked,
-    that prepared centers give the same blocks and are prepared row by row, and
-    that ``clone`` reproduces the kernel's parameters.
+    that prepared rows and centers give the same blocks (with and without an
+    ``out`` buffer) and are prepared row by row, and that ``clone`` reproduces the kernel's parameters.
 
     Parameters
     ----------
@@ -68,6 +68,14 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     assert torch.equal(prepared[3:7], kernel.prepare_centers(Z[3:7])), (
         f"{kernel!r}: prepare_centers must act row by row"
     )
+    rows = kernel.prepare_rows(X)
+    assert torch.equal(rows[3:7], kernel.prepare_rows(X[3:7])), f"{kernel!r}: prepare_rows must act row by row"
+    buffer = torch.full((17, 11), float("nan"), dtype=dtype, device=X.device)
+    for out in (None, buffer):
+        assert torch.allclose(kernel.prepared_block(rows, prepared, out=out), block, rtol=tolerance, atol=tolerance), (
+            f"{kernel!r}: prepared_block(prepare_rows(X), prepare_centers(Z), out={'None' if out is None else 'a buffer'}) "
+            "differs from K(X, Z)"
+        )
     gram = kernel(X, X)
     assert torch.allclose(gram, gram.T, rtol=tolerance, atol=tolerance), f"{kernel!r} is not symmetric"
     smallest = torch.linalg.eigvalsh((gram + gram.T) / 2).min()

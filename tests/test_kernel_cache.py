@@ -199,13 +199,13 @@ def test_filled_entries_counts_the_blocks_the_fill_evaluates(monkeypatch, symmet
     X = torch.randn(70, 3, dtype=torch.float64)
     kernel = Gaussian(bandwidth=1.0)
     evaluated = []
-    block = kernel.block
+    block = kernel.prepared_block
 
-    def counting(rows, centers):
+    def counting(rows, centers, out=None):
         evaluated.append(rows.shape[0] * centers.shape[0])
-        return block(rows, centers)
+        return block(rows, centers, out=out)
 
-    monkeypatch.setattr(kernel, "block", counting)
+    monkeypatch.setattr(kernel, "prepared_block", counting)
     cache = blockwise.cache_kernel_rows(kernel, X, kernel.prepare_centers(X), torch.float64, 16, 24, symmetric)
     assert sum(evaluated) == filled_entries(70, 70, 16, symmetric)
     torch.testing.assert_close(cache, Gaussian(bandwidth=1.0)(X, X))
