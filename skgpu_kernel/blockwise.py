@@ -68,7 +68,8 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
             continue
         # The leading block is returned to the caller: it gets memory of its own.
         keeps_block = leading > 0 and start == 0
-        block = kernel.prepared_block(rows, centers[start:stop], out=None if keeps_block else buffer(rows, stop - start))
+        into = None if keeps_block else buffer(rows, stop - start)
+        block = kernel.prepared_block(rows, centers[start:stop], out=into)
         out.addmm_(block, V[start:stop])
         if keeps_block:
             leading_block = block

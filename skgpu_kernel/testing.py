@@ -73,8 +73,8 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     buffer = torch.full((17, 11), float("nan"), dtype=dtype, device=X.device)
     for out in (None, buffer):
         assert torch.allclose(kernel.prepared_block(rows, prepared, out=out), block, rtol=tolerance, atol=tolerance), (
-            f"{kernel!r}: prepared_block(prepare_rows(X), prepare_centers(Z), out={'None' if out is None else 'a buffer'}) "
-            "differs from K(X, Z)"
+            f"{kernel!r}: prepared_block(prepare_rows(X), prepare_centers(Z)) differs from K(X, Z) "
+            f"({'without' if out is None else 'with'} an out buffer)"
         )
     gram = kernel(X, X)
     assert torch.allclose(gram, gram.T, rtol=tolerance, atol=tolerance), f"{kernel!r} is not symmetric"
