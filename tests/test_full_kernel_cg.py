@@ -28,8 +28,10 @@ from skgpu_kernel.preconditioner import (
     PenalisedRows,
     ShiftedNystromPreconditioner,
     nystrom_eigensystem,
+    rpcholesky_factor,
     shifted_condition,
     shifted_nystrom_preconditioner,
+    shifted_rpcholesky_preconditioner,
 )
 from skgpu_kernel.solvers import kernel_paths
 from skgpu_kernel.solvers.centers_cg import CGSettings
@@ -210,3 +212,62 @@ def test_shifted_condition_counts_the_first_direction_left_unflattened():
 def test_cg_on_every_point_is_planned_only_up_to_its_condition_bound():
     assert full_kernel_cg_conditioned(1.0) and full_kernel_cg_conditioned(CG_MAX_CONDITION)
     assert not full_kernel_cg_conditioned(np.nextafter(CG_MAX_CONDITION, np.inf))
+
+
+def _rpcholesky(X, max_rank, stop_level, bandwidth=1.5, seed=0):
+    kernel = Gaussian(bandwidth=bandwidth)
+    return rpcholesky_factor(
+        lambda pivots: kernel(X, X[pivots]),
+        kernel.diagonal(X),
+        max_rank,
+        stop_level,
+        torch.Generator().manual_seed(seed),
+    )
+
+
+def test_rpcholesky_stops_at_the_rank_of_the_kernel_and_reproduces_it():
+    distinct = torch.tensor(np.random.RandomState(12).randn(20, 3))
+    X = distinct.repeat(3, 1)  # K has rank 20
+    factor = _rpcholesky(X, max_rank=60, stop_level=0.0)
+    K = Gaussian(bandwidth=1.5)(X, X)
+    assert factor.shape == (60, 20)
+    torch.testing.assert_close(factor @ factor.T, K, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("stop_level", [1e-1, 1e-3])
+def test_rpcholesky_stops_once_nothing_above_the_level_is_left(stop_level):
+    X = torch.tensor(_data(400, seed=13)[0])
+    factor = _rpcholesky(X, max_rank=400, stop_level=stop_level)
+    left = torch.linalg.eigvalsh(Gaussian(bandwidth=1.5)(X, X) - factor @ factor.T)
+    assert factor.shape[1] < 400
+    assert left.min() > -1e-10  # F F^T stays below K
+    assert left.max() <= 10 * stop_level
+
+
+def test_rpcholesky_captures_a_small_distant_cluster_that_uniform_columns_miss():
+    # Uniform columns find the 6 distant points about once in 60 draws; each one
+    # missed leaves its diagonal entry, 1, in the trace of what the estimate misses.
+    rng = np.random.RandomState(14)
+    X = torch.tensor(np.vstack([rng.randn(594, 2), 10.0 + 0.3 * rng.randn(6, 2)]))
+    K = Gaussian(bandwidth=1.0)(X, X)
+    factor = _rpcholesky(X, max_rank=60, stop_level=0.0, bandwidth=1.0)
+    sampled = torch.randperm(600, generator=torch.Generator().manual_seed(0))[:60]
+    uniform = K[:, sampled] @ torch.linalg.pinv(K[sampled][:, sampled], hermitian=True) @ K[sampled]
+    assert torch.trace(K - factor @ factor.T) < 0.1 * torch.trace(K - uniform)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_rpcholesky_preconditioned_cg_reaches_the_exact_solution_in_fewer_iterations(weighted):
+    alpha = 1e-3
+    K, Y, weights, uniform = _system(400, 120, alpha, weighted)
+    X = torch.tensor(_data(400)[0])
+    rows = PenalisedRows(400, alpha, weights, torch.float64)
+    pivoted = shifted_rpcholesky_preconditioner(Gaussian(bandwidth=1.5), X, rows, 120, torch.Generator().manual_seed(0))
+    settings = CGSettings(tol=1e-9, max_iterations=400, n_iter_no_change=None)
+    result = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, pivoted, settings)
+    baseline = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, uniform, settings)
+    inverse_weights = torch.ones(400, dtype=torch.float64) if weights is None else 1.0 / weights
+    exact = torch.linalg.solve(K + alpha * torch.diag(inverse_weights), Y)
+    assert result.converged and baseline.converged
+    torch.testing.assert_close(K @ result.coef, K @ exact, rtol=0, atol=1e-7)
+    assert result.n_iterations < baseline.n_iterations

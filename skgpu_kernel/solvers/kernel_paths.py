@@ -55,7 +55,7 @@ from ..preconditioner import (
     nystrom_eigensystem,
     plan_preconditioner,
     shifted_condition,
-    shifted_nystrom_preconditioner,
+    shifted_rpcholesky_preconditioner,
 )
 from ..process_group import agree
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
@@ -479,8 +479,10 @@ class _SubsampleCGPath(_EigenPro2Path):
     """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a subsample preconditioner.
 
     It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
-    plan, and reads it once per iteration; the preconditioner is built from
-    EigenPro's Nystrom subsample (:func:`shifted_nystrom_preconditioner`).
+    plan, and reads it once per iteration.  EigenPro's Nystrom subsample estimates
+    the preconditioned system's condition (beyond :data:`CG_MAX_CONDITION` EigenPro 2
+    fits instead); the preconditioner is built from a randomly pivoted Cholesky
+    factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).
     """
 
     def run(self):
@@ -504,17 +506,21 @@ class _SubsampleCGPath(_EigenPro2Path):
             return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
         plan, (validation, caches) = self.prepare(plan)
 
-        def products(V):  # K(X, X[:k]) V for V of k rows: the whole K, or its subsample columns
+        def products(V):  # K(X, X) V
             return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan)
 
         Y = self.to_device(data.Y[data.order], center=False)
-        preconditioner = shifted_nystrom_preconditioner(eigensystem, products, rows, max_components)
+        tic = time.perf_counter()
+        preconditioner = shifted_rpcholesky_preconditioner(
+            self.kernel, self.X_dev, rows, max_components, runtime.generator
+        )
         if runtime.log is not None:
             where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
             runtime.log(
                 f"[{parameters.name}] device={self.device}, dtype={runtime.dtype}, n={self.problem.n_rows}, solver cg "
                 f"on every training point, {where}, preconditioner flattening {preconditioner.n_components} "
-                f"Nystrom directions of a {s}-row subsample down to alpha, {memory.describe()}"
+                f"directions of a randomly pivoted Cholesky factor of K down to alpha "
+                f"({time.perf_counter() - tic:.1f} s), {memory.describe()}"
             )
         coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
         # CG's residual on this square system is not monotone (CG lowers the error's
