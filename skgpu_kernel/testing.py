@@ -24,7 +24,8 @@ def check_kernel(kernel, n_features=3, dtype=torch.float64, random_state=0):
     symmetric and positive semi-definite on a small sample, that ``diagonal`` agrees
     with the block's diagonal, that blocks do not depend on how rows are chunked,
     that prepared rows and centers give the same blocks (with and without an
-    ``out`` buffer) and are prepared row by row, and that ``clone`` reproduces the kernel's parameters.
+    ``out`` buffer) and are prepared row by row, and that ``clone`` reproduces
+    the kernel's parameters.
 
     Parameters
     ----------

@@ -989,8 +989,8 @@ _CG_VECTORS = 8
 def plan_full_kernel_cg(account, problem):
     """What CG on every point adds to EigenPro 2's memory plan: ``(max components, account)``.
 
-    The preconditioner's basis is ``n x q`` in the training dtype, built through a
-    float64 sketch of the same shape; ``q`` is at most
+    The preconditioner's basis is ``n x q`` in the training dtype, built from a
+    float64 factor (the sketch) of at most the same shape; ``q`` is at most
     :data:`SHIFTED_MAX_COMPONENTS` and as many as the budget leaves room for next to
     the plan's items and CG's vectors.
 
@@ -1046,8 +1046,8 @@ def full_kernel_cg_factors(problem):
 
     Up to :data:`FULL_KERNEL_CG_MAX_ROWS` rows the ``n x n`` factors of Falkon's
     preconditioner are affordable and make CG exact in a few iterations; beyond,
-    the preconditioner is :func:`~skgpu_kernel.preconditioner.shifted_nystrom_preconditioner`
-    of EigenPro's Nystrom subsample, ``O(n q)`` memory.
+    the preconditioner is :func:`~skgpu_kernel.preconditioner.shifted_rpcholesky_preconditioner`,
+    a randomly pivoted Cholesky factor of rank ``q``, ``O(n q)`` memory.
     """
     return problem.n_rows <= FULL_KERNEL_CG_MAX_ROWS
 

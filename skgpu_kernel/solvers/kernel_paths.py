@@ -506,7 +506,7 @@ class _SubsampleCGPath(_EigenPro2Path):
             return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
         plan, (validation, caches) = self.prepare(plan)
 
-        def products(V):  # K(X, X) V
+        def products(V):  # K(X, X[:k]) V for V of k rows
             return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan)
 
         Y = self.to_device(data.Y[data.order], center=False)
