@@ -11,6 +11,7 @@ import scipy.sparse
 import torch
 
 from .device import column_block_size, rows_within_budget, throughput_saturation_batch
+from .grid import integer_sq_distances
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
 # large on CUDA (the device needs wide products to be busy).
@@ -98,11 +99,14 @@ class BlockBuffer:
     def __call__(self, rows, n_columns):
         if not self.enabled:
             return None
-        size = rows.shape[0] * n_columns
-        storage = self.storage
-        if storage is None or storage.numel() < size or storage.dtype != rows.dtype or storage.device != rows.device:
-            self.storage = storage = torch.empty(size, dtype=rows.dtype, device=rows.device)
-        return storage[:size].view(rows.shape[0], n_columns)
+        return self.take(rows.shape[0], n_columns, rows.dtype, rows.device)
+
+    def take(self, n_rows, n_columns, dtype, device):
+        """A contiguous ``(n_rows, n_columns)`` view of the buffer, grown when needed."""
+        size, storage = n_rows * n_columns, self.storage
+        if storage is None or storage.numel() < size or storage.dtype != dtype or storage.device != device:
+            self.storage = storage = torch.empty(size, dtype=dtype, device=device)
+        return storage[:size].view(n_rows, n_columns)
 
 
 class KernelCache:
@@ -226,7 +230,7 @@ def widened(V):
     return wide
 
 
-def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block, symmetric=False):
+def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block, symmetric=False, codes=None):
     """``K(X, Z)`` computed in blocks into a new ``storage_dtype`` tensor.
 
     Parameters
@@ -245,6 +249,10 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
         ``row_block`` rows is evaluated up to its diagonal square only, and the
         blocks below the squares are then copied transposed above them, which
         halves the work.
+    codes : tuple of two :class:`~skgpu_kernel.grid.GridCodes` or None
+        ``X`` and ``Z`` on a common grid: blocks then come from their exact
+        squared distances (int8 products, :func:`~skgpu_kernel.grid.integer_sq_distances`)
+        and the kernel's :meth:`~skgpu_kernel.kernels.Kernel.block_from_sq_distances`.
 
     Returns
     -------
@@ -255,18 +263,54 @@ def cache_kernel_rows(kernel, X, centers, storage_dtype, row_block, column_block
     # fresh memory cost 1.6-1.7 s more when the block stores take them (a 30000-row
     # float16 fill: 6.75-6.88 s into fresh memory, 5.10-5.19 s zeroed first).
     cache = torch.zeros(m, n, dtype=storage_dtype, device=centers.device)
-    buffer = BlockBuffer(kernel)
+    blocks = _PreparedBlocks(kernel, X, centers) if codes is None else _GridBlocks(kernel, *codes, X.dtype)
     for top in range(0, m, row_block):
         bottom = min(top + row_block, m)
-        rows = kernel.prepare_rows(X[top:bottom].to(centers.device))
+        rows = blocks.rows(top, bottom)
         width = bottom if symmetric else n
         for left in range(0, width, column_block):
             right = min(left + column_block, width)
-            block = kernel.prepared_block(rows, centers[left:right], out=buffer(rows, right - left))
-            cache[top:bottom, left:right] = block
+            cache[top:bottom, left:right] = blocks.block(rows, left, right)
     if symmetric:
         _mirror_below_bands(cache, row_block)
     return cache
+
+
+class _PreparedBlocks:
+    """Blocks of ``K(X, Z)`` from the kernel's prepared rows and centers, in one reused buffer."""
+
+    def __init__(self, kernel, X, centers):
+        self.kernel, self.X, self.centers, self.buffer = kernel, X, centers, BlockBuffer(kernel)
+
+    def rows(self, top, bottom):
+        return self.kernel.prepare_rows(self.X[top:bottom].to(self.centers.device))
+
+    def block(self, rows, left, right):
+        out = self.buffer(rows, right - left)
+        return self.kernel.prepared_block(rows, self.centers[left:right], out=out)
+
+
+class _GridBlocks:
+    """Blocks of ``K(X, Z)`` from the exact squared distances of rows and centers on a grid."""
+
+    def __init__(self, kernel, row_codes, center_codes, dtype):
+        self.kernel, self.row_codes, self.centers, self.dtype = kernel, row_codes, center_codes, dtype
+        self.distances, self.values = BlockBuffer(kernel), BlockBuffer(kernel)
+
+    def rows(self, top, bottom):
+        return self.row_codes.row_block(top, bottom)
+
+    def block(self, rows, left, right):
+        centers = self.centers
+        shape, device = (rows[0].shape[0], right - left), centers.codes_t.device
+        sq_dists = integer_sq_distances(
+            *rows,
+            centers.codes_t[:, left:right],
+            centers.sq_norms[left:right],
+            self.distances.take(*shape, torch.int32, device),
+        )
+        out = self.values.take(*shape, self.dtype, device)
+        return self.kernel.block_from_sq_distances(sq_dists, centers.step**2, out)
 
 
 def filled_entries(m, n, row_block, symmetric=False):

@@ -23,6 +23,7 @@ __all__ = [
     "batch_limit",
     "column_block_size",
     "exact_gram_row_block",
+    "integer_matmul_speedup",
     "is_out_of_memory",
     "matmul_gflops",
     "parse_memory_budget",
@@ -283,15 +284,40 @@ def matmul_gflops(device, dtype, rows, inner, columns):
     if key not in _MATMUL_RATES:
         left = torch.rand(rows, inner, dtype=dtype, device=device)
         right = torch.rand(inner, columns, dtype=dtype, device=device)
-        best = math.inf
-        for _ in range(4):
-            synchronize(device)
-            tic = time.perf_counter()
-            torch.mm(left, right)
-            synchronize(device)
-            best = min(best, time.perf_counter() - tic)
-        _MATMUL_RATES[key] = 2.0 * rows * inner * columns / max(best, 1e-9) / 1e9
+        seconds = _best_seconds(lambda: torch.mm(left, right), device)
+        _MATMUL_RATES[key] = 2.0 * rows * inner * columns / seconds / 1e9
     return _MATMUL_RATES[key]
+
+
+def integer_matmul_speedup(device, dtype, rows, inner, columns):
+    """How many times faster an int8 product (summed in int32) runs than ``torch.mm`` in ``dtype``.
+
+    At ``(rows x inner) @ (inner x columns)``, measured once per shape and process;
+    0 where the device has no int8 product (``torch._int_mm``).  Processors with 8-bit
+    dot-product instructions run it several times faster, others may not at all.
+    """
+    key = (str(device), "int8", rows, inner, columns)
+    if key not in _MATMUL_RATES:
+        left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
+        right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
+        try:
+            seconds = _best_seconds(lambda: torch._int_mm(left, right), device)
+        except (RuntimeError, NotImplementedError):
+            seconds = math.inf
+        _MATMUL_RATES[key] = 2.0 * rows * inner * columns / seconds / 1e9
+    return _MATMUL_RATES[key] / matmul_gflops(device, dtype, rows, inner, columns)
+
+
+def _best_seconds(run, device, repeats=3):
+    """The shortest of ``repeats`` timed calls of ``run`` after one warm-up."""
+    best = math.inf
+    for _ in range(repeats + 1):
+        synchronize(device)
+        tic = time.perf_counter()
+        run()
+        synchronize(device)
+        best = min(best, time.perf_counter() - tic)
+    return max(best, 1e-9)
 
 
 # Probe records by (device identity, operation key): {"ceiling": largest batch the

@@ -66,12 +66,17 @@ class Kernel(BaseEstimator):
     uses_block_buffer : bool
         ``True`` when :meth:`prepared_block` computes the block in the ``out``
         buffer it is given; blocked loops then allocate one buffer for all blocks.
+    from_distances : bool
+        ``True`` when the kernel implements :meth:`block_from_sq_distances`, so that
+        blocks can be computed from squared distances found another way (exactly,
+        on data on a grid: :mod:`skgpu_kernel.grid`).
     """
 
     translation_invariant = False
     extra_blocks = 1
     unit_bounded = False
     uses_block_buffer = False
+    from_distances = False
 
     def __call__(self, X, Z):
         """Return the block ``K(X, Z)`` of shape (m, n) on ``X``'s device and dtype."""
@@ -117,6 +122,20 @@ class Kernel(BaseEstimator):
             ``out`` itself when the kernel used it.
         """
         return self.block(prepared_rows, prepared_centers)
+
+    def block_from_sq_distances(self, sq_dists, unit, out):
+        """The block of squared distances ``sq_dists * unit``, computed in ``out``.
+
+        Parameters
+        ----------
+        sq_dists : Tensor of shape (m, n)
+            Non-negative squared distances in units of ``unit`` (exact integers on
+            data on a grid).
+        unit : float
+        out : Tensor of shape (m, n)
+            The block's dtype and memory.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not compute blocks from distances.")
 
     def diagonal(self, X):
         """Return ``k(x_i, x_i)`` for every row of ``X`` as a 1-D tensor."""
@@ -168,6 +187,7 @@ class RadialKernel(Kernel):
     extra_blocks = 0
     unit_bounded = True
     uses_block_buffer = True
+    from_distances = True
 
     def __init__(self, bandwidth="auto"):
         self.bandwidth = bandwidth
@@ -200,6 +220,9 @@ class RadialKernel(Kernel):
 
     def prepared_block(self, prepared_rows, prepared_centers, out=None):
         return self._profile_from_scaled(torch.mm(prepared_rows, prepared_centers.T, out=out))
+
+    def block_from_sq_distances(self, sq_dists, unit, out):
+        return self._profile_from_scaled(torch.mul(sq_dists, self._distance_scale() * unit, out=out))
 
     def diagonal(self, X):
         zero = torch.zeros(1, dtype=X.dtype, device=X.device)

@@ -29,7 +29,8 @@ from ..blockwise import (
     measure_batch_capacity,
 )
 from ..buffer import as_row_source
-from ..device import is_out_of_memory, matmul_gflops, synchronize
+from ..device import integer_matmul_speedup, is_out_of_memory, matmul_gflops, synchronize
+from ..grid import encode_on_grid, find_grid, padded_features
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
@@ -39,6 +40,7 @@ from ..planning.kernel import (
     PROJECTION_MAX_ITERATIONS,
     PROJECTION_TOL,
     KernelProblem,
+    fills_from_grid,
     full_kernel_cg_conditioned,
     plan_centers_solver,
     plan_eigenpro2,
@@ -252,6 +254,7 @@ def _run_eigenpro(path):
     )
     preconditioner = spectrum.preconditioner if n_components else None
     result = path.solve(layout, plan, prepared, preconditioner, loop)
+    del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
     return PathOutcome(result, plan, spectrum, throughputs, path.centers_host(), path.device_cache(result.coef))
 
 
@@ -406,7 +409,8 @@ class _EigenPro2Path(_EigenProPath):
         if not plan.cached:
             return plan, (validation, (None, None))
         try:
-            return plan, (validation, self._caches(plan, validation))
+            caches, grid_step = self._caches(plan, validation)
+            return dataclasses.replace(plan, cache_grid_step=grid_step), (validation, caches)
         except (torch.OutOfMemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -452,27 +456,48 @@ class _EigenPro2Path(_EigenProPath):
         self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
     def _caches(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
+        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects, and the grid step they were filled on."""
         tic = time.perf_counter()
         storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        train = cache_kernel_rows(self.kernel, self.X_dev, self.centers_dev, storage, *blocks, symmetric=True)
+        codes, held_out_codes = self._grid_codes(plan, validation)
+        pair = None if codes is None else (codes, codes)
+        X, centers = self.X_dev, self.centers_dev
+        train = cache_kernel_rows(self.kernel, X, centers, storage, *blocks, symmetric=True, codes=pair)
         held_out = None
         if validation is not None:
-            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks)
+            pair = None if held_out_codes is None else (held_out_codes, codes)
+            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks, codes=pair)
         synchronize(self.device)
         if self.runtime.log is not None:
             seconds = time.perf_counter() - tic
             rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
             entries = filled_entries(train.shape[0], train.shape[1], plan.row_block, symmetric=True)
             entries += 0 if held_out is None else held_out.numel()
+            products = "" if codes is None else f" from int8 products on a grid of step {codes.step:.4g}"
             self.runtime.log(
-                f"[{self.settings.parameters.name}] kernel cached: {rows} x {train.shape[1]} in {storage}, "
-                f"{seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
+                f"[{self.settings.parameters.name}] kernel cached{products}: {rows} x {train.shape[1]} in "
+                f"{storage}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
-        return KernelCache(train, self.runtime.dtype), (
-            None if held_out is None else KernelCache(held_out, self.runtime.dtype)
-        )
+        dtype = self.runtime.dtype
+        caches = (KernelCache(train, dtype), None if held_out is None else KernelCache(held_out, dtype))
+        return caches, None if codes is None else codes.step
+
+    def _grid_codes(self, plan, validation):
+        """``(codes of X, codes of X_val or None)`` when the fill takes integer products, else ``(None, None)``."""
+        if not self.kernel.from_distances:
+            return None, None
+        grid = find_grid(self.X_dev)
+        if grid is None:
+            return None, None
+        rows, columns = (min(size, self.problem.n_rows) for size in (plan.row_block, CACHE_FILL_COLUMNS))
+        inner = padded_features(self.X_dev.shape[1])
+        speedup = integer_matmul_speedup(self.device, self.runtime.dtype, rows, inner, columns)
+        if not fills_from_grid(self.kernel, grid, speedup):
+            return None, None
+        codes = encode_on_grid(self.X_dev, grid)
+        held_out = None if validation is None or codes is None else encode_on_grid(validation[0], grid)
+        return codes, held_out
 
 
 class _SubsampleCGPath(_EigenPro2Path):
@@ -535,6 +560,7 @@ class _SubsampleCGPath(_EigenPro2Path):
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self._report_epochs(result, plan, caches[0])
+        caches = None  # as in _run_eigenpro: the cache freed before the centers are copied out
         return PathOutcome(result, plan, None, {}, self.centers_host(), self.device_cache(coef))
 
 

@@ -1,0 +1,199 @@
+"""Data on a common grid: exact squared distances from 8-bit integer products.
+
+Many data sets keep every feature on a grid of one common step: 8-bit images scaled
+by 1/255, counts, one-hot and ordinal codes.  When each feature spans at most 255
+steps, its values are ``origin_j + step * c`` with integers ``c`` in 0..255, which fit
+in int8 once shifted by 128.  A squared distance is then ``step**2`` times the
+integer ``||a||^2 + ||b||^2 - 2 a.b``, computed exactly by an int8 product summed in
+int32, where the float expansion loses digits to cancellation; and processors with
+8-bit dot-product instructions (AVX-512 VNNI, tensor cores) run that product several
+times faster than a float32 one.  On the 2-core AMD EPYC we develop on,
+``torch._int_mm`` at a cache fill's blocks (2048 x 784 by 784 x 512) ran at 710-840
+G multiply-adds x 2 per second against ``torch.mm``'s 160-200 GFLOP/s in float32.
+
+Whether the speed-up exists is measured on the device
+(``skgpu_kernel.device.integer_matmul_speedup``); planning decides.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Grid", "GridCodes", "encode_on_grid", "find_grid", "integer_sq_distances", "padded_features"]
+
+# Codes c - 128 of the values origin + step * c, c in 0..CODE_LEVELS - 1, fill int8.
+CODE_LEVELS = 256
+_CODE_SHIFT = 128
+# Rows of the sample whose sorted values propose the step, and rows checked at once.
+_STEP_SAMPLE_ROWS = 2048
+_CHECK_ROWS = 8192
+# torch._int_mm's shape rules on CUDA: inner size a multiple of 8, outer sizes too
+# and more than 16 rows (the CPU takes any shape).
+_CUDA_MULTIPLE, _CUDA_MIN_ROWS = 8, 17
+
+
+@dataclass(frozen=True)
+class GridCodes:
+    """Rows of data on a grid: ``X = origin + step * (codes + 128)``, exactly.
+
+    Attributes
+    ----------
+    codes_t : Tensor of shape (d', m) and dtype int8
+        The codes, transposed: the int8 product reads its right-hand side fastest
+        contiguous, and a block of rows for the left-hand side is a small copy
+        (:meth:`row_block`).  The features are zero-padded to a multiple of 8, which
+        leaves distances as they are.
+    sq_norms : Tensor of shape (m,) and dtype int32
+        Each row's sum of squared codes.
+    step : float
+    """
+
+    codes_t: torch.Tensor
+    sq_norms: torch.Tensor
+    step: float
+
+    def __len__(self):
+        return self.codes_t.shape[1]
+
+    def row_block(self, start, stop):
+        """``(codes, sq_norms)`` of rows ``start:stop``, the codes as a contiguous (rows, d') tensor."""
+        return self.codes_t[:, start:stop].T.contiguous(), self.sq_norms[start:stop]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A common grid of the features: ``step`` and each feature's ``origin`` (a tensor)."""
+
+    step: float
+    origin: torch.Tensor
+
+
+def find_grid(X):
+    """The grid every feature of ``X`` lies on within rounding, or None.
+
+    The step is proposed by the smallest gap between distinct values of one feature
+    in a sample of rows, and set to the widest feature's span over its number of
+    such gaps; it qualifies when every feature spans at most 255 steps and every value
+    is within rounding (a few units in the last place of the data's magnitude) of
+    its feature's minimum plus a whole number of steps.  Continuous data fails at
+    once (its smallest gap is tiny against its span).
+
+    Parameters
+    ----------
+    X : Tensor of shape (n, d), float
+
+    Returns
+    -------
+    Grid or None
+    """
+    if X.shape[0] == 0 or X.shape[1] == 0 or not _sums_fit_int32(X.shape[1]):
+        return None
+    low, high = X.amin(dim=0), X.amax(dim=0)
+    tolerance = _tolerance(X, low, high)
+    step = _proposed_step(X[:_STEP_SAMPLE_ROWS], tolerance)
+    widest = float((high - low).max())
+    if step is None or round(widest / step) > CODE_LEVELS - 1:
+        return None
+    # The widest feature's span over its number of steps: a gap of two rounded values
+    # is off by their rounding, which 255 steps would multiply.
+    grid = Grid(widest / round(widest / step), low)
+    for start in range(0, X.shape[0], _CHECK_ROWS):
+        if _off_grid(X[start : start + _CHECK_ROWS], grid, tolerance):
+            return None
+    return grid
+
+
+def encode_on_grid(X, grid):
+    """``GridCodes`` of ``X`` on ``grid``, or None when a value lies off it or outside its 256 levels."""
+    tolerance = _tolerance(X, X.amin(dim=0), X.amax(dim=0)) if X.shape[0] else 0.0
+    n_features = X.shape[1]
+    codes_t = torch.zeros(padded_features(n_features), X.shape[0], dtype=torch.int8, device=X.device)
+    sq_norms = torch.empty(X.shape[0], dtype=torch.int32, device=X.device)
+    for start in range(0, X.shape[0], _CHECK_ROWS):
+        rows = X[start : start + _CHECK_ROWS]
+        levels = _levels(rows, grid)
+        if _off_grid(rows, grid, tolerance, levels) or levels.min() < 0 or levels.max() > CODE_LEVELS - 1:
+            return None
+        codes = (levels - _CODE_SHIFT).to(torch.int32)
+        sq_norms[start : start + rows.shape[0]] = (codes * codes).sum(dim=1, dtype=torch.int32)
+        codes_t[:n_features, start : start + rows.shape[0]] = codes.T
+    return GridCodes(codes_t, sq_norms, grid.step)
+
+
+def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out):
+    """Exact squared distances, in grid steps squared, of rows to centers, into ``out``.
+
+    Parameters
+    ----------
+    rows : Tensor of shape (m, d'), int8
+        Codes of the rows (:meth:`GridCodes.row_block`).
+    row_sq_norms : Tensor of shape (m,), int32
+    centers_t : Tensor of shape (d', n), int8
+        The centers' codes, transposed (:attr:`GridCodes.codes_t`).
+    center_sq_norms : Tensor of shape (n,), int32
+    out : Tensor of shape (m, n), int32
+
+    Returns
+    -------
+    Tensor
+        ``out``.
+    """
+    _int8_product(rows, centers_t, out)
+    return out.mul_(-2).add_(row_sq_norms[:, None]).add_(center_sq_norms[None, :])
+
+
+def _int8_product(left, right, out, pad=None):
+    """``left @ right`` summed exactly in int32, into ``out``.
+
+    ``pad`` (by default on CUDA) pads the outer sizes to the shapes CUDA's
+    ``torch._int_mm`` takes, and makes ``right`` contiguous (cuBLAS reads a matrix
+    or its transpose, not a column slice); the inner size is a multiple of 8
+    already (:class:`GridCodes`).
+    """
+    m, n = left.shape[0], right.shape[1]
+    if not (left.device.type == "cuda" if pad is None else pad):
+        return torch._int_mm(left, right, out=out)
+    rows = max(_round_up(m), _round_up(_CUDA_MIN_ROWS))
+    columns = _round_up(n)
+    padded_left = torch.nn.functional.pad(left, (0, 0, 0, rows - m)) if rows > m else left
+    padded_right = torch.nn.functional.pad(right, (0, columns - n)) if columns > n else right.contiguous()
+    out.copy_(torch._int_mm(padded_left, padded_right)[:m, :n])
+    return out
+
+
+def _round_up(size):
+    return -(-size // _CUDA_MULTIPLE) * _CUDA_MULTIPLE
+
+
+def padded_features(n_features):
+    """The codes' width: ``n_features`` rounded up to a multiple of 8."""
+    return _round_up(n_features)
+
+
+def _sums_fit_int32(n_features):
+    """``||a||^2 + ||b||^2 - 2 a.b`` stays below 2**31 for codes in -128..127."""
+    return 4 * n_features * _CODE_SHIFT**2 < 2**31
+
+
+def _tolerance(X, low, high):
+    """How far from the grid rounding may put a value: a few units in the last place of the data's size."""
+    magnitude = max(float(low.abs().max()), float(high.abs().max())) if low.numel() else 0.0
+    return 16.0 * torch.finfo(X.dtype).eps * magnitude
+
+
+def _proposed_step(sample, tolerance):
+    """The smallest gap above ``tolerance`` between sorted values of one feature of ``sample``."""
+    gaps = torch.diff(torch.sort(sample, dim=0).values, dim=0)
+    gaps = gaps[gaps > tolerance]
+    if gaps.numel() == 0:
+        return None
+    return float(gaps.min())
+
+
+def _levels(X, grid):
+    return torch.round((X - grid.origin) / grid.step)
+
+
+def _off_grid(X, grid, tolerance, levels=None):
+    levels = _levels(X, grid) if levels is None else levels
+    return bool(((grid.origin + levels * grid.step - X).abs() > tolerance).any())
