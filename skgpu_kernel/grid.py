@@ -129,7 +129,7 @@ def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out):
         Codes of the rows (:meth:`GridCodes.row_block`).
     row_sq_norms : Tensor of shape (m,), int32
     centers_t : Tensor of shape (d', n), int8
-        The centers' codes, transposed (:attr:`GridCodes.codes_t`).
+        The centers' codes, transposed (``codes_t`` of :class:`GridCodes`).
     center_sq_norms : Tensor of shape (n,), int32
     out : Tensor of shape (m, n), int32
 
