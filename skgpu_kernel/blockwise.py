@@ -310,7 +310,7 @@ class _GridBlocks:
             self.distances.take(*shape, torch.int32, device),
         )
         out = self.values.take(*shape, self.dtype, device)
-        return self.kernel.block_from_sq_distances(sq_dists, centers.step**2, out)
+        return self.kernel.block_from_sq_distances(sq_dists, centers.step * centers.step, out)
 
 
 def filled_entries(m, n, row_block, symmetric=False):

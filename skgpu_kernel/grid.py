@@ -15,6 +15,8 @@ Whether the speed-up exists is measured on the device
 (``skgpu_kernel.device.integer_matmul_speedup``); planning decides.
 """
 
+import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -92,11 +94,13 @@ def find_grid(X):
     tolerance = _tolerance(X, low, high)
     step = _proposed_step(X[:_STEP_SAMPLE_ROWS], tolerance)
     widest = float((high - low).max())
-    if step is None or round(widest / step) > CODE_LEVELS - 1:
+    if step is None or not math.isfinite(widest / step) or round(widest / step) > CODE_LEVELS - 1:
         return None
     # The widest feature's span over its number of steps: a gap of two rounded values
     # is off by their rounding, which 255 steps would multiply.
     grid = Grid(widest / round(widest / step), low)
+    if not _squares_are_normal(grid.step, X.shape[1]):
+        return None
     for start in range(0, X.shape[0], _CHECK_ROWS):
         if _off_grid(X[start : start + _CHECK_ROWS], grid, tolerance):
             return None
@@ -173,6 +177,12 @@ def padded_features(n_features):
 def _sums_fit_int32(n_features):
     """``||a||^2 + ||b||^2 - 2 a.b`` stays below 2**31 for codes in -128..127."""
     return 4 * n_features * _CODE_SHIFT**2 < 2**31
+
+
+def _squares_are_normal(step, n_features):
+    """``step**2`` times any squared distance in codes is a normal float64 (neither 0 nor inf)."""
+    unit = step * step
+    return sys.float_info.min <= unit and unit * 4 * n_features * _CODE_SHIFT**2 <= sys.float_info.max
 
 
 def _tolerance(X, low, high):

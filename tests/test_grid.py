@@ -36,19 +36,27 @@ def test_grid_of_integer_features_is_one():
 
 @pytest.mark.parametrize(
     "case",
-    ["continuous", "over 256 levels", "one value off the grid", "constant"],
+    ["continuous", "over 256 levels", "one value off the grid", "constant", "squares overflow", "squares underflow"],
 )
 def test_data_off_any_grid_has_none(case):
     rng = np.random.RandomState(0)
+    levels = rng.randint(0, 4, (500, 6)).astype(float)
     X = {
         "continuous": rng.normal(size=(500, 6)),
         "over 256 levels": rng.randint(0, 300, (500, 6)).astype(float),
         "one value off the grid": _images(500, 6).astype(float),
         "constant": np.ones((500, 6)),
+        "squares overflow": levels * 1e160,
+        "squares underflow": levels * 1e-160,
     }[case]
     if case == "one value off the grid":
         X[123, 4] += 0.3 / 255
-    assert find_grid(_centred(X)) is None
+    assert find_grid(_centred(X, torch.float64)) is None
+
+
+def test_spans_beyond_floats_have_no_grid():
+    X = torch.tensor([[1e308, 0.0], [-1e308, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    assert find_grid(X) is None
 
 
 def test_codes_reproduce_the_data_and_their_norms():
