@@ -327,8 +327,8 @@ def _our_notes(model, n_train):
     notes += f", early_stopping_ {model.early_stopping_}"
     if model.kernel_cached_:
         notes += f", kernel cached in {model.kernel_cache_dtype_}"
-        if getattr(model, "kernel_cache_grid_step_", None) is not None:
-            notes += f" from int8 products (grid step {model.kernel_cache_grid_step_:.3g})"
+        if getattr(model, "kernel_grid_step_", None) is not None:
+            notes += f" from int8 products (grid step {model.kernel_grid_step_:.3g})"
     return notes
 
 

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
+def kernel_matmul(kernel, X, centers, V, column_block, leading=0, codes=None):
     """Compute ``K(X, Z) @ V`` summing over blocks of ``column_block`` columns.
 
     Parameters
@@ -53,6 +53,9 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
         When positive, the first block is exactly ``centers[:leading]`` and its kernel
         block ``K(X, Z[:leading])`` is returned as well, for callers that need it
         (the EigenPro correction on the Nystrom subsample).
+    codes : tuple of two :class:`~skgpu_kernel.grid.GridCodes` or None
+        ``X`` and ``Z`` on a common grid: blocks from their exact squared distances,
+        as in :func:`cache_kernel_rows`.
 
     Returns
     -------
@@ -62,15 +65,15 @@ def kernel_matmul(kernel, X, centers, V, column_block, leading=0):
     n = centers.shape[0]
     out = torch.zeros(X.shape[0], V.shape[1], dtype=X.dtype, device=X.device)
     starts = [0, *list(range(leading, n, column_block))] if leading > 0 else list(range(0, n, column_block))
-    rows, buffer = kernel.prepare_rows(X), BlockBuffer(kernel)
+    blocks = _PreparedBlocks(kernel, X, centers) if codes is None else _GridBlocks(kernel, *codes, X.dtype)
+    rows = blocks.rows(0, X.shape[0])
     leading_block = None
     for start, stop in zip(starts, [*starts[1:], n], strict=False):
         if stop <= start:
             continue
         # The leading block is returned to the caller: it gets memory of its own.
         keeps_block = leading > 0 and start == 0
-        into = None if keeps_block else buffer(rows, stop - start)
-        block = kernel.prepared_block(rows, centers[start:stop], out=into)
+        block = blocks.block(rows, start, stop, fresh=keeps_block)
         out.addmm_(block, V[start:stop])
         if keeps_block:
             leading_block = block
@@ -285,8 +288,9 @@ class _PreparedBlocks:
     def rows(self, top, bottom):
         return self.kernel.prepare_rows(self.X[top:bottom].to(self.centers.device))
 
-    def block(self, rows, left, right):
-        out = self.buffer(rows, right - left)
+    def block(self, rows, left, right, fresh=False):
+        """The block of columns ``left:right``; ``fresh``: in new memory, not the reused buffer."""
+        out = None if fresh else self.buffer(rows, right - left)
         return self.kernel.prepared_block(rows, self.centers[left:right], out=out)
 
 
@@ -300,7 +304,7 @@ class _GridBlocks:
     def rows(self, top, bottom):
         return self.row_codes.row_block(top, bottom)
 
-    def block(self, rows, left, right):
+    def block(self, rows, left, right, fresh=False):
         centers = self.centers
         shape, device = (rows[0].shape[0], right - left), centers.codes_t.device
         sq_dists = integer_sq_distances(
@@ -309,7 +313,10 @@ class _GridBlocks:
             centers.sq_norms[left:right],
             self.distances.take(*shape, torch.int32, device),
         )
-        out = self.values.take(*shape, self.dtype, device)
+        if fresh:
+            out = torch.empty(shape, dtype=self.dtype, device=device)
+        else:
+            out = self.values.take(*shape, self.dtype, device)
         return self.kernel.block_from_sq_distances(sq_dists, centers.step * centers.step, out)
 
 
@@ -331,14 +338,14 @@ def _mirror_below_bands(cache, row_block):
                 cache[left:right, top:bottom] = cache[top:bottom, left:right].T
 
 
-def kernel_matmul_rows(kernel, X, centers, V, row_block, column_block):
+def kernel_matmul_rows(kernel, X, centers, V, row_block, column_block, codes=None):
     """:func:`kernel_matmul` for a device tensor ``X`` of any length, ``row_block`` rows at a time."""
-    return torch.cat(
-        [
-            kernel_matmul(kernel, X[start : start + row_block], centers, V, column_block)
-            for start in range(0, X.shape[0], row_block)
-        ]
-    )
+    pieces = []
+    for start in range(0, X.shape[0], row_block):
+        rows = slice(start, start + row_block)
+        pair = None if codes is None else (codes[0].take(rows), codes[1])
+        pieces.append(kernel_matmul(kernel, X[rows], centers, V, column_block, codes=pair))
+    return torch.cat(pieces)
 
 
 def kernel_predict(kernel, X, centers, coef, budget, offset=None):

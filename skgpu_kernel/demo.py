@@ -68,8 +68,8 @@ def _print_eigenpro_decisions(model):
     """EigenPro 2's decisions: the kernel cache, the batch capacity and critical batch, the step."""
     if model.kernel_cached_:
         print(f"kernel cache       K(X, X) in {model.kernel_cache_dtype_}, read every epoch")
-        if model.kernel_cache_grid_step_ is not None:
-            step = model.kernel_cache_grid_step_
+        if model.kernel_grid_step_ is not None:
+            step = model.kernel_grid_step_
             print(f"                   filled from exact int8 products (pixels on a grid of step {step:.4g})")
         print(f"batch capacity m_G {model.batch_capacity_} (the memory limit: steps read their kernel rows)")
     else:

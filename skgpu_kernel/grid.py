@@ -61,6 +61,14 @@ class GridCodes:
         """``(codes, sq_norms)`` of rows ``start:stop``, the codes as a contiguous (rows, d') tensor."""
         return self.codes_t[:, start:stop].T.contiguous(), self.sq_norms[start:stop]
 
+    def take(self, rows):
+        """The ``GridCodes`` of ``rows`` (a slice, or a tensor of indices gathered once)."""
+        if isinstance(rows, slice):
+            return GridCodes(self.codes_t[:, rows], self.sq_norms[rows], self.step)
+        # Gathered into (rows, d') order: the transposed view's row blocks are then free.
+        codes = self.codes_t.index_select(1, rows).T.contiguous()
+        return GridCodes(codes.T, self.sq_norms.index_select(0, rows), self.step)
+
 
 @dataclass(frozen=True)
 class Grid:

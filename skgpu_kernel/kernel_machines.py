@@ -296,13 +296,13 @@ def _eigenpro_decisions(plan, spectrum):
     if plan is None or spectrum is None:
         names = ("subsample_size_", "top_eigenvalues_", "n_components_", "batch_capacity_")
         decisions = dict.fromkeys((*names, "critical_batch_size_", "projection_"))
-        decisions.update(kernel_cached_=False, kernel_cache_dtype_=None, kernel_cache_grid_step_=None)
+        decisions.update(kernel_cached_=False, kernel_cache_dtype_=None, kernel_grid_step_=None)
         if plan is not None:
             decisions.update(
                 subsample_size_=plan.subsample_size,
                 kernel_cached_=plan.cached,
                 kernel_cache_dtype_=_CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-                kernel_cache_grid_step_=plan.cache_grid_step,
+                kernel_grid_step_=plan.grid_step,
             )
         return {**decisions, "streamed_": False, "n_temporary_centers_": 0}
     n_components = spectrum.preconditioner.n_components
@@ -315,7 +315,7 @@ def _eigenpro_decisions(plan, spectrum):
         "projection_": plan.projection,
         "kernel_cached_": plan.cached,
         "kernel_cache_dtype_": _CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-        "kernel_cache_grid_step_": plan.cache_grid_step,
+        "kernel_grid_step_": plan.grid_step,
         "streamed_": plan.streamed,
         "n_temporary_centers_": plan.n_temporary,
     }
@@ -673,11 +673,11 @@ _COMMON_ATTRIBUTES = """
         computed once and reused, see ``cache_kernel``.
     kernel_cache_dtype_ : {"float64", "float32", "float16"} or None
         How the cached kernel was stored (None when not cached).
-    kernel_cache_grid_step_ : float or None
-        When EigenPro 2's cache was filled from exact squared distances because
-        every feature lies on a common grid of at most 256 levels (8-bit images,
-        counts, codes), that grid's step; None otherwise (see
-        :mod:`skgpu_kernel.grid`).
+    kernel_grid_step_ : float or None
+        When EigenPro 2's kernel blocks (the cache fill, or each step's blocks when
+        the kernel is not cached) came from exact squared distances because every
+        feature lies on a common grid of at most 256 levels (8-bit images, counts,
+        codes), that grid's step; None otherwise (see :mod:`skgpu_kernel.grid`).
     streamed_ : bool
         Whether the memory-mapped ``X`` was streamed in buffers (EigenPro 3 only).
     n_temporary_centers_ : int

@@ -7,7 +7,7 @@ from sklearn.datasets import load_digits
 
 import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.blockwise import cache_kernel_rows
+from skgpu_kernel.blockwise import cache_kernel_rows, kernel_matmul
 from skgpu_kernel.device import integer_matmul_speedup
 from skgpu_kernel.grid import _int8_product, encode_on_grid, find_grid, integer_sq_distances
 from skgpu_kernel.kernels import Cauchy, Gaussian, Laplacian, Matern
@@ -128,6 +128,22 @@ def test_cache_from_grid_codes_equals_the_float64_kernel(kernel, symmetric):
     assert torch.equal(torch.diagonal(cache[:, : len(rows)]), torch.ones(len(rows)))
 
 
+@pytest.mark.parametrize("leading", [0, 40])
+def test_kernel_products_from_grid_codes_equal_the_float64_ones(leading):
+    X = _centred(_images(500, 30))
+    codes = encode_on_grid(X, find_grid(X))
+    batch = torch.tensor([3, 499, 17, 250, 0, 77])
+    V = torch.randn(500, 3, generator=torch.Generator().manual_seed(0))
+    kernel = Gaussian(0.9)
+    pair = (codes.take(batch), codes)
+    products = kernel_matmul(kernel, X[batch], kernel.prepare_centers(X), V, 64, leading=leading, codes=pair)
+    reference = kernel(X[batch].double(), X.double())
+    out = products[0] if leading else products
+    assert torch.allclose(out.double(), reference @ V.double(), rtol=0, atol=1e-5)
+    if leading:
+        assert torch.allclose(products[1].double(), reference[:, :leading], rtol=0, atol=1e-6)
+
+
 def test_integer_products_are_measured_against_torch_mm():
     speedup = integer_matmul_speedup(torch.device("cpu"), torch.float32, 256, 64, 256)
     assert np.isfinite(speedup) and speedup > 0
@@ -146,15 +162,22 @@ def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):
     return estimator.fit(X, y)
 
 
+@pytest.mark.parametrize("cache_kernel", ["auto", False])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fit_on_a_grid_equals_the_float_fill(monkeypatch, dtype):
-    """Same data, same decisions: only the cache's rounding differs, and the grid's is smaller."""
+def test_fit_on_a_grid_equals_the_float_fill(monkeypatch, dtype, cache_kernel):
+    """Same data, same decisions: only the kernel's rounding differs, and the grid's is smaller.
+
+    Cached, the fill takes the integer path; not cached, every step's blocks and the
+    validation scores do.
+    """
     X, y = load_digits(return_X_y=True)
     X, y = X[:1400] / 16.0, y[:1400]
     params = {"bandwidth": 2.0, "dtype": dtype, "batch_size": 96, "random_state": 0, "solver": "eigenpro"}
+    params["cache_kernel"] = cache_kernel
     grid = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelClassifier(**params), X, y)
     floats = _fit_with_speedup(monkeypatch, 0.0, AdaptiveKernelClassifier(**params), X, y)
-    assert grid.kernel_cache_grid_step_ == pytest.approx(1 / 16) and floats.kernel_cache_grid_step_ is None
+    assert grid.kernel_grid_step_ == pytest.approx(1 / 16) and floats.kernel_grid_step_ is None
+    assert grid.kernel_cached_ == floats.kernel_cached_ == (cache_kernel == "auto")
     assert grid.n_epochs_ == floats.n_epochs_
     scale = np.abs(floats.dual_coef_).max()
     # In float32 the two caches round differently (by about 1e-7) and the steps carry it
@@ -169,4 +192,4 @@ def test_continuous_data_fills_with_float_products(monkeypatch):
     y = np.sin(X).sum(1)
     params = {"bandwidth": 1.0, "alpha": 0.0, "random_state": 0, "solver": "eigenpro", "n_epochs": 2}
     model = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelRegressor(**params), X, y)
-    assert model.kernel_cached_ and model.kernel_cache_grid_step_ is None
+    assert model.kernel_cached_ and model.kernel_grid_step_ is None

@@ -351,15 +351,15 @@ def temporary_centers_for(problem, projection, centers_cached):
 CACHE_FILL_ROWS = 2048
 CACHE_FILL_COLUMNS = 2048
 
-# Data on a grid fills the cache from int8 products when these run this many times
-# faster than float ones at the fill's blocks: the integer path spends three more
+# Data on a grid takes int8 products for EigenPro 2's kernel blocks when these run
+# this many times faster than float ones at those blocks: the integer path spends three more
 # element-wise passes per block (on the 2-core CPU the products ran 4x faster, and a
 # 20000-row Fashion-MNIST fill took 0.8-0.9 s against 2.4-2.7 s).
 INTEGER_FILL_MIN_SPEEDUP = 2.0
 
 
 def fills_from_grid(kernel, grid, speedup):
-    """Whether EigenPro 2's cache is filled from the exact squared distances of data on a grid.
+    """Whether EigenPro 2's kernel blocks come from the exact squared distances of data on a grid.
 
     Parameters
     ----------
@@ -367,7 +367,7 @@ def fills_from_grid(kernel, grid, speedup):
     grid : skgpu_kernel.grid.Grid or None
         The grid of the training rows (:func:`skgpu_kernel.grid.find_grid`).
     speedup : float
-        ``skgpu_kernel.device.integer_matmul_speedup`` at the fill's blocks.
+        ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks the fit evaluates most.
     """
     return grid is not None and kernel.from_distances and speedup >= INTEGER_FILL_MIN_SPEEDUP
 
@@ -660,9 +660,10 @@ class KernelFitPlan:
     buffer_rows : int
     cache_itemsize : int
         Bytes per entry of the kernel cache (0 when not cached).
-    cache_grid_step : float or None
-        The step of the grid the training data lies on when the cache was filled
-        from their exact squared distances (:func:`fills_from_grid`), else None.
+    grid_step : float or None
+        The step of the grid the training data lies on when EigenPro 2's kernel
+        blocks (the cache fill, or each step's blocks when not cached) came from
+        their exact squared distances (:func:`fills_from_grid`), else None.
     memory : MemoryAccount
     """
 
@@ -681,7 +682,7 @@ class KernelFitPlan:
     row_block: int = 0
     buffer_rows: int = 0
     cache_itemsize: int = 0
-    cache_grid_step: float | None = None
+    grid_step: float | None = None
 
     def describe(self):
         """One line for ``verbose``."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..blockwise import KernelCache, kernel_matmul
+from ..grid import GridCodes
 from ..planning.stopping import NEVER, StoppingPlan
 from .epochs import EpochGuard, Stopping, halved_batch
 
@@ -116,6 +117,9 @@ class KernelTrainingData:
         ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
     cache : KernelCache or None
         ``K(X, X)`` computed once: steps read their rows instead of evaluating them.
+    codes : GridCodes or None
+        ``X`` on a grid (:mod:`skgpu_kernel.grid`): uncached steps evaluate their
+        blocks from exact integer distances.
     """
 
     X: torch.Tensor
@@ -124,6 +128,7 @@ class KernelTrainingData:
     weights: torch.Tensor | None = None
     alpha: float = 0.0
     cache: KernelCache | None = None
+    codes: GridCodes | None = None
 
 
 def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
@@ -233,7 +238,9 @@ def _step(kernel, data, coef, batch, active, leading, preconditioner, column_blo
     if data.cache is not None:
         products = data.cache.matmul(batch, coef[:active], leading=leading)
     else:
-        products = kernel_matmul(kernel, data.X[batch], data.centers[:active], coef[:active], column_block, leading)
+        codes = None if data.codes is None else (data.codes.take(batch), data.codes.take(slice(active)))
+        centers = data.centers[:active]
+        products = kernel_matmul(kernel, data.X[batch], centers, coef[:active], column_block, leading, codes)
     predictions, subsample_block = products if leading else (products, None)
     penalty = 0.0
     if data.alpha:

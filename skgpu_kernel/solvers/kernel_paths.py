@@ -349,9 +349,14 @@ class _EigenPro2Path(_EigenProPath):
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
         n_validation = 0 if data.validation is None else data.validation[0].shape[0]
-        self.problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
+        problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
         self.X_dev = self.to_device(data.X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
+        self.grid = find_grid(self.X_dev) if self.kernel.from_distances else None
+        # Blocks from a grid's integer distances pass through an int32 block of their size.
+        extra = 0 if self.grid is None else 1
+        self.problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + extra)
+        self.codes = (None, None)  # the grid codes of X and X_val, once prepare has decided
 
     def where(self):
         return f"device={self.device}"
@@ -382,12 +387,14 @@ class _EigenPro2Path(_EigenProPath):
         data = self.data
         Y_dev = self.to_device(data.Y[data.order], center=False)
         weights = self.weights_tensor(data.weights[data.order])
-        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0])
+        codes = self.codes[0] if caches[0] is None else None
+        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0], codes)
         if validation is not None:
             X_val, Y_val = validation
 
             def score(coef):
-                return self.settings.validation_score(self._kernel_products(caches[1], X_val, coef, plan), Y_val)
+                products = self._kernel_products(caches[1], X_val, coef, plan, self.codes[1])
+                return self.settings.validation_score(products, Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         fresh = data.coef_init is None
@@ -406,11 +413,13 @@ class _EigenPro2Path(_EigenProPath):
         out and ``(validation tensors, (train cache, validation cache))``.
         """
         validation = self.validation_tensors()
+        self.codes = self._grid_codes(plan, validation)
+        if self.codes[0] is not None:
+            plan = dataclasses.replace(plan, grid_step=self.codes[0].step)
         if not plan.cached:
             return plan, (validation, (None, None))
         try:
-            caches, grid_step = self._caches(plan, validation)
-            return dataclasses.replace(plan, cache_grid_step=grid_step), (validation, caches)
+            return plan, (validation, self._caches(plan, validation))
         except (torch.OutOfMemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -423,12 +432,16 @@ class _EigenPro2Path(_EigenProPath):
             )
             return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, (None, None))
 
-    def _kernel_products(self, cache, X, V, plan):
-        """``K(X, centers[:k]) V`` for ``V`` of ``k`` rows: read from ``cache`` (``K(X, centers)``) or evaluated."""
+    def _kernel_products(self, cache, X, V, plan, codes=None):
+        """``K(X, centers[:k]) V`` for ``V`` of ``k`` rows: read from ``cache`` (``K(X, centers)``) or evaluated.
+
+        ``codes``: the grid codes of ``X``, when blocks are evaluated from integer distances.
+        """
         if cache is not None:
             return cache.matmul(slice(None), V)
-        centers = self.centers_dev[: V.shape[0]]
-        return kernel_matmul_rows(self.kernel, X, centers, V, plan.batch_size, plan.column_block)
+        k = V.shape[0]
+        pair = None if codes is None else (codes, self.codes[0].take(slice(k)))
+        return kernel_matmul_rows(self.kernel, X, self.centers_dev[:k], V, plan.batch_size, plan.column_block, pair)
 
     def _product_rate(self, entries, seconds, block_shape):
         """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
@@ -456,11 +469,11 @@ class _EigenPro2Path(_EigenProPath):
         self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
     def _caches(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects, and the grid step they were filled on."""
+        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
         tic = time.perf_counter()
         storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        codes, held_out_codes = self._grid_codes(plan, validation)
+        codes, held_out_codes = self.codes
         pair = None if codes is None else (codes, codes)
         X, centers = self.X_dev, self.centers_dev
         train = cache_kernel_rows(self.kernel, X, centers, storage, *blocks, symmetric=True, codes=pair)
@@ -480,17 +493,19 @@ class _EigenPro2Path(_EigenProPath):
                 f"{storage}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
         dtype = self.runtime.dtype
-        caches = (KernelCache(train, dtype), None if held_out is None else KernelCache(held_out, dtype))
-        return caches, None if codes is None else codes.step
+        return KernelCache(train, dtype), None if held_out is None else KernelCache(held_out, dtype)
 
     def _grid_codes(self, plan, validation):
-        """``(codes of X, codes of X_val or None)`` when the fill takes integer products, else ``(None, None)``."""
-        if not self.kernel.from_distances:
-            return None, None
-        grid = find_grid(self.X_dev)
+        """``(codes of X, codes of X_val or None)`` when kernel blocks take integer products, else ``(None, None)``.
+
+        The products are timed at the blocks the fit evaluates most: the cache fill's,
+        or a step's when the kernel is not cached.
+        """
+        grid = self.grid
         if grid is None:
             return None, None
-        rows, columns = (min(size, self.problem.n_rows) for size in (plan.row_block, CACHE_FILL_COLUMNS))
+        block = (plan.row_block, CACHE_FILL_COLUMNS) if plan.cached else (plan.batch_size, plan.column_block)
+        rows, columns = (min(size, self.problem.n_rows) for size in block)
         inner = padded_features(self.X_dev.shape[1])
         speedup = integer_matmul_speedup(self.device, self.runtime.dtype, rows, inner, columns)
         if not fills_from_grid(self.kernel, grid, speedup):
@@ -532,7 +547,7 @@ class _SubsampleCGPath(_EigenPro2Path):
         plan, (validation, caches) = self.prepare(plan)
 
         def products(V):  # K(X, X[:k]) V for V of k rows
-            return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan)
+            return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan, self.codes[0])
 
         Y = self.to_device(data.Y[data.order], center=False)
         tic = time.perf_counter()
@@ -556,7 +571,7 @@ class _SubsampleCGPath(_EigenPro2Path):
         _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
 
         def predict(X_val):
-            return self._kernel_products(caches[1], X_val, coef, plan)
+            return self._kernel_products(caches[1], X_val, coef, plan, self.codes[1])
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self._report_epochs(result, plan, caches[0])
