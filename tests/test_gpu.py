@@ -90,6 +90,35 @@ def test_penalised_cg_on_every_point_on_cuda_equals_the_cpu_fit(monkeypatch, cac
     np.testing.assert_allclose(cuda.predict(X_test), reference, rtol=0, atol=1e-5 * np.abs(reference).max())
 
 
+@pytest.mark.parametrize("cache_kernel", [True, False])
+def test_grid_fit_on_cuda_equals_the_float_fit_on_the_cpu(monkeypatch, cache_kernel):
+    """Exact int8 distances on CUDA (``torch._int_mm`` through cuBLAS, ragged blocks padded).
+
+    30 features (padded to 32) and 3000 rows leave blocks of shapes cuBLAS does not take.
+    """
+    import skgpu_kernel.solvers.kernel_paths as kernel_paths
+
+    rng = np.random.RandomState(0)
+    X = rng.randint(0, 256, (3000, 30)) / 255.0
+    y = np.sin(X @ rng.randn(30)) + 0.1 * rng.randn(3000)
+    X_test = rng.randint(0, 256, (400, 30)) / 255.0
+    common = dict(solver="eigenpro", batch_size=250, n_epochs=2, early_stopping=False, dtype="float64")
+    common.update(cache_kernel=cache_kernel, bandwidth=1.5, random_state=0)
+    monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args: 100.0)
+    cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)
+    monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args: 0.0)
+    cpu = AdaptiveKernelRegressor(device="cpu", **common).fit(X, y)
+    assert cuda.kernel_grid_step_ == pytest.approx(1 / 255) and cpu.kernel_grid_step_ is None
+    _assert_close_predictions(cuda, cpu, X_test)
+
+
+def test_int8_products_are_timed_on_cuda():
+    from skgpu_kernel.device import integer_matmul_speedup
+
+    speedup = integer_matmul_speedup(torch.device("cuda"), torch.float32, 2048, 784, 2048)
+    assert np.isfinite(speedup) and speedup > 0
+
+
 def test_capacity_and_memory_budget_are_measured_on_cuda(tmp_path, monkeypatch):
     monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", str(tmp_path))  # measure here, not from a stored probe
     X, y, _ = _problem(n=20000, d=20)

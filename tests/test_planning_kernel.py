@@ -397,3 +397,14 @@ def test_auto_centers_table(case, n_rows, budget, sizes, expected, reason):
         assert not plan_centers_solver(
             dataclasses.replace(problem, n_centers=expected + 1), budget, "auto"
         ).stores_kernel
+
+
+def test_training_memory_plan_counts_the_grid_codes_and_their_int32_block():
+    """Rows on a grid keep int8 codes (features padded to 8) and one int32 block per kernel block."""
+    n, d, n_outputs, s, itemsize, n_validation = 10_000, 50, 3, 500, 4, 1_000
+    plain = KernelProblem(n, d, n_outputs, itemsize, n_validation=n_validation)
+    grid = KernelProblem(n, d, n_outputs, itemsize, extra_blocks=1, n_validation=n_validation, grid_codes=True)
+    plans = [TrainingMemoryPlan(problem, 64 * 2**20, CPU, s) for problem in (plain, grid)]
+    assert plans[1].fixed_bytes - plans[0].fixed_bytes == (n + n_validation) * 56
+    assert plans[1].entry_bytes == 2 * plans[0].entry_bytes
+    assert "grid codes" in dict(plans[1].items)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .._warnings import warn_user
 from ..blockwise import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
+from ..grid import padded_features
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 
@@ -145,6 +146,9 @@ class KernelProblem:
         with the training rows').
     unit_bounded_kernel : bool
         The kernel's values lie in [-1, 1] (``Kernel.unit_bounded``).
+    grid_codes : bool
+        The rows lie on a grid and are also kept as int8 codes (EigenPro 2:
+        :mod:`skgpu_kernel.grid`), one byte per feature padded to a multiple of 8.
     """
 
     n_rows: int
@@ -158,6 +162,7 @@ class KernelProblem:
     streamed: bool = False
     n_validation: int = 0
     unit_bounded_kernel: bool = False
+    grid_codes: bool = False
 
     @property
     def entry_bytes(self):
@@ -221,6 +226,9 @@ class TrainingMemoryPlan:
             ("coefficients", itemsize * problem.n_rows * copies_of_outputs * n_outputs),
             ("eigensystem", itemsize * subsample_size**2),
         )
+        if problem.grid_codes:
+            codes = (problem.n_rows + problem.n_validation) * padded_features(problem.n_features)
+            self.items = (*self.items, ("grid codes", codes))
         self.fixed_bytes = sum(count for _, count in self.items)
         self.row_bytes = itemsize * (2 * (problem.n_features + 2) + 4 * n_outputs) + subsample_size * self.entry_bytes
 

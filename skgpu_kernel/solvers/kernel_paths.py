@@ -353,9 +353,10 @@ class _EigenPro2Path(_EigenProPath):
         self.X_dev = self.to_device(data.X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
         self.grid = find_grid(self.X_dev) if self.kernel.from_distances else None
-        # Blocks from a grid's integer distances pass through an int32 block of their size.
-        extra = 0 if self.grid is None else 1
-        self.problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + extra)
+        if self.grid is not None:
+            # Blocks from a grid's integer distances pass through an int32 block of their size.
+            problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + 1, grid_codes=True)
+        self.problem = problem
         self.codes = (None, None)  # the grid codes of X and X_val, once prepare has decided
 
     def where(self):
