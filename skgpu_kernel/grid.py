@@ -59,7 +59,8 @@ class GridCodes:
 
     def row_block(self, start, stop):
         """``(codes, sq_norms)`` of rows ``start:stop``, the codes as a contiguous (rows, d') tensor."""
-        return self.codes_t[:, start:stop].T.contiguous(), self.sq_norms[start:stop]
+        rows = self.take(slice(start, stop))
+        return rows.codes_t.T.contiguous(), rows.sq_norms
 
     def take(self, rows):
         """The ``GridCodes`` of ``rows`` (a slice, or a tensor of indices gathered once)."""
@@ -115,16 +116,22 @@ def find_grid(X):
     return grid
 
 
-def encode_on_grid(X, grid):
-    """``GridCodes`` of ``X`` on ``grid``, or None when a value lies off it or outside its 256 levels."""
-    tolerance = _tolerance(X, X.amin(dim=0), X.amax(dim=0)) if X.shape[0] else 0.0
+def encode_on_grid(X, grid, checked=False):
+    """``GridCodes`` of ``X`` on ``grid``, or None when a value lies off it or outside its 256 levels.
+
+    ``checked``: ``X`` is the data :func:`find_grid` found ``grid`` on, whose values it
+    has already checked, so they are not checked a second time.
+    """
+    tolerance = _tolerance(X, X.amin(dim=0), X.amax(dim=0)) if X.shape[0] and not checked else 0.0
     n_features = X.shape[1]
     codes_t = torch.zeros(padded_features(n_features), X.shape[0], dtype=torch.int8, device=X.device)
     sq_norms = torch.empty(X.shape[0], dtype=torch.int32, device=X.device)
     for start in range(0, X.shape[0], _CHECK_ROWS):
         rows = X[start : start + _CHECK_ROWS]
         levels = _levels(rows, grid)
-        if _off_grid(rows, grid, tolerance, levels) or levels.min() < 0 or levels.max() > CODE_LEVELS - 1:
+        if not checked and (
+            _off_grid(rows, grid, tolerance, levels) or levels.min() < 0 or levels.max() > CODE_LEVELS - 1
+        ):
             return None
         codes = (levels - _CODE_SHIFT).to(torch.int32)
         sq_norms[start : start + rows.shape[0]] = (codes * codes).sum(dim=1, dtype=torch.int32)
@@ -182,15 +189,20 @@ def padded_features(n_features):
     return _round_up(n_features)
 
 
+def _largest_sum(n_features):
+    """A bound on ``||a||^2 + ||b||^2 - 2 a.b`` (and each term) for codes in -128..127."""
+    return 4 * n_features * _CODE_SHIFT**2
+
+
 def _sums_fit_int32(n_features):
-    """``||a||^2 + ||b||^2 - 2 a.b`` stays below 2**31 for codes in -128..127."""
-    return 4 * n_features * _CODE_SHIFT**2 < 2**31
+    """The squared distances and their terms stay below 2**31."""
+    return _largest_sum(n_features) < 2**31
 
 
 def _squares_are_normal(step, n_features):
     """``step**2`` times any squared distance in codes is a normal float64 (neither 0 nor inf)."""
     unit = step * step
-    return sys.float_info.min <= unit and unit * 4 * n_features * _CODE_SHIFT**2 <= sys.float_info.max
+    return sys.float_info.min <= unit and unit * _largest_sum(n_features) <= sys.float_info.max
 
 
 def _tolerance(X, low, high):

@@ -476,12 +476,12 @@ class _EigenPro2Path(_EigenProPath):
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
         codes, held_out_codes = self.codes
         pair = None if codes is None else (codes, codes)
-        X, centers = self.X_dev, self.centers_dev
-        train = cache_kernel_rows(self.kernel, X, centers, storage, *blocks, symmetric=True, codes=pair)
+        kernel, centers = self.kernel, self.centers_dev
+        train = cache_kernel_rows(kernel, self.X_dev, centers, storage, *blocks, symmetric=True, codes=pair)
         held_out = None
         if validation is not None:
             pair = None if held_out_codes is None else (held_out_codes, codes)
-            held_out = cache_kernel_rows(self.kernel, validation[0], self.centers_dev, storage, *blocks, codes=pair)
+            held_out = cache_kernel_rows(kernel, validation[0], centers, storage, *blocks, codes=pair)
         synchronize(self.device)
         if self.runtime.log is not None:
             seconds = time.perf_counter() - tic
@@ -511,8 +511,8 @@ class _EigenPro2Path(_EigenProPath):
         speedup = integer_matmul_speedup(self.device, self.runtime.dtype, rows, inner, columns)
         if not fills_from_grid(self.kernel, grid, speedup):
             return None, None
-        codes = encode_on_grid(self.X_dev, grid)
-        held_out = None if validation is None or codes is None else encode_on_grid(validation[0], grid)
+        codes = encode_on_grid(self.X_dev, grid, checked=True)  # find_grid checked X_dev's values
+        held_out = None if validation is None else encode_on_grid(validation[0], grid)
         return codes, held_out
 
 
