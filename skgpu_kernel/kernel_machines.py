@@ -376,11 +376,11 @@ default="gaussian"
     kernel_params : dict, default=None
         Further arguments of a named kernel, e.g. ``{"nu": 2.5}`` for Matern.
     alpha : float >= 0, "auto" or "loo", default="auto"
-        Ridge penalty: the fit minimises ``sum_i w_i (f(x_i) - y_i)^2 + alpha
-        ||f||^2`` (the penalty on the sum of squared errors, as in
-        :class:`sklearn.kernel_ridge.KernelRidge`, so that with every training point a
-        center the converged model is ``KernelRidge(alpha=alpha)``'s; with ``n_centers``
-        it is the penalised least squares on the centers).  ``0`` keeps EigenPro's
+        Ridge penalty of the one model every solver converges to:
+        ``f(x) = sum_j a_j k(z_j, x) + b`` minimising ``sum_i w_i (f(x_i) - y_i)^2 +
+        alpha a^T K(Z, Z) a`` with the intercept ``b`` unpenalised (the penalty on the
+        sum of squared errors, as in :class:`sklearn.kernel_ridge.KernelRidge`, whose
+        model is this one without ``b``).  ``0`` keeps EigenPro's
         interpolating solution, regularised by early stopping instead.  The penalty
         shifts the preconditioner's spectrum (``alpha / n`` on the eigenvalues of
         ``K / n``), so step sizes stay analytic.  ``"loo"`` chooses it as
@@ -408,14 +408,15 @@ default="gaussian"
         whatever its weight.  The value used is
         ``alpha_``.
     fit_intercept : bool, default=True
-        Centre the targets (regression targets, or the classifier's ``+-1`` / one-hot
-        codes) by their weighted mean before training and add it back at prediction:
-        ``intercept_``.  Adding a constant to ``y`` then shifts the predictions by that
-        constant and changes nothing else.  Where CG solves a penalised model with a
-        center at every point (and no held-out split), the intercept is instead
-        fitted with the model, unpenalised, as the leave-one-out criterion scores it
-        (a column of ones is solved with the targets; ``1^T M y / 1^T M 1`` with
-        ``M = (K + alpha W^-1)^-1``): with a narrow kernel the mean is a poor
+        Fit the unpenalised intercept ``b`` of the model (``intercept_``).  Adding a
+        constant to ``y`` then shifts the predictions by that constant and changes
+        nothing else.  With a penalty (``alpha_ > 0``) and no held-out split, ``b``
+        is fitted with the kernel part by every solver, as the leave-one-out
+        criterion scores it: the targets are solved for together with a column of
+        ones, and ``b`` makes the weighted residuals sum to zero.  Without a penalty
+        (an interpolating or early-stopped fit, where ``b`` is not determined), or
+        where held-out rows score every epoch, ``b`` is the targets' (the
+        classifier's codes') weighted mean.  With a narrow kernel the mean is a poor
         intercept far from the data (Ionosphere: test error 0.28 with the mean,
         0.070 fitted).
     n_epochs : int, default=100
@@ -612,8 +613,9 @@ _COMMON_ATTRIBUTES = """
         Epochs run by the last call to ``fit`` (fewer than ``n_epochs`` when it
         stopped on convergence).
     intercept_ : float or ndarray of shape (n_outputs,)
-        The targets' weighted mean added to the kernel model's output (zero without
-        ``fit_intercept``); an array for the classifier and for 2-D targets.  In
+        The unpenalised intercept added to the kernel model's output (see
+        ``fit_intercept``; zero without it); an array for the classifier and for
+        2-D targets.  In
         ``X``'s precision, as ``dual_coef_`` (see ``dtype``).
     alpha_ : float
         The ridge penalty used (``alpha`` resolved).  Where float rounding stops
@@ -791,7 +793,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         ``"balanced"``, which weighs class ``c`` by ``n / (n_classes * n_c)`` with
         ``n_c`` its number of training samples (their total ``sample_weight`` when
         given), so that every class carries the same weight in the square loss.
-        The weights also enter the intercept (the weighted mean of the codes).
+        The weights also enter the intercept.
         With ``alpha="auto"`` they get a penalty chosen by the weighted
         leave-one-out misclassification rate, whatever the features' coverage:
         without one the model fits every training label and the weights change

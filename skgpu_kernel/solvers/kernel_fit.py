@@ -29,7 +29,7 @@ import torch
 from sklearn.base import clone
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier
+from ..blockwise import DeviceCopier, kernel_predict
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel, searches_bandwidth
 from ..planning.kernel import (
@@ -243,7 +243,7 @@ def fit_kernel_model(data, runtime, parameters):
         coef_init = _continued_center_coef(data.continuation, centers)
     else:
         centers, shares, coef_init = None, None, _continued_coef(data.continuation, X, order)
-    joint = _fits_joint_intercept(data, policy, parameters, validation)
+    joint = _fits_joint_intercept(parameters.fit_intercept, policy.alpha, validation)
     targets = np.hstack([Y - intercept, np.ones((Y.shape[0], 1))]) if joint else Y - intercept
     if joint and coef_init is not None:  # the ones column starts from zero
         coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)
@@ -253,7 +253,8 @@ def fit_kernel_model(data, runtime, parameters):
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
     outcome = run_path(policy.solver, host, runtime, settings)
     if joint:
-        outcome, shift = _with_joint_intercept(outcome)
+        residuals = None if not data.uses_centers else _JointResiduals(X, host.Y, weights, kernel, runtime.budget)
+        outcome, shift = _with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
     return KernelFitResult(
         loop=outcome.result,
@@ -365,31 +366,65 @@ def _search_penalties(policy, data):
     return PENALTY_GRID
 
 
-def _fits_joint_intercept(data, policy, parameters, validation):
-    """Whether the intercept is fitted with the kernel part (CG on every point, penalised, no held-out split).
+def _fits_joint_intercept(fit_intercept, alpha, validation):
+    """Whether the intercept is fitted with the kernel part: penalised (``alpha > 0``), no held-out split.
 
-    The leave-one-out criterion scores ridge with an unpenalised intercept (centred
-    features, as ``RidgeCV(fit_intercept=True)``); the weighted mean of the targets is
-    that intercept only where the kernel part averages to zero over the rows, which
-    a narrow kernel's does not: on Ionosphere (280 rows) the mean intercept gave
-    test error 0.28 where ridge on the same kernel's features with its own
-    intercept gave 0.056.
+    The package's one model is ``f(x) = sum_j a_j k(z_j, x) + b`` minimising
+    ``sum_i w_i (y_i - f(x_i))^2 + alpha a^T K(Z, Z) a`` with ``b`` unpenalised,
+    whatever the solver.  Every solver solves for the coefficients of given
+    targets, so the fit solves for the centred targets and a column of ones
+    together and combines them (:func:`_with_joint_intercept`).  Without a penalty
+    (an interpolating or early-stopped fit, where ``b`` is not determined), and
+    where held-out rows score every epoch, ``b`` is the weighted mean of the
+    targets.  The joint intercept was measured to matter: the leave-one-out
+    criterion scores ridge with an unpenalised intercept (centred features, as
+    ``RidgeCV(fit_intercept=True)``); the weighted mean of the targets is that
+    intercept only where the kernel part averages to zero over the rows, which a
+    narrow kernel's does not: on Ionosphere (280 rows) the mean intercept gave test
+    error 0.28 where ridge on the same kernel's features with its own intercept gave
+    0.056.
     """
-    every_point = not data.uses_centers and policy.solver == "cg"
-    return every_point and parameters.fit_intercept and validation is None and policy.alpha > 0
+    return fit_intercept and validation is None and alpha > 0
 
 
-def _with_joint_intercept(outcome):
+@dataclass(frozen=True)
+class _JointResiduals:
+    """What the joint intercept of a model on centers reads: the training rows, targets (ones last), weights."""
+
+    X: object
+    targets: np.ndarray
+    weights: np.ndarray
+    kernel: object
+    budget: int
+
+    def sums(self, device_cache):
+        """``(sum_i w_i r_i for each target column, the same for the ones column)`` of the fitted columns."""
+        _, centers, coef, offset = device_cache
+        fitted = kernel_predict(self.kernel, self.X, centers, coef, self.budget, offset)
+        weighted = self.weights[:, None] * (self.targets - fitted.astype(np.float64))
+        sums = weighted.sum(axis=0)
+        return sums[:-1], sums[-1]
+
+
+def _with_joint_intercept(outcome, residuals=None):
     """The outcome of a solve with a column of ones appended, as a model with an unpenalised intercept.
 
-    With ``M = (K + alpha W^-1)^-1`` the coefficients ``a = M (y - b 1)`` and the
-    intercept's normal equation ``1^T W (y - K a - b 1) = 0`` give, since
-    ``W (I - K M) = alpha M``, ``b = 1^T M y / 1^T M 1``: the sums of the two
-    solved columns.  Returns the outcome with ``a`` and ``b`` (one per output).
+    The solver returns ``a_t`` for the targets and ``a_1`` for the ones; the model
+    ``a = a_t - b a_1`` fits the targets less ``b``, and the intercept's normal
+    equation ``1^T W (y - K a - b 1) = 0`` gives ``b = s_t / s_1``, the weighted
+    residual sums ``s = 1^T W (t - K a_t)`` of the two solved columns.  With a center
+    at every training point (``residuals`` None) these need no product:
+    ``W (t - K a_t) = alpha a_t``, so ``b`` is the ratio of the coefficients' sums.
+    On centers they take one pass of ``K(X, Z)`` over the training rows.  Returns the
+    outcome with ``a`` and ``b`` (one per output).
     """
     coef = outcome.result.coef
     for_targets, for_ones = coef[:, :-1], coef[:, -1:]
-    shift = for_targets.sum(dim=0) / for_ones.sum()
+    if residuals is None:
+        shift = for_targets.sum(dim=0) / for_ones.sum()
+    else:
+        for_targets_sums, for_ones_sum = residuals.sums(outcome.device_cache)
+        shift = torch.as_tensor(for_targets_sums / for_ones_sum, dtype=coef.dtype, device=coef.device)
     combined = for_targets - for_ones * shift
     device, centers, cached, offset = outcome.device_cache
     cache_coef = combined.to(device=cached.device, dtype=cached.dtype)
