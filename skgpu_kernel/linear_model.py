@@ -28,9 +28,17 @@ from ._validation import check_representable, check_sample_weight, class_weighte
 from .blockwise import linear_predict
 from .buffer import as_row_source, is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
+from .parallel.runner import worker_runner
 from .parallel.strategies import ParallelStrategy
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
-from .solvers.bmgd_fit import BMGDContinuation, BMGDInput, BMGDRuntime, BMGDSettings, fit_bmgd_model
+from .solvers.bmgd_fit import (
+    BMGDContinuation,
+    BMGDInput,
+    BMGDRuntime,
+    BMGDSettings,
+    InProcessRunner,
+    fit_bmgd_model,
+)
 
 __all__ = ["BufferedSGDClassifier", "BufferedSGDRegressor"]
 
@@ -225,13 +233,10 @@ class _BaseBufferedSGD(BaseEstimator):
         )
 
     def _resolve_runtime(self, continuation):
-        """Device facts, parallel workers and the seed of this call."""
+        """Device facts, where the fit trains (this process or a copy of ``parallel``'s workers) and the seed."""
         device = resolve_device(self.device)
-        strategy = worker_devices = None
         budget = resolve_memory_budget(self.memory_budget, device)
-        if self.parallel is not None:
-            strategy = clone(self.parallel)
-            worker_devices = strategy.resolve_devices(device)
+        runner = InProcessRunner() if self.parallel is None else worker_runner(clone(self.parallel), device)
         if continuation is not None:
             seed = continuation.seed
         else:
@@ -242,8 +247,7 @@ class _BaseBufferedSGD(BaseEstimator):
             budget=budget,
             seed=seed,
             prefetch=self.prefetch,
-            strategy=strategy,
-            worker_devices=worker_devices,
+            runner=runner,
             log=print if self.verbose else None,
         )
 
@@ -290,13 +294,9 @@ class _BaseBufferedSGD(BaseEstimator):
         self.learning_rate_ = result.learning_rate
         self.io_wait_fraction_ = result.io_wait_seconds / max(result.seconds, 1e-12)
         self.history_ = [*self.history_, *result.history] if continuing else result.history
-        self.parallel_ = runtime.strategy
-        if fit.parallel is not None:
-            self.n_workers_ = fit.parallel.n_workers
-            self.communication_bytes_ = fit.parallel.communication_bytes
-            if fit.parallel.merge_weights is not None:
-                self.merge_weights_ = fit.parallel.merge_weights
-                self.worker_batch_sizes_ = fit.parallel.worker_batch_sizes
+        # parallel_, and the workers' figures of a parallel fit.
+        for name, value in fit.runner_facts.items():
+            setattr(self, name, value)
         if targets.classes is not None:
             self.classes_ = targets.classes
         self._single_target = targets.single

@@ -3,8 +3,9 @@
 A walk from an estimator's ``fit`` must not climb back into the shell module to make
 the next decision: the shells import nothing from ``planning`` and, from
 ``solvers``, only their family's pipeline; no function of a shell module takes the
-estimator; the layers import downwards only; and a warning raised deep in a fit
-names the user's line.
+estimator; the layers import downwards only (the solvers nothing from
+``parallel``) and no two parts of the package import each other; and a warning
+raised deep in a fit names the user's line.
 """
 
 import ast
@@ -20,7 +21,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
 SHELLS = {"kernel_machines.py": "solvers.kernel_fit", "linear_model.py": "solvers.bmgd_fit"}
 # What a shell may import from the package besides its family's pipeline: input
 # checks, prediction blocks, opening sources, resolving the runtime, names of
-# kernels, scaling rules and strategies (parameter types), the process group.
+# kernels, scaling rules and strategies (parameter types), the process group, and
+# the runner of a strategy's workers: the pipeline imports nothing from
+# ``parallel``, so the shell resolves where a fit trains (as it resolves the
+# device) and hands the runner down.
 SHELL_IMPORTS = {
     "_validation",
     "blockwise",
@@ -28,6 +32,7 @@ SHELL_IMPORTS = {
     "device",
     "kernels",
     "scaling",
+    "parallel.runner",
     "parallel.strategies",
     "process_group",
 }
@@ -41,14 +46,58 @@ def _internal_imports(path):
     package = list(path.relative_to(PACKAGE).parts[:-1])
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {
+                alias.name.removeprefix("skgpu_kernel.")
+                for alias in node.names
+                if alias.name.startswith("skgpu_kernel.")
+            }
         if not isinstance(node, ast.ImportFrom):
             continue
         if node.level:
             base = package[: len(package) - (node.level - 1)]
-            names.add(".".join([*base, *(node.module.split(".") if node.module else [])]))
+            if node.module is None:  # ``from . import module``: the modules are the names
+                names |= {".".join([*base, alias.name]) for alias in node.names}
+            else:
+                names.add(".".join([*base, *node.module.split(".")]))
         elif node.module and node.module.startswith("skgpu_kernel."):
             names.add(node.module.removeprefix("skgpu_kernel."))
     return names
+
+
+def _part(module):
+    """The part of the package a module belongs to: its top-level subpackage, or the top-level module itself."""
+    return module.split(".")[0]
+
+
+def _import_graph():
+    """``{part: parts it imports}`` over the package's parts (top-level subpackages and modules)."""
+    graph = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        part = _part(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        graph.setdefault(part, set()).update(_part(name) for name in _internal_imports(path) if _part(name) != part)
+    return graph
+
+
+def _import_cycle(graph):
+    """One cycle of ``graph`` as a list of parts (the first repeated at the end), or None."""
+    finished, path = set(), []
+
+    def visit(part):
+        if part in path:
+            return [*path[path.index(part) :], part]
+        if part in finished:
+            return None
+        path.append(part)
+        for imported in sorted(graph.get(part, ())):
+            cycle = visit(imported)
+            if cycle:
+                return cycle
+        path.pop()
+        finished.add(part)
+        return None
+
+    return next(filter(None, map(visit, sorted(graph))), None)
 
 
 @pytest.mark.parametrize("shell", sorted(SHELLS))
@@ -93,12 +142,37 @@ def test_layers_import_downwards():
     assert not upward, upward
 
 
+def test_solvers_import_nothing_from_parallel():
+    # The BMGD pipeline receives its runner (this process, or a strategy's workers)
+    # from the shell: the loops and pipelines never reach up into ``parallel``.
+    upward = [
+        f"{path.relative_to(PACKAGE)} -> {name}"
+        for path in sorted((PACKAGE / "solvers").rglob("*.py"))
+        for name in _internal_imports(path)
+        if _part(name) == "parallel"
+    ]
+    assert not upward, upward
+
+
+def test_no_parts_of_the_package_import_each_other():
+    cycle = _import_cycle(_import_graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_import_cycles_are_found():
+    # The check above must be able to fail: a pair, a longer loop, and none.
+    assert _import_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+    assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _import_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
 def test_imports_are_read_as_written():
-    # The helper above must see what it checks: the kernel shell's pipeline and the
-    # BMGD pipeline's parallel launcher.
+    # The helper above must see what it checks: the kernel shell's pipeline, the
+    # workers' launcher and every form of import.
     assert "solvers.kernel_fit" in _internal_imports(PACKAGE / "kernel_machines.py")
-    assert "parallel.launch" in _internal_imports(PACKAGE / "solvers" / "bmgd_fit.py")
+    assert "parallel.launch" in _internal_imports(PACKAGE / "parallel" / "runner.py")
     assert "planning.stopping" in _internal_imports(PACKAGE / "solvers" / "sgd.py")
+    assert {"solvers", "parallel", "buffer"} <= _import_graph()["linear_model"]
 
 
 def _warning_sites(fit):

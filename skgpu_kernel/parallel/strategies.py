@@ -3,7 +3,10 @@
 A strategy says how several workers train one linear model; the loops live in
 :mod:`skgpu_kernel.parallel.worker` and the processes in
 :mod:`skgpu_kernel.parallel.launch`.  Like the scaling rules, strategies hold
-parameters only (``clone`` and ``GridSearchCV`` reach ``parallel__sync_every``).
+parameters only (``clone`` and ``GridSearchCV`` reach ``parallel__sync_every``);
+each names its steps in a worker (:meth:`ParallelStrategy.worker_steps`) and the
+fitted facts it adds to the model (:meth:`ParallelStrategy.fitted_facts`), so that
+no other code asks which strategy it holds.
 """
 
 import os
@@ -11,10 +14,12 @@ import time
 from numbers import Integral, Real
 from typing import ClassVar
 
+import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..device import resolve_device
+from .worker import AdaptiveSteps, DataParallelSteps, ParleSteps
 
 __all__ = ["AdaptiveSGD", "DataParallel", "ParallelStrategy", "Parle", "SlowWorker"]
 
@@ -49,6 +54,8 @@ class ParallelStrategy(BaseEstimator):
     """Base class: worker placement and validation shared by the strategies."""
 
     _parameter_constraints: ClassVar[dict] = dict(_COMMON_CONSTRAINTS)
+    # What a worker runs for this strategy (:mod:`skgpu_kernel.parallel.worker`), set by each.
+    _steps_class: ClassVar[type]
 
     def resolve_devices(self, default_device):
         """The device of each worker, validated before any process starts.
@@ -79,8 +86,44 @@ class ParallelStrategy(BaseEstimator):
         # Workers sharing a GPU are allowed: they then talk over gloo, as NCCL needs one GPU each.
         return devices
 
+    def worker_steps(self, context, job, coef, intercept, data):
+        """This strategy's steps in one worker, driven by :func:`~skgpu_kernel.parallel.worker.train_worker`.
+
+        Parameters
+        ----------
+        context : WorkerContext
+            The worker's rank, world size, device and store.
+        job : TrainingJob
+        coef : Tensor of shape (n_features, n_outputs)
+        intercept : Tensor of shape (n_outputs,)
+            The worker's model, trained in place.
+        data : tuple (sources, dtypes)
+            The opened row sources and the dtypes they are read in.
+
+        Returns
+        -------
+        DataParallelSteps, ParleSteps or AdaptiveSteps
+        """
+        return self._steps_class(context, job, coef, intercept, data)
+
+    def fitted_facts(self, history):
+        """Fitted attributes this strategy adds to the model, by name, from the workers' history.
+
+        Parameters
+        ----------
+        history : list of dict
+            The records of the fit.
+
+        Returns
+        -------
+        dict
+            Empty: the figures every strategy reports are the runner's.
+        """
+        return {}
+
 
 class DataParallel(ParallelStrategy):
+    _steps_class = DataParallelSteps
     __doc__ = (
         """Synchronous data parallelism: the gradients of all workers are averaged every step.
 
@@ -110,6 +153,7 @@ class DataParallel(ParallelStrategy):
 
 
 class Parle(ParallelStrategy):
+    _steps_class = ParleSteps
     __doc__ = (
         """Parle: replicas coupled elastically that communicate every ``sync_every`` steps.
 
@@ -204,6 +248,7 @@ class Parle(ParallelStrategy):
 
 
 class AdaptiveSGD(ParallelStrategy):
+    _steps_class = AdaptiveSteps
     __doc__ = (
         """Adaptive SGD for heterogeneous workers: dynamic batches, speed-scaled batch sizes, weighted merges.
 
@@ -281,6 +326,25 @@ class AdaptiveSGD(ParallelStrategy):
     def samples_between_merges(self, batch_size, n_workers):
         """``merge_every`` resolved."""
         return 16 * batch_size * n_workers if self.merge_every == "auto" else self.merge_every
+
+    def fitted_facts(self, history):
+        """The merge records: one row per merge, one column per worker.
+
+        Parameters
+        ----------
+        history : list of dict
+            The records of the fit, one per merge.
+
+        Returns
+        -------
+        dict
+            ``merge_weights_`` (each worker's share of the samples since the previous
+            merge) and ``worker_batch_sizes_`` (the batch each worker took).
+        """
+        return {
+            "merge_weights_": np.array([record["merge_weights"] for record in history]),
+            "worker_batch_sizes_": np.array([record["worker_batch_sizes"] for record in history]),
+        }
 
 
 class SlowWorker:

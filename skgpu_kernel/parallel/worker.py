@@ -1,20 +1,23 @@
 """What each worker process runs: the strategies' loops on tensors.
 
 The BMGD pipeline resolves everything once (batch size, spectrum, scaling rule,
-buffer size, stopping plan) and sends a :class:`TrainingJob`; :func:`train_worker`
-opens the data sources again in the worker (memmaps and ``.npy`` files are
-re-opened, arrays arrive as shared-memory tensors), trains and returns a
-:class:`WorkerOutcome`, whose model is the same on every rank.
+buffer size, stopping plan) and its runner (:mod:`skgpu_kernel.parallel.runner`)
+sends a :class:`TrainingJob`; :func:`train_worker` opens the data sources again in
+the worker (memmaps and ``.npy`` files are re-opened, arrays arrive as
+shared-memory tensors), trains and returns a :class:`WorkerOutcome`, whose model
+is the same on every rank.
 
 Every strategy runs on one epoch driver (``_drive``): a run is a sequence of
 periods (passes over the rank's shard for DataParallel and Parle, the samples
 between two merges for AdaptiveSGD), and the driver owns the step count, the
 periods' losses, the history records, the stopping rule and the typed result.  A
 strategy provides its periods' batches, its step (one update with its
-communication) and how a period closes (its record).  A worker out of device
-memory keeps its batch and its step and sums the gradients of smaller row pieces
-(:class:`~skgpu_kernel.solvers.sgd.GradientPieces`), since it cannot take smaller
-steps alone.  No input validation here.
+communication) and how a period closes (its record), in the steps it names
+(``strategy.worker_steps``: :class:`DataParallelSteps`, :class:`ParleSteps`,
+:class:`AdaptiveSteps`), so that the driver never asks which strategy it runs.  A
+worker out of device memory keeps its batch and its step and sums the gradients of
+smaller row pieces (:class:`~skgpu_kernel.solvers.sgd.GradientPieces`), since it
+cannot take smaller steps alone.  No input validation here.
 """
 
 import contextlib
@@ -35,9 +38,17 @@ from ..solvers.sgd import (
     check_finite_loss,
     penalised_loss,
 )
-from .strategies import AdaptiveSGD, DataParallel, Parle
 
-__all__ = ["TrainingJob", "WorkerOutcome", "open_source", "source_spec", "train_worker"]
+__all__ = [
+    "AdaptiveSteps",
+    "DataParallelSteps",
+    "ParleSteps",
+    "TrainingJob",
+    "WorkerOutcome",
+    "open_source",
+    "source_spec",
+    "train_worker",
+]
 
 
 @dataclass
@@ -151,8 +162,7 @@ def train_worker(context, job):
         coef = torch.as_tensor(job.coef).to(device)
         intercept = torch.as_tensor(job.intercept).to(device)
         dtypes = [getattr(torch, name) for name in job.dtypes]
-        strategy = {DataParallel: _DataParallelSteps, Parle: _ParleSteps, AdaptiveSGD: _AdaptiveSteps}
-        steps = strategy[type(job.strategy)](context, job, coef, intercept, (sources, dtypes))
+        steps = job.strategy.worker_steps(context, job, coef, intercept, (sources, dtypes))
         result, traffic = _drive(context, job, steps), steps.traffic
         return WorkerOutcome(result, coef.cpu().numpy(), intercept.cpu().numpy(), traffic.bytes)
     finally:
@@ -306,7 +316,7 @@ class _PassSteps:
         return None
 
 
-class _DataParallelSteps(_PassSteps):
+class DataParallelSteps(_PassSteps):
     """Every step: local gradients on ``ceil(m / workers)`` rows, one all-reduce, the same step everywhere."""
 
     def __init__(self, context, job, coef, intercept, data):
@@ -336,7 +346,7 @@ class _DataParallelSteps(_PassSteps):
         return stopping.should_stop(record)
 
 
-class _ParleSteps(_PassSteps):
+class ParleSteps(_PassSteps):
     """Parle's inner loop, elastic synchronisation every ``sync_every`` steps; ``coef`` ends as ``xbar``."""
 
     def __init__(self, context, job, coef, intercept, data):
@@ -409,7 +419,7 @@ class _ParleSteps(_PassSteps):
         self.intercept.copy_(self.reference[1])
 
 
-class _AdaptiveSteps:
+class AdaptiveSteps:
     """Dynamic batches from a shared cursor, weighted merges, batch sizes following worker speed.
 
     A period is the samples between two merges.  A claim is a range of positions in

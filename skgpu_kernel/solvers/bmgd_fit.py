@@ -2,8 +2,8 @@
 
 The estimator shell validates the input (or opens an out-of-core source), encodes
 the targets and hands over :class:`BMGDInput`, the resolved :class:`BMGDRuntime`
-(device, dtype, budget, seed, parallel workers), its :class:`BMGDSettings` and,
-for ``warm_start`` and ``partial_fit``, a :class:`BMGDContinuation`.
+(device, dtype, budget, seed, the runner), its :class:`BMGDSettings` and, for
+``warm_start`` and ``partial_fit``, a :class:`BMGDContinuation`.
 :func:`fit_bmgd_model` then
 
 1. splits off the validation rows and opens the row sources;
@@ -11,10 +11,20 @@ for ``warm_start`` and ``partial_fit``, a :class:`BMGDContinuation`.
    Hessian, the device's throughput) and plans buffers and batch
    (:mod:`skgpu_kernel.planning.sgd`), or keeps the plan of an earlier
    ``partial_fit`` call;
-3. runs BMGD in this process (:func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd`)
-   or on the strategy's workers (:mod:`skgpu_kernel.parallel`);
+3. hands the planned :class:`BMGDTraining` to the runner;
 
 and returns one :class:`BMGDFit`.  No scikit-learn and no input validation here.
+
+The shell hands in the runner: :class:`InProcessRunner` trains in this process
+(:func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd`), a parallel strategy's
+:class:`~skgpu_kernel.parallel.runner.WorkerRunner` on its workers.  The pipeline
+never asks which runner it holds (and imports nothing from
+:mod:`skgpu_kernel.parallel`); a runner has
+
+* ``check_settings(settings)``: raises for settings it cannot run;
+* ``description``: what the ``verbose`` line says about it (None: nothing);
+* ``train(training)``: the :class:`~skgpu_kernel.solvers.sgd.SGDOutcome` of a
+  :class:`BMGDTraining`.
 """
 
 from collections.abc import Callable
@@ -26,9 +36,6 @@ import torch
 from .._warnings import warn_user
 from ..blockwise import linear_scores
 from ..buffer import as_row_source, map_ranges
-from ..parallel.launch import run_distributed, share_for_workers
-from ..parallel.strategies import AdaptiveSGD
-from ..parallel.worker import TrainingJob, source_spec, train_worker
 from ..passes import PassLayout, open_passes, read_rows
 from ..planning.sgd import (
     SGDProblem,
@@ -42,9 +49,18 @@ from ..planning.sgd import (
 from ..planning.stopping import plan_stopping
 from ..scaling import warn_if_warmup_fills_run
 from .losses import make_loss
-from .sgd import SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
+from .sgd import SGDOutcome, SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
 
-__all__ = ["BMGDContinuation", "BMGDFit", "BMGDInput", "BMGDRuntime", "BMGDSettings", "ParallelFacts", "fit_bmgd_model"]
+__all__ = [
+    "BMGDContinuation",
+    "BMGDFit",
+    "BMGDInput",
+    "BMGDRuntime",
+    "BMGDSettings",
+    "BMGDTraining",
+    "InProcessRunner",
+    "fit_bmgd_model",
+]
 
 
 @dataclass(frozen=True)
@@ -77,15 +93,18 @@ class BMGDInput:
 
 @dataclass(frozen=True)
 class BMGDRuntime:
-    """Resolved facts of the run: device, precision, memory, seed, parallel workers, progress output."""
+    """Resolved facts of the run: device, precision, memory, seed, where it trains, progress output.
+
+    ``runner`` is :class:`InProcessRunner`, or the runner of a parallel strategy's
+    workers (see the module's description of a runner).
+    """
 
     device: torch.device
     dtype: torch.dtype
     budget: int
     seed: int
     prefetch: bool
-    strategy: object = None
-    worker_devices: list | None = None
+    runner: object
     log: Callable | None = None
 
 
@@ -130,16 +149,6 @@ class BMGDContinuation:
 
 
 @dataclass(frozen=True)
-class ParallelFacts:
-    """What only parallel fits report; the merge records are AdaptiveSGD's (one row per merge)."""
-
-    n_workers: int
-    communication_bytes: int
-    merge_weights: np.ndarray | None = None
-    worker_batch_sizes: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
 class BMGDFit:
     """What a BMGD fit decided and produced, for the shell to store.
 
@@ -153,7 +162,9 @@ class BMGDFit:
         Passes over the data since the first call (chunk orders continue from here).
     n_steps_total : int
         Updates since the first call (the schedule continues from here).
-    parallel : ParallelFacts or None
+    runner_facts : dict
+        Fitted attributes only the runner reports, by name
+        (:attr:`~skgpu_kernel.solvers.sgd.SGDOutcome.facts`).
     """
 
     result: SGDResult
@@ -162,7 +173,96 @@ class BMGDFit:
     plan: object
     passes_done: int
     n_steps_total: int
-    parallel: ParallelFacts | None = None
+    runner_facts: dict
+
+
+@dataclass(frozen=True)
+class BMGDTraining:
+    """What a runner trains: the planned run on the opened rows, from its starting point.
+
+    Attributes
+    ----------
+    layout : PassLayout
+        The row sources, their dtypes, the training segments, prefetching.
+    validation_ranges : list of (int, int) or None
+        Rows held out for early stopping.
+    plan : BMGDPlan
+    run : SGDRun
+    coef : Tensor of shape (d, l)
+    intercept : Tensor of shape (l,)
+        Starting coefficients on the device.
+    generator : torch.Generator
+        Seeds the shuffles within buffers.
+    seed : int
+        Seeds the chunk orders of every pass.
+    passes_done : int
+        Passes of earlier calls (the chunk orders continue from there).
+    validation_score : callable
+        ``validation_score(scores, targets) -> float``, larger is better.
+    log : callable or None
+        Receives progress lines.
+    """
+
+    layout: PassLayout
+    validation_ranges: list | None
+    plan: object
+    run: SGDRun
+    coef: torch.Tensor
+    intercept: torch.Tensor
+    generator: torch.Generator
+    seed: int
+    passes_done: int
+    validation_score: Callable
+    log: Callable | None
+
+
+class InProcessRunner:
+    """The runner of a fit in this process, on resident or streamed passes.
+
+    It runs :func:`~skgpu_kernel.solvers.sgd.fit_buffered_sgd` and scores the
+    held-out rows when early stopping asks for them.  A fit without ``parallel=``
+    hands it to :func:`fit_bmgd_model`; the strategies' workers have their own
+    runner (:class:`~skgpu_kernel.parallel.runner.WorkerRunner`).
+    """
+
+    description = None
+
+    def check_settings(self, settings):
+        """Accept every setting: one process runs them all.
+
+        Parameters
+        ----------
+        settings : BMGDSettings
+        """
+
+    def train(self, training):
+        """Train ``training.coef`` and ``training.intercept`` in place.
+
+        Parameters
+        ----------
+        training : BMGDTraining
+
+        Returns
+        -------
+        SGDOutcome
+            Its facts say that no parallel strategy ran (``parallel_`` is None).
+        """
+        run = training.run
+        schedule = (training.seed, training.passes_done, run.n_epochs, run.shuffle)
+        opened = open_passes(training.layout, training.plan, schedule)
+        try:
+            validation = None
+            if training.validation_ranges is not None:
+                X_val, T_val = read_rows(training.layout, training.validation_ranges, n_sources=2)
+
+                def validation(coef, intercept):
+                    return training.validation_score(linear_scores(X_val, coef, intercept), T_val)
+
+            coef, intercept = training.coef, training.intercept
+            result = fit_buffered_sgd(coef, intercept, opened.open, run, training.generator, validation, training.log)
+        finally:
+            opened.close()
+        return SGDOutcome(result, coef, intercept, {"parallel_": None})
 
 
 @dataclass(frozen=True)
@@ -176,7 +276,7 @@ class _Rows:
 
 
 def fit_bmgd_model(data, runtime, settings, continuation=None):
-    """Plan and run a BMGD fit (one process, or the workers of ``runtime.strategy``).
+    """Plan a BMGD fit and train it with ``runtime.runner`` (this process, or a strategy's workers).
 
     Parameters
     ----------
@@ -203,23 +303,30 @@ def fit_bmgd_model(data, runtime, settings, continuation=None):
     coef, intercept = _starting_coefficients(rows.problem, runtime, continuation)
     if runtime.log is not None:
         runtime.log(f"[{settings.name}] {_describe(runtime, plan, run)}")
-    parallel = None
-    if runtime.strategy is not None:
-        job = _job(rows, runtime, plan, run, (coef, intercept, passes_done))
-        result, coef, intercept, parallel = _run_parallel(job, runtime)
-    else:
-        schedule = (runtime.seed, passes_done, run.n_epochs, run.shuffle)
-        result = _run_single(rows, (plan, schedule), run, (coef, intercept, generator), settings, runtime.log)
-    return BMGDFit(result, coef, intercept, plan, passes_done + result.n_epochs, start_step + result.n_steps, parallel)
+    training = BMGDTraining(
+        layout=rows.layout,
+        validation_ranges=rows.validation_ranges,
+        plan=plan,
+        run=run,
+        coef=coef,
+        intercept=intercept,
+        generator=generator,
+        seed=runtime.seed,
+        passes_done=passes_done,
+        validation_score=settings.validation_score,
+        log=runtime.log,
+    )
+    outcome = runtime.runner.train(training)
+    result = outcome.result
+    n_steps_total = start_step + result.n_steps
+    return BMGDFit(
+        result, outcome.coef, outcome.intercept, plan, passes_done + result.n_epochs, n_steps_total, outcome.facts
+    )
 
 
 def _check_request(data, runtime, settings, continuation):
-    """Combinations that cannot run: early stopping across workers, a warm start of another shape."""
-    if runtime.strategy is not None and settings.early_stopping:
-        raise ValueError(
-            "early_stopping needs one validation split seen by one process; it is not available with "
-            "parallel=. Set early_stopping=False (tol does not apply to parallel fits either)."
-        )
+    """Combinations that cannot run: settings the runner cannot run, a warm start of another shape."""
+    runtime.runner.check_settings(settings)
     if continuation is None:
         return
     needed = (data.n_outputs, data.source.shape[1])
@@ -315,68 +422,6 @@ def _starting_coefficients(problem, runtime, continuation):
 def _describe(runtime, plan, run):
     """The decisions line ``verbose`` prints before training."""
     where = f"device={runtime.device}, dtype={str(runtime.dtype).removeprefix('torch.')}"
-    if runtime.strategy is not None:
-        devices = [str(device) for device in runtime.worker_devices]
-        where += f", {type(runtime.strategy).__name__} on {devices}"
+    if runtime.runner.description:
+        where += f", {runtime.runner.description}"
     return f"{where}, {plan.describe()}, first learning rate {run.learning_rate(run.start_step, run.batch_size):.4g}"
-
-
-def _run_single(rows, passes, run, state, settings, log):
-    """BMGD in this process on resident or streamed passes, scored on the validation rows when held out."""
-    plan, schedule = passes
-    coef, intercept, generator = state
-    opened = open_passes(rows.layout, plan, schedule)
-    try:
-        validation = None
-        if rows.validation_ranges is not None:
-            X_val, T_val = read_rows(rows.layout, rows.validation_ranges, n_sources=2)
-
-            def validation(coef, intercept):
-                return settings.validation_score(linear_scores(X_val, coef, intercept), T_val)
-
-        result = fit_buffered_sgd(coef, intercept, opened.open, run, generator, validation, log)
-    finally:
-        opened.close()
-    return result
-
-
-def _job(rows, runtime, plan, run, start):
-    """What every worker receives: the run, the sources as specs, the starting point and the strategy."""
-    coef, intercept, passes_done = start
-    layout = rows.layout
-    return TrainingJob(
-        run=run,
-        sources=[source_spec(source.data, share_for_workers) for source in layout.sources],
-        dtypes=[str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
-        coef=coef.cpu().numpy(),
-        intercept=intercept.cpu().numpy(),
-        buffer_size=plan.buffer_size,
-        prefetch=layout.prefetch,
-        seed=runtime.seed,
-        first_pass=passes_done,
-        segments=layout.segments,
-        strategy=runtime.strategy,
-    )
-
-
-def _run_parallel(job, runtime):
-    """Train on the strategy's worker processes (or as this rank of a torchrun group)."""
-    devices = [str(device) for device in runtime.worker_devices]
-    outcome = run_distributed(train_worker, job, devices, timeout=runtime.strategy.timeout)[0]
-    distributed = torch.distributed.is_initialized()
-    n_workers = torch.distributed.get_world_size() if distributed else len(devices)
-    facts = _parallel_facts(outcome, runtime.strategy, n_workers)
-    return outcome.result, torch.as_tensor(outcome.coef), torch.as_tensor(outcome.intercept), facts
-
-
-def _parallel_facts(outcome, strategy, n_workers):
-    """What the workers reported beyond the model and its history."""
-    if not isinstance(strategy, AdaptiveSGD):
-        return ParallelFacts(n_workers, outcome.bytes_all_reduced)
-    history = outcome.result.history
-    return ParallelFacts(
-        n_workers,
-        outcome.bytes_all_reduced,
-        merge_weights=np.array([record["merge_weights"] for record in history]),
-        worker_batch_sizes=np.array([record["worker_batch_sizes"] for record in history]),
-    )

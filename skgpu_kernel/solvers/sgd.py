@@ -22,6 +22,7 @@ from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
     "GradientPieces",
+    "SGDOutcome",
     "SGDResult",
     "SGDRun",
     "apply_gradient",
@@ -105,6 +106,26 @@ class SGDResult:
     io_wait_seconds: float
     seconds: float
     history: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SGDOutcome:
+    """What a runner of a BMGD fit hands back: the run, the model, the runner's own facts.
+
+    Attributes
+    ----------
+    result : SGDResult
+    coef : Tensor of shape (d, l)
+    intercept : Tensor of shape (l,)
+    facts : dict
+        Fitted attributes only this runner reports, by name (the strategy and its
+        workers' figures for a parallel fit).
+    """
+
+    result: SGDResult
+    coef: torch.Tensor
+    intercept: torch.Tensor
+    facts: dict
 
 
 def buffer_batches(X, targets, weights, batch_size, shuffle, generator):
