@@ -173,9 +173,9 @@ def run_nystroem_ridge(n_train, device):
 
 def run_throughput(n_train, device, batch_size):
     """GFLOP/s of our training kernel blocks vs torch.mm at the same shapes."""
-    from skgpu_kernel.blockwise import kernel_matmul
     from skgpu_kernel.device import column_block_size, resolve_device, resolve_memory_budget, synchronize
     from skgpu_kernel.kernels import Gaussian
+    from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
 
     X_train, *_ = _data(n_train)
     dev = resolve_device(device)
@@ -200,8 +200,10 @@ def run_throughput(n_train, device, batch_size):
 
     batch = X[:batch_size]
 
+    operator = EvaluatedOperator(kernel, batch, centers, OperatorBlocks.whole(batch_size, block))
+
     def kernel_blocks():
-        kernel_matmul(kernel, batch, centers, values, block)
+        operator.matmul(values)
 
     def plain_products():
         for start in range(0, n, block):

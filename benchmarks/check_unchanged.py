@@ -60,16 +60,23 @@ from skgpu_kernel.parallel import AdaptiveSGD, DataParallel, Parle
 # (8 more bytes per pass in bytes_all_reduced; the model is unchanged).
 ALLOWED_TO_CHANGE = {"sgd_parallel_parle": {"train_loss", "bytes_all_reduced"}}
 
-# Fits whose every figure may change, each for a stated reason (a fix on purpose).
+# Fits whose every figure may change, each for a stated reason (a fix on purpose), against a
+# baseline made from the commit before the change (d60ef58 for these).
 CHANGED_ON_PURPOSE = {
-    "ep2_classifier": "issue 28: the classifier's alpha='auto' is chosen by leave-one-out misclassifications "
-    "(CG on every point here) instead of 0 with early stopping",
-    "cg_full_kernel": "issue 28: CG on every point fits the unpenalised intercept the leave-one-out criterion "
-    "scores (a column of ones solved with the targets) instead of taking the mean of the targets",
     **dict.fromkeys(
-        ("ep2_plain", "ep2_warm_start", "ep2_loo"),
-        "issue 28: alpha='auto' scores a penalty and CG solves on every point here, now with the joint "
-        "intercept (its column of ones counts in the history's train_loss and relative_residual)",
+        (
+            "ep3_exact",
+            "ep3_iterative",
+            "ep3_cached",
+            "ep3_uncached",
+            "cg_centers",
+            "cg_centers_loo",
+            "ep2_penalised",
+            "cg_grid_centers",
+        ),
+        "issue 42 item 7, one model: a penalised fit without a held-out split fits the unpenalised intercept "
+        "jointly whatever the solver (CG on centers here: solver='auto' takes CG in the ep3_* fits; EigenPro 2 "
+        "with alpha > 0 in ep2_penalised)",
     ),
 }
 
@@ -261,6 +268,54 @@ def sgd_parallel_adaptive(tmp):
     return BufferedSGDRegressor(parallel=AdaptiveSGD(n_workers=1), **SGD).fit(*regression())
 
 
+def on_grid(n=2000, n_features=8, seed=2):
+    """Integer features in 0..15 (every feature on the grid of step 1) and a smooth target of them."""
+    rng = np.random.RandomState(seed)
+    X = rng.randint(0, 16, size=(n, n_features)).astype(np.float64)
+    y = np.sin(X[:, 0] / 4) + np.cos(X[:, 1] / 5) + 0.05 * X[:, 2] * X[:, 3] / 16 + 0.1 * rng.randn(n)
+    return X, y
+
+
+# EigenPro 2 itself: alpha="auto" takes CG on every point above, so these fix alpha.
+EP2_ITERATION = {**EP2, "alpha": 0.0, "solver": "eigenpro"}
+
+
+def ep2_cached_unpenalised(tmp):
+    return AdaptiveKernelRegressor(**EP2_ITERATION, cache_kernel=True).fit(*regression())
+
+
+def ep2_uncached_unpenalised(tmp):
+    return AdaptiveKernelRegressor(**EP2_ITERATION, cache_kernel=False).fit(*regression())
+
+
+def ep2_penalised(tmp):
+    return AdaptiveKernelRegressor(**{**EP2_ITERATION, "alpha": 1.0}).fit(*regression())
+
+
+def ep2_grid_cached(tmp):
+    # Integer data: blocks from exact int8 products where the device's int8 product is fast.
+    return AdaptiveKernelRegressor(**EP2_ITERATION, cache_kernel=True).fit(*on_grid())
+
+
+def ep2_grid_uncached_validation(tmp):
+    parameters = {**EP2_ITERATION, "n_epochs": 4}
+    return AdaptiveKernelRegressor(**parameters, cache_kernel=False, early_stopping=True).fit(*on_grid())
+
+
+def ep3_eigenpro_exact(tmp):
+    # EigenPro 3 itself: solver="auto" takes CG on the centers in the ep3_* fits above.
+    return AdaptiveKernelRegressor(**EP3, solver="eigenpro", projection="exact").fit(*regression())
+
+
+def ep3_eigenpro_iterative_cached(tmp):
+    parameters = {**EP3, "solver": "eigenpro", "projection": "iterative", "cache_kernel": True}
+    return AdaptiveKernelRegressor(**parameters).fit(*regression())
+
+
+def cg_grid_centers(tmp):
+    return AdaptiveKernelRegressor(**{**EP3, "n_epochs": 20}, solver="cg", alpha=0.1).fit(*on_grid())
+
+
 FITS = (
     ep2_plain,
     ep2_early_stopping,
@@ -288,6 +343,14 @@ FITS = (
     sgd_tol,
     sgd_parallel_data,
     sgd_parallel_adaptive,
+    ep2_cached_unpenalised,
+    ep2_uncached_unpenalised,
+    ep2_penalised,
+    ep2_grid_cached,
+    ep2_grid_uncached_validation,
+    ep3_eigenpro_exact,
+    ep3_eigenpro_iterative_cached,
+    cg_grid_centers,
 )
 
 

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from ._warnings import warn_user
-from .blockwise import kernel_diagonal_max, kernel_matmul, widened
+from .blockwise import kernel_diagonal_max
+from .operators import EvaluatedOperator, OperatorBlocks, widened
 
 __all__ = [
     "SHIFTED_MAX_COMPONENTS",
@@ -374,7 +375,8 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     subsample_vectors = eigenvectors[:, :candidates].to(X.dtype)
     # prepare_centers acts row by row, so the subsample's rows are those of the prepared X.
     subsample_centers = kernel.prepare_centers(X[:subsample_size])
-    projections = kernel_matmul(kernel, rows, subsample_centers, subsample_vectors, column_block)
+    operator = EvaluatedOperator(kernel, rows, subsample_centers, OperatorBlocks.whole(rows.shape[0], column_block))
+    projections = operator.matmul(subsample_vectors)
     projections = projections.double().cpu().numpy()
 
     def beta_at(k):
@@ -569,9 +571,9 @@ def shifted_rpcholesky_preconditioner(kernel, X, rows, max_components, generator
     ShiftedNystromPreconditioner
     """
     X64 = X.to(torch.float64)
-    prepared = kernel.prepare_centers(X64)
+    columns = EvaluatedOperator(kernel, X64, kernel.prepare_centers(X64), OperatorBlocks.whole(X.shape[0], X.shape[0]))
     factor = rpcholesky_factor(
-        lambda pivots: kernel.block(X64, prepared[pivots]),
+        columns.columns,
         kernel.diagonal(X64),
         max_components,
         rows.alpha,

@@ -7,10 +7,10 @@ from sklearn.datasets import load_digits
 
 import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.blockwise import cache_kernel_rows, kernel_matmul
 from skgpu_kernel.device import integer_matmul_speedup
 from skgpu_kernel.grid import _int8_product, encode_on_grid, find_grid, integer_sq_distances
 from skgpu_kernel.kernels import Cauchy, Gaussian, Laplacian, Matern
+from skgpu_kernel.operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks
 from skgpu_kernel.planning.kernel import INTEGER_FILL_MIN_SPEEDUP, fills_from_grid
 
 
@@ -118,12 +118,13 @@ def test_cache_from_grid_codes_equals_the_float64_kernel(kernel, symmetric):
     grid = find_grid(X)
     codes = encode_on_grid(X, grid)
     rows, row_codes = (X, codes) if symmetric else (X[:170], encode_on_grid(X[:170], grid))
-    cache = cache_kernel_rows(
-        kernel, rows, kernel.prepare_centers(X), torch.float32, 64, 96, symmetric=symmetric, codes=(row_codes, codes)
-    )
+    blocks = OperatorBlocks(64, 96)
+    on_grid = GridOperator(kernel, row_codes, codes, torch.float32, blocks)
+    cache = CachedOperator.fill(on_grid, torch.float32, 64, 96, symmetric=symmetric).values
     reference = kernel(rows.double(), X.double())
     assert torch.allclose(cache.double(), reference, rtol=0, atol=2e-6)
-    floats = cache_kernel_rows(kernel, rows, kernel.prepare_centers(X), torch.float32, 64, 96, symmetric=symmetric)
+    evaluated = EvaluatedOperator(kernel, rows, kernel.prepare_centers(X), blocks)
+    floats = CachedOperator.fill(evaluated, torch.float32, 64, 96, symmetric=symmetric).values
     assert (cache.double() - reference).abs().max() <= (floats.double() - reference).abs().max() + 1e-7
     assert torch.equal(torch.diagonal(cache[:, : len(rows)]), torch.ones(len(rows)))
 
@@ -135,8 +136,9 @@ def test_kernel_products_from_grid_codes_equal_the_float64_ones(leading):
     batch = torch.tensor([3, 499, 17, 250, 0, 77])
     V = torch.randn(500, 3, generator=torch.Generator().manual_seed(0))
     kernel = Gaussian(0.9)
-    pair = (codes.take(batch), codes)
-    products = kernel_matmul(kernel, X[batch], kernel.prepare_centers(X), V, 64, leading=leading, codes=pair)
+    products = GridOperator(kernel, codes, codes, X.dtype, OperatorBlocks(500, 64)).matmul(
+        V, rows=batch, leading=leading
+    )
     reference = kernel(X[batch].double(), X.double())
     out = products[0] if leading else products
     assert torch.allclose(out.double(), reference @ V.double(), rtol=0, atol=1e-5)

@@ -14,9 +14,9 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor, blockwise
-from skgpu_kernel.blockwise import KernelCache, cache_kernel_rows, filled_entries
+from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor, operators
 from skgpu_kernel.kernels import CallableKernel, Gaussian, Laplacian
+from skgpu_kernel.operators import CachedOperator, EvaluatedOperator, OperatorBlocks, filled_entries
 from skgpu_kernel.solvers.eigenpro import chunked_permutation
 
 from ._processes import status_bytes
@@ -26,14 +26,20 @@ def _points(n=700, d=4, seed=0):
     return torch.as_tensor(np.random.RandomState(seed).randn(n, d))
 
 
+def _filled(kernel, X, Z, storage, row_block, column_block, symmetric=False):
+    """The values of ``K(X, Z)`` cached from an evaluated operator."""
+    source = EvaluatedOperator(kernel, X, kernel.prepare_centers(Z), OperatorBlocks(row_block, column_block))
+    return CachedOperator.fill(source, storage, row_block, column_block, symmetric=symmetric).values
+
+
 @pytest.mark.parametrize("mirror_tile", [None, 5])
 @pytest.mark.parametrize("blocks", [(64, 100), (128, 700), (700, 700), (7, 13), (300, 256)])
 def test_symmetric_fill_equals_the_kernel_matrix(monkeypatch, blocks, mirror_tile):
     if mirror_tile is not None:  # tiles smaller than a band, some cut short at its edges
-        monkeypatch.setattr(blockwise, "_MIRROR_TILE", mirror_tile)
+        monkeypatch.setattr(operators, "_MIRROR_TILE", mirror_tile)
     X = _points()
     kernel = Laplacian(bandwidth=1.5)
-    cache = cache_kernel_rows(kernel, X, kernel.prepare_centers(X), torch.float64, *blocks, symmetric=True)
+    cache = _filled(kernel, X, X, torch.float64, *blocks, symmetric=True)
     np.testing.assert_allclose(cache.numpy(), kernel(X, X).numpy(), rtol=0, atol=1e-14)
 
 
@@ -41,9 +47,9 @@ def test_rectangular_fill_and_float16_storage():
     X, Z = _points(300, seed=1), _points(500, seed=2)
     kernel = Gaussian(bandwidth=2.0)
     exact = kernel(X, Z).numpy()
-    cache = cache_kernel_rows(kernel, X, kernel.prepare_centers(Z), torch.float64, 64, 128)
+    cache = _filled(kernel, X, Z, torch.float64, 64, 128)
     np.testing.assert_allclose(cache.numpy(), exact, rtol=0, atol=1e-14)
-    half = cache_kernel_rows(kernel, X.float(), kernel.prepare_centers(Z.float()), torch.float16, 64, 128)
+    half = _filled(kernel, X.float(), Z.float(), torch.float16, 64, 128)
     assert half.dtype == torch.float16
     # float16 keeps 11 significant bits: values in [0, 1] within 2^-12 (plus float32 rounding).
     np.testing.assert_allclose(half.double().numpy(), exact, rtol=0, atol=2.0**-12 + 1e-5)
@@ -57,16 +63,16 @@ def test_reads_of_runs_gathers_and_slices_equal_the_products(storage, outputs):
     K = kernel(X, X)
     stored = K.to(storage)
     reference = stored.double()  # what the reads see
-    cache = KernelCache(stored, torch.float64)
+    cache = CachedOperator(stored, torch.float64)
     cache.read_rows = 16  # several pieces per run
     V = torch.as_tensor(np.random.RandomState(3).randn(600, outputs))
     chunked = chunked_permutation(600, 32, torch.Generator().manual_seed(0))[:200]
     scattered = torch.randperm(600, generator=torch.Generator().manual_seed(1))[:50]
     for rows in (chunked, scattered, torch.arange(100, 180)):
-        out, leading = cache.matmul(rows, V[:450], leading=40)
+        out, leading = cache.matmul(V[:450], rows=rows, leading=40)
         np.testing.assert_allclose(out.numpy(), (reference[rows, :450] @ V[:450]).numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(leading.numpy(), reference[rows, :40].numpy())
-    out = cache.matmul(slice(None), V)
+    out = cache.matmul(V)
     np.testing.assert_allclose(out.numpy(), (reference @ V).numpy(), rtol=1e-12, atol=1e-12)
 
 
@@ -185,7 +191,7 @@ def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
     X, y = _regression(800)
     params = {"bandwidth": 2.0, "alpha": 0.0, "dtype": "float64", "batch_size": 64, "random_state": 0, "n_epochs": 3}
     computed = AdaptiveKernelRegressor(cache_kernel=False, **params).fit(X, y)
-    monkeypatch.setattr(kernel_paths, "cache_kernel_rows", refuse)
+    monkeypatch.setattr(kernel_paths.CachedOperator, "fill", refuse)
     with pytest.warns(RuntimeWarning, match="did not fit the memory free"):
         model = AdaptiveKernelRegressor(**params).fit(X, y)
     assert not model.kernel_cached_ and model.kernel_cache_dtype_ is None
@@ -194,8 +200,6 @@ def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
 
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_filled_entries_counts_the_blocks_the_fill_evaluates(monkeypatch, symmetric):
-    from skgpu_kernel import blockwise
-
     X = torch.randn(70, 3, dtype=torch.float64)
     kernel = Gaussian(bandwidth=1.0)
     evaluated = []
@@ -206,7 +210,7 @@ def test_filled_entries_counts_the_blocks_the_fill_evaluates(monkeypatch, symmet
         return block(rows, centers, out=out)
 
     monkeypatch.setattr(kernel, "prepared_block", counting)
-    cache = blockwise.cache_kernel_rows(kernel, X, kernel.prepare_centers(X), torch.float64, 16, 24, symmetric)
+    cache = _filled(kernel, X, X, torch.float64, 16, 24, symmetric)
     assert sum(evaluated) == filled_entries(70, 70, 16, symmetric)
     torch.testing.assert_close(cache, Gaussian(bandwidth=1.0)(X, X))
 
@@ -229,13 +233,13 @@ def test_verbose_reports_the_rates_of_the_fill_and_of_an_epoch(capsys, cache_ker
 def test_whole_cache_products_read_views_in_pieces_where_a_batch_is_gathered(monkeypatch, rows):
     # As on CUDA (read_rows None): a slice of rows is read as views of at most
     # CUDA_READ_ENTRIES entries, never gathered into a copy of the cache.
-    monkeypatch.setattr(blockwise, "CUDA_READ_ENTRIES", 64)
+    monkeypatch.setattr(operators, "CUDA_READ_ENTRIES", 64)
     values = torch.randn(50, 16, dtype=torch.float64)
-    cache = KernelCache(values.to(torch.float16), torch.float64)
+    cache = CachedOperator(values.to(torch.float16), torch.float64)
     cache.read_rows = None
     gathers, gather = [], cache._pieces
     cache._pieces = lambda columns, indices: gathers.append(len(indices)) or gather(columns, indices)
     V = torch.randn(16, 3, dtype=torch.float64)
     expected = values.to(torch.float16).to(torch.float64)[rows] @ V
-    torch.testing.assert_close(cache.matmul(rows, V), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cache.matmul(V, rows=rows), expected, rtol=1e-12, atol=1e-12)
     assert gathers == ([] if rows.step is None else [13])

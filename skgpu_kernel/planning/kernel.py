@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 
 from .._warnings import warn_user
-from ..blockwise import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..grid import padded_features
+from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 

@@ -83,6 +83,7 @@ from typing import Protocol
 import torch
 
 from .._warnings import warn_user
+from ..operators import EvaluatedOperator, OperatorBlocks
 from ..planning.stopping import NEVER, StoppingPlan
 from .eigenpro3 import ExactProjection
 from .epochs import EpochClock, Stopping, epoch_record, format_record
@@ -256,7 +257,8 @@ def center_kernel_block(kernel, centers):
     def kernel_block(rows):
         if rows.dtype not in prepared:
             prepared[rows.dtype] = kernel.prepare_centers(centers.to(rows.dtype))
-        return kernel.block(rows, prepared[rows.dtype])
+        blocks = OperatorBlocks.whole(rows.shape[0], centers.shape[0])
+        return EvaluatedOperator(kernel, rows, prepared[rows.dtype], blocks).block()
 
     return kernel_block
 

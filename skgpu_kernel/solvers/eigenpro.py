@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..blockwise import KernelCache, kernel_matmul
-from ..grid import GridCodes
+from ..operators import KernelOperator, OperatorBlocks
 from ..planning.stopping import NEVER, StoppingPlan
 from .epochs import EpochGuard, Stopping, halved_batch
 
@@ -104,10 +103,9 @@ class KernelTrainingData:
 
     Parameters
     ----------
-    X : Tensor of shape (n, d)
-        Training rows; rows ``[0, s)`` are the preconditioner's subsample.
-    centers : Tensor with n rows
-        ``kernel.prepare_centers(X)``.
+    operator : KernelOperator
+        ``K(X, X)`` of the training rows (evaluated, on a grid or cached); rows
+        ``[0, s)`` are the preconditioner's subsample.
     Y : Tensor of shape (n, l)
     weights : Tensor of shape (n,) or None
         Per-row factors in (0, 1] on the residual (normalised sample weights).
@@ -115,20 +113,12 @@ class KernelTrainingData:
         Ridge penalty on the scale of the normalised weights: the iteration solves
         ``(K + alpha W^-1) a = Y``, the normal equations of
         ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
-    cache : KernelCache or None
-        ``K(X, X)`` computed once: steps read their rows instead of evaluating them.
-    codes : GridCodes or None
-        ``X`` on a grid (:mod:`skgpu_kernel.grid`): uncached steps evaluate their
-        blocks from exact integer distances.
     """
 
-    X: torch.Tensor
-    centers: torch.Tensor
+    operator: KernelOperator
     Y: torch.Tensor
     weights: torch.Tensor | None = None
     alpha: float = 0.0
-    cache: KernelCache | None = None
-    codes: GridCodes | None = None
 
 
 def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
@@ -154,12 +144,12 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
     -------
     KernelLoopResult
     """
-    X, Y = data.X, data.Y
-    n = X.shape[0]
-    device = X.device
+    Y = data.Y
+    n = data.operator.shape[0]
+    device = Y.device
     leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
     batch_size = loop.batch_size
-    column_block = column_block_for(batch_size)
+    operator = data.operator.with_blocks(OperatorBlocks.whole(batch_size, column_block_for(batch_size)))
     steps_per_epoch = math.ceil(n / batch_size)
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
     guard = loop.guard(coef)
@@ -177,17 +167,17 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
             order = torch.arange(n, device=device)
         else:
             order = chunked_permutation(n, EPOCH_CHUNK_ROWS, generator).to(device)
-        loss_sum = torch.zeros((), dtype=X.dtype, device=device)
+        loss_sum = torch.zeros((), dtype=Y.dtype, device=device)
         position = 0
         while position < n:
             batch = order[position : position + batch_size]
             active = max(leading, position) if sparse_epoch else n
             try:
-                update = _step(kernel, data, coef, batch, active, leading, preconditioner, column_block)
+                update = _step(operator, data, coef, batch, active, leading, preconditioner)
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 batch_size = halved_batch(error, batch_size, device)
                 steps_per_epoch = math.ceil(n / batch_size)
-                column_block = column_block_for(batch_size)
+                operator = operator.with_blocks(OperatorBlocks.whole(batch_size, column_block_for(batch_size)))
                 if loop.log is not None:
                     rate = guard.rollback * rate_at(guard.step)
                     loop.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
@@ -206,7 +196,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if not math.isfinite(train_loss):
-            _check_kernel_is_finite(kernel, X, data.centers, column_block)
+            _check_kernel_is_finite(kernel, operator, Y.dtype)
         scored = validation_score if loop.validation is not None else None
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
@@ -228,19 +218,14 @@ def chunked_permutation(n, chunk, generator):
     return order[order < n]
 
 
-def _step(kernel, data, coef, batch, active, leading, preconditioner, column_block):
+def _step(operator, data, coef, batch, active, leading, preconditioner):
     """Residual, gradient coefficients, subsample correction and penalty share for one batch (no update yet).
 
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
     """
     weights = data.weights
-    if data.cache is not None:
-        products = data.cache.matmul(batch, coef[:active], leading=leading)
-    else:
-        codes = None if data.codes is None else (data.codes.take(batch), data.codes.take(slice(active)))
-        centers = data.centers[:active]
-        products = kernel_matmul(kernel, data.X[batch], centers, coef[:active], column_block, leading, codes)
+    products = operator.matmul(coef[:active], rows=batch, leading=leading)
     predictions, subsample_block = products if leading else (products, None)
     penalty = 0.0
     if data.alpha:
@@ -254,7 +239,6 @@ def _step(kernel, data, coef, batch, active, leading, preconditioner, column_blo
     return residual, weighted, correction, penalty
 
 
-def _check_kernel_is_finite(kernel, X, centers, column_block):
+def _check_kernel_is_finite(kernel, operator, dtype):
     """Raise when the kernel itself returns inf or NaN, which no step size can fix."""
-    sample = X[: min(X.shape[0], 256)]
-    kernel.require_finite(kernel.block(sample, centers[:column_block]), X.dtype)
+    kernel.require_finite(operator.block(slice(0, min(operator.shape[0], 256))), dtype)

@@ -40,9 +40,9 @@ import math
 import numpy as np
 import torch
 
-from ..blockwise import cache_kernel_rows
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
+from ..operators import CachedOperator, EvaluatedOperator, OperatorBlocks
 from ..planning.kernel import shard_bounds
 from .eigenpro import KernelLoopResult
 from .epochs import halved_batch
@@ -98,29 +98,23 @@ class CenterShards:
         self.column_block = max(int(column_block), 1)
         self.caches = None
 
+    def operators(self, rows, row_block=None):
+        """The evaluated operators ``K(rows, Z_i)`` of the local shards (``row_block`` rows prepared at once)."""
+        blocks = OperatorBlocks.whole(row_block or rows.shape[0], self.column_block)
+        return [
+            EvaluatedOperator(self.kernel, rows.to(device, non_blocking=True), prepared, blocks)
+            for prepared, device in zip(self.prepared, self.shard_devices, strict=True)
+        ]
+
     def blocks(self, rows):
         """``K(rows, Z_i)`` for every local shard ``i`` (each on its shard's device)."""
-        out = []
-        for prepared, device in zip(self.prepared, self.shard_devices, strict=True):
-            rows_here = rows.to(device, non_blocking=True)
-            out.append(
-                torch.cat(
-                    [
-                        self.kernel.block(rows_here, prepared[start : start + self.column_block])
-                        for start in range(0, prepared.shape[0], self.column_block)
-                    ],
-                    dim=1,
-                )
-                if prepared.shape[0]
-                else torch.zeros(rows.shape[0], 0, dtype=rows.dtype, device=device)
-            )
-        return out
+        return [operator.block() for operator in self.operators(rows)]
 
     def cache(self, rows, row_block):
         """Compute and keep ``K(rows, Z_i)`` for every local shard (``rows`` on the main device)."""
         self.caches = [
-            cache_kernel_rows(self.kernel, rows, prepared, rows.dtype, row_block, self.column_block)
-            for prepared in self.prepared
+            CachedOperator.fill(operator, rows.dtype, row_block, self.column_block).values
+            for operator in self.operators(rows, row_block)
         ]
 
     def cached_blocks(self, rows):
@@ -178,14 +172,15 @@ class ExactProjection:
     kind = "exact"
 
     def __init__(self, kernel, centers, jitter, dtype):
-        centers64 = kernel.prepare_centers(centers.to(torch.float64))
+        centers64 = centers.to(torch.float64)
         p = centers.shape[0]
         row_block = exact_gram_row_block(p)
+        gram = EvaluatedOperator(kernel, centers64, kernel.prepare_centers(centers64), OperatorBlocks.whole(p, p))
         factor = torch.empty(p, p, dtype=torch.float64, device=centers.device)
         info = torch.empty((), dtype=torch.int32, device=centers.device)
         for _ in range(8):
             for start in range(0, p, row_block):
-                factor[start : start + row_block] = kernel.block(centers[start : start + row_block].double(), centers64)
+                factor[start : start + row_block] = gram.block(slice(start, start + row_block))
             scale = float(factor.diagonal().mean()) if p else 1.0
             factor.diagonal().add_(jitter * scale)
             torch.linalg.cholesky_ex(factor, out=(factor, info))
@@ -400,7 +395,10 @@ class _TemporaryCenters:
     def predict(self, rows):
         if self.count == 0:
             return None
-        return self.kernel.block(rows, self.prepared[: self.count]) @ self.coef[: self.count]
+        blocks = OperatorBlocks.whole(rows.shape[0], self.count)
+        return (
+            EvaluatedOperator(self.kernel, rows, self.prepared[: self.count], blocks).block() @ self.coef[: self.count]
+        )
 
     def add(self, rows, coef):
         stop = self.count + rows.shape[0]

@@ -20,17 +20,11 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
-from ..blockwise import (
-    DeviceCopier,
-    KernelCache,
-    cache_kernel_rows,
-    filled_entries,
-    kernel_matmul_rows,
-    measure_batch_capacity,
-)
+from ..blockwise import DeviceCopier, measure_batch_capacity
 from ..buffer import as_row_source
 from ..device import integer_matmul_speedup, is_out_of_memory, matmul_gflops, synchronize
 from ..grid import encode_on_grid, find_grid, padded_features
+from ..operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks, filled_entries
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_FILL_COLUMNS,
@@ -357,7 +351,6 @@ class _EigenPro2Path(_EigenProPath):
             # Blocks from a grid's integer distances pass through an int32 block of their size.
             problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + 1, grid_codes=True)
         self.problem = problem
-        self.codes = (None, None)  # the grid codes of X and X_val, once prepare has decided
 
     def where(self):
         return f"device={self.device}"
@@ -384,43 +377,42 @@ class _EigenPro2Path(_EigenProPath):
         return plan_eigenpro2(layout, capacity, critical_batch, self.settings.parameters.planning)
 
     def solve(self, layout, plan, prepared, preconditioner, loop):
-        validation, caches = prepared
+        validation, operators = prepared
         data = self.data
         Y_dev = self.to_device(data.Y[data.order], center=False)
         weights = self.weights_tensor(data.weights[data.order])
-        codes = self.codes[0] if caches[0] is None else None
-        tensors = KernelTrainingData(self.X_dev, self.centers_dev, Y_dev, weights, self.ridge(), caches[0], codes)
+        tensors = KernelTrainingData(operators.train, Y_dev, weights, self.ridge())
         if validation is not None:
-            X_val, Y_val = validation
+            Y_val = validation[1]
 
             def score(coef):
-                products = self._kernel_products(caches[1], X_val, coef, plan, self.codes[1])
-                return self.settings.validation_score(products, Y_val)
+                return self.settings.validation_score(operators.held_out.matmul(coef), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         fresh = data.coef_init is None
         coef = self.starting_coef(self.problem.n_rows)
         generator = self.runtime.generator
         result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
-        self._report_epochs(result, plan, caches[0])
+        self._report_epochs(result, plan, operators.train)
         return result
 
     def prepare(self, plan):
-        """Fill the kernel cache the plan asks for; without device memory for it, compute blocks per batch.
+        """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
 
         The budget is planned from the memory free when the fit starts; a device that
-        is shared (or fragmented) may still refuse the allocation, which is then
-        reported and the fit goes on without the cache.  Returns the plan as carried
-        out and ``(validation tensors, (train cache, validation cache))``.
+        is shared (or fragmented) may still refuse the cache's allocation, which is
+        then reported and the fit goes on evaluating blocks per batch.  Returns the
+        plan as carried out and ``(validation tensors, operators)``.
         """
         validation = self.validation_tensors()
-        self.codes = self._grid_codes(plan, validation)
-        if self.codes[0] is not None:
-            plan = dataclasses.replace(plan, grid_step=self.codes[0].step)
+        codes = self._grid_codes(plan, validation)
+        if codes[0] is not None:
+            plan = dataclasses.replace(plan, grid_step=codes[0].step)
+        operators = self._evaluated_operators(plan, validation, codes)
         if not plan.cached:
-            return plan, (validation, (None, None))
+            return plan, (validation, operators)
         try:
-            return plan, (validation, self._caches(plan, validation))
+            return plan, (validation, self._caches(plan, operators))
         except (torch.OutOfMemoryError, RuntimeError) as error:
             if not is_out_of_memory(error):
                 raise
@@ -431,18 +423,25 @@ class _EigenPro2Path(_EigenProPath):
                 "kernel blocks are computed per batch instead. Lower memory_budget or set cache_kernel=False.",
                 RuntimeWarning,
             )
-            return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, (None, None))
+            return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, operators)
 
-    def _kernel_products(self, cache, X, V, plan, codes=None):
-        """``K(X, centers[:k]) V`` for ``V`` of ``k`` rows: read from ``cache`` (``K(X, centers)``) or evaluated.
-
-        ``codes``: the grid codes of ``X``, when blocks are evaluated from integer distances.
-        """
-        if cache is not None:
-            return cache.matmul(slice(None), V)
-        k = V.shape[0]
-        pair = None if codes is None else (codes, self.codes[0].take(slice(k)))
-        return kernel_matmul_rows(self.kernel, X, self.centers_dev[:k], V, plan.batch_size, plan.column_block, pair)
+    def _evaluated_operators(self, plan, validation, codes):
+        """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not."""
+        blocks = OperatorBlocks(plan.batch_size, plan.column_block)
+        row_codes, held_out_codes = codes
+        if row_codes is not None:
+            train = GridOperator(self.kernel, row_codes, row_codes, self.runtime.dtype, blocks)
+            held_out = (
+                None
+                if validation is None
+                else GridOperator(self.kernel, held_out_codes, row_codes, self.runtime.dtype, blocks)
+            )
+        else:
+            train = EvaluatedOperator(self.kernel, self.X_dev, self.centers_dev, blocks)
+            held_out = (
+                None if validation is None else EvaluatedOperator(self.kernel, validation[0], self.centers_dev, blocks)
+            )
+        return _EigenPro2Operators(train, held_out)
 
     def _product_rate(self, entries, seconds, block_shape):
         """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
@@ -455,46 +454,41 @@ class _EigenPro2Path(_EigenProPath):
             f"of torch.mm's {peak:.3g} at these blocks"
         )
 
-    def _report_epochs(self, result, plan, cache):
+    def _report_epochs(self, result, plan, operator):
         """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
         steady = result.history[1:] or result.history  # the first epoch of a fresh fit reads half the rows
         if self.runtime.log is None or not steady:
             return
         seconds = float(np.median([record["seconds"] for record in steady]))
-        if cache is not None:
-            gigabytes = cache.values.nbytes / 1e9
+        if operator.kind == "cached":
+            gigabytes = operator.nbytes / 1e9
             rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
         else:
             n = self.problem.n_rows
             rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (plan.batch_size, plan.column_block))}"
         self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
-    def _caches(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` as :class:`KernelCache` objects."""
+    def _caches(self, plan, operators):
+        """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
         tic = time.perf_counter()
         storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        codes, held_out_codes = self.codes
-        pair = None if codes is None else (codes, codes)
-        kernel, centers = self.kernel, self.centers_dev
-        train = cache_kernel_rows(kernel, self.X_dev, centers, storage, *blocks, symmetric=True, codes=pair)
-        held_out = None
-        if validation is not None:
-            pair = None if held_out_codes is None else (held_out_codes, codes)
-            held_out = cache_kernel_rows(kernel, validation[0], centers, storage, *blocks, codes=pair)
+        train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
+        held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
         synchronize(self.device)
         if self.runtime.log is not None:
             seconds = time.perf_counter() - tic
-            rows = train.shape[0] + (0 if held_out is None else held_out.shape[0])
-            entries = filled_entries(train.shape[0], train.shape[1], plan.row_block, symmetric=True)
-            entries += 0 if held_out is None else held_out.numel()
-            products = "" if codes is None else f" from int8 products on a grid of step {codes.step:.4g}"
+            n_rows, n_columns = train.shape
+            rows = n_rows + (0 if held_out is None else held_out.shape[0])
+            entries = filled_entries(n_rows, n_columns, plan.row_block, symmetric=True)
+            entries += 0 if held_out is None else held_out.values.numel()
+            grid = operators.train.kind == "grid"
+            products = f" from int8 products on a grid of step {plan.grid_step:.4g}" if grid else ""
             self.runtime.log(
-                f"[{self.settings.parameters.name}] kernel cached{products}: {rows} x {train.shape[1]} in "
+                f"[{self.settings.parameters.name}] kernel cached{products}: {rows} x {n_columns} in "
                 f"{storage}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
-        dtype = self.runtime.dtype
-        return KernelCache(train, dtype), None if held_out is None else KernelCache(held_out, dtype)
+        return _EigenPro2Operators(train, held_out)
 
     def _grid_codes(self, plan, validation):
         """``(codes of X, codes of X_val or None)`` when kernel blocks take integer products, else ``(None, None)``.
@@ -545,10 +539,10 @@ class _SubsampleCGPath(_EigenPro2Path):
                     f"{condition:.3g} (> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
                 )
             return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
-        plan, (validation, caches) = self.prepare(plan)
+        plan, (validation, operators) = self.prepare(plan)
 
         def products(V):  # K(X, X[:k]) V for V of k rows
-            return self._kernel_products(caches[0], self.X_dev, V.to(runtime.dtype), plan, self.codes[0])
+            return operators.train.matmul(V.to(runtime.dtype))
 
         Y = self.to_device(data.Y[data.order], center=False)
         tic = time.perf_counter()
@@ -572,12 +566,20 @@ class _SubsampleCGPath(_EigenPro2Path):
         _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
 
         def predict(X_val):
-            return self._kernel_products(caches[1], X_val, coef, plan, self.codes[1])
+            return operators.held_out.matmul(coef)
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
-        self._report_epochs(result, plan, caches[0])
-        caches = None  # as in _run_eigenpro: the cache freed before the centers are copied out
+        self._report_epochs(result, plan, operators.train)
+        operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
         return PathOutcome(result, plan, None, {}, self.centers_host(), self.device_cache(coef))
+
+
+@dataclass(frozen=True)
+class _EigenPro2Operators:
+    """The operators of an EigenPro 2 fit: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)``."""
+
+    train: object
+    held_out: object = None
 
 
 class _EigenPro3Path(_EigenProPath):
