@@ -33,8 +33,8 @@ Rows per data set, each fit in its own child process (its peak memory is its own
 * ``ours_scale``: the same with ``bandwidth="scale"``, the scale rule that was the
   default before the leave-one-out search;
 * ``ours, kernel cache in float32``: the defaults with EigenPro 2's kernel cache
-  stored in float32 instead of float16 (the estimator's storage policy ``_cache_16bit``
-  set to False in the child process), to measure the 16-bit storage; the same as the defaults where
+  stored in float32 instead of float16 (``kernel_cache_dtype="float32"``), to measure
+  the 16-bit storage; the same as the defaults where
   no cache is used (CG, EigenPro 3);
 * ``ours alpha='loo'``: the same with the ridge penalty chosen by leave-one-out;
 * ``ours n_centers=10000`` for the data sets with n >= 20000 rows (n counts the rows
@@ -264,10 +264,6 @@ def _task(name):
 # --- rows, each run in a child process ---------------------------------------------------------
 
 
-# A key of run_ours' params that sets the estimator's cache storage policy (_cache_16bit).
-CACHE_16BIT = "_cache_16bit"
-
-
 def our_estimator(task, **params):
     """``AdaptiveKernelRegressor`` or ``AdaptiveKernelClassifier(random_state=0, **params)`` for ``task``."""
     from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
@@ -281,10 +277,7 @@ def run_ours(name, max_train, device, params):
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
     params = dict(params)
-    cache_16bit = params.pop(CACHE_16BIT, None)
     model = our_estimator(task, device=device, **params)
-    if cache_16bit is not None:  # the planner's storage policy, measured here against float32
-        model._cache_16bit = cache_16bit
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tic = time.perf_counter()
@@ -505,7 +498,7 @@ def _our_variants(name, n, centers):
     variants = [
         ("ours", "ours (defaults)", {}),
         ("ours_scale", "ours bandwidth='scale' (the rule of 2026-11-25)", {"bandwidth": "scale"}),
-        ("ours_cache32", "ours, kernel cache in float32", {CACHE_16BIT: False}),
+        ("ours_cache32", "ours, kernel cache in float32", {"kernel_cache_dtype": "float32"}),
         ("ours_loo", "ours alpha='loo'", {"alpha": "loo"}),
     ]
     if n >= LARGE_N:

@@ -67,9 +67,12 @@ class Kernel(BaseEstimator):
         ``True`` when :meth:`prepared_block` computes the block in the ``out``
         buffer it is given; blocked loops then allocate one buffer for all blocks.
     from_distances : bool
-        ``True`` when the kernel implements :meth:`block_from_sq_distances`, so that
-        blocks can be computed from squared distances found another way (exactly,
-        on data on a grid: :mod:`skgpu_kernel.grid`).
+        ``True`` when the kernel declares that its blocks are a function of the raw
+        rows' squared Euclidean distances and implements
+        :meth:`block_from_sq_distances`, so that blocks can be computed from squared
+        distances found another way (exactly, on data on a grid:
+        :mod:`skgpu_kernel.grid`).  Only a kernel that declares it reaches the grid
+        operator (:class:`~skgpu_kernel.operators.GridOperator`).
     """
 
     translation_invariant = False
@@ -154,6 +157,11 @@ class Kernel(BaseEstimator):
             )
 
 
+# The methods through which a radial kernel's blocks are its profile of the raw rows'
+# squared distances (see RadialKernel.from_distances).
+_DISTANCE_TRANSFORMS = ("__call__", "block", "prepare_rows", "prepare_centers", "prepared_block")
+
+
 def _rounding_allowance(n_features, dtype):
     """Relative size of the rounding error of ``||x||^2 + ||z||^2 - 2 x.z``."""
     return 4.0 * math.sqrt(n_features + 1) * torch.finfo(dtype).eps
@@ -187,7 +195,19 @@ class RadialKernel(Kernel):
     extra_blocks = 0
     unit_bounded = True
     uses_block_buffer = True
-    from_distances = True
+
+    @property
+    def from_distances(self):
+        """Whether the blocks are the profile of the raw rows' squared distances (see :class:`Kernel`).
+
+        True for a subclass that keeps this class's row and center transforms: one
+        that transforms its rows itself (a metric, a feature map) computes other
+        distances than the grid's, and would get wrong blocks from them.  Such a
+        subclass may still declare ``from_distances = True`` if its
+        :meth:`block_from_sq_distances` accounts for its transform.
+        """
+        cls = type(self)
+        return all(getattr(cls, name) is getattr(RadialKernel, name) for name in _DISTANCE_TRANSFORMS)
 
     def __init__(self, bandwidth="auto"):
         self.bandwidth = bandwidth

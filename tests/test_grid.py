@@ -195,3 +195,40 @@ def test_continuous_data_fills_with_float_products(monkeypatch):
     params = {"bandwidth": 1.0, "alpha": 0.0, "random_state": 0, "solver": "eigenpro", "n_epochs": 2}
     model = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelRegressor(**params), X, y)
     assert model.kernel_cached_ and model.kernel_grid_step_ is None
+
+
+class _StretchedGaussian(Gaussian):
+    """A user's radial kernel with its own row transform: the Gaussian of ``stretch * x``.
+
+    It keeps the profile and ``block_from_sq_distances`` of the Gaussian, so only its
+    ``prepare_rows`` and ``prepare_centers`` make it another kernel: blocks from the
+    raw rows' grid distances would be the plain Gaussian's.
+    """
+
+    def __init__(self, bandwidth=1.0, stretch=2.0):
+        super().__init__(bandwidth)
+        self.stretch = stretch
+
+    def prepare_rows(self, X):
+        return super().prepare_rows(X * self.stretch)
+
+    def prepare_centers(self, Z):
+        return super().prepare_centers(Z * self.stretch)
+
+
+def test_a_radial_kernel_with_its_own_row_transform_never_takes_the_grid(monkeypatch):
+    """Without declaring ``from_distances`` itself, it fits as with float products: as the Gaussian of ``stretch``."""
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:600] / 16.0, y[:600]
+    params = {"dtype": "float64", "batch_size": 96, "random_state": 0, "solver": "eigenpro", "alpha": 0.0}
+    stretched = _StretchedGaussian(bandwidth=2.0, stretch=2.0)
+    assert not stretched.from_distances and Gaussian(1.0).from_distances
+    with pytest.raises(ValueError, match="does not declare from_distances"):
+        codes = encode_on_grid(_centred(X, torch.float64), find_grid(_centred(X, torch.float64)))
+        GridOperator(stretched, codes, codes, torch.float64, OperatorBlocks(64, 64))
+    custom = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelClassifier(kernel=stretched, **params), X, y)
+    # The Gaussian of 2 x at bandwidth 2 is the Gaussian of x at bandwidth 1 (which takes the grid).
+    plain = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelClassifier(kernel=Gaussian(1.0), **params), X, y)
+    assert custom.kernel_grid_step_ is None and plain.kernel_grid_step_ == pytest.approx(1 / 16)
+    scale = np.abs(plain.dual_coef_).max()
+    assert np.abs(custom.dual_coef_ - plain.dual_coef_).max() <= 1e-9 * scale

@@ -11,6 +11,7 @@ cache of 16 MB.
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -324,17 +325,19 @@ def test_alpha_plan_table(alpha, uses_centers, solver, classifier, weighted, exp
 # it fits (a float32 fit of a kernel bounded by 1), else blocks per batch.
 # (name, budget, problem changes, settings, allow_16bit, expected bytes per cached entry)
 EIGENPRO2_CACHE_CASES = [
-    ("float32 where it fits", 2000 * MB, {}, {}, True, 4),
-    ("float16 where only it fits", 1500 * MB, {}, {}, True, 2),
-    ("float16 not allowed: blocks per batch", 1500 * MB, {}, {}, False, 0),
-    ("a kernel of unknown range is not halved", 1500 * MB, {"unit_bounded_kernel": False}, {}, True, 0),
-    ("float64 fits keep float64", 4000 * MB, {"itemsize": 8}, {}, True, 8),
-    ("float64 is not halved", 1500 * MB, {"itemsize": 8}, {}, True, 0),
-    ("too small: blocks per batch", 500 * MB, {}, {}, True, 0),
-    ("validation rows counted", 900 * MB, {"n_validation": 5000}, {}, True, 0),
-    ("without them float16 fits", 900 * MB, {}, {}, True, 2),
-    ("cache_kernel=False", 2000 * MB, {}, {"cache_kernel": False}, True, 0),
-    ("cache_kernel=True that fits", 2000 * MB, {}, {"cache_kernel": True}, True, 4),
+    ("float32 where it fits", 2000 * MB, {}, {}, "auto", 4),
+    ("float16 where only it fits", 1500 * MB, {}, {}, "auto", 2),
+    ("float32 asked: blocks per batch", 1500 * MB, {}, {}, "float32", 0),
+    ("float16 asked where float32 fits", 2000 * MB, {}, {}, "float16", 2),
+    ("a kernel of unknown range is not halved", 1500 * MB, {"unit_bounded_kernel": False}, {}, "auto", 0),
+    ("float64 fits keep float64", 4000 * MB, {"itemsize": 8}, {}, "auto", 8),
+    ("float64 is not halved", 1500 * MB, {"itemsize": 8}, {}, "auto", 0),
+    ("float64 fit, float32 cache asked", 2000 * MB, {"itemsize": 8}, {}, "float32", 4),
+    ("too small: blocks per batch", 500 * MB, {}, {}, "auto", 0),
+    ("validation rows counted", 900 * MB, {"n_validation": 5000}, {}, "auto", 0),
+    ("without them float16 fits", 900 * MB, {}, {}, "auto", 2),
+    ("cache_kernel=False", 2000 * MB, {}, {"cache_kernel": False}, "auto", 0),
+    ("cache_kernel=True that fits", 2000 * MB, {}, {"cache_kernel": True}, "auto", 4),
 ]
 
 
@@ -346,21 +349,47 @@ def _eigenpro2_problem(**changes):
 
 
 @pytest.mark.parametrize(
-    ("budget", "changes", "settings", "allow_16bit", "expected"),
+    ("budget", "changes", "settings", "cache_dtype", "expected"),
     [case[1:] for case in EIGENPRO2_CACHE_CASES],
     ids=[case[0] for case in EIGENPRO2_CACHE_CASES],
 )
-def test_eigenpro2_cache_decisions(budget, changes, settings, allow_16bit, expected):
+def test_eigenpro2_cache_decisions(budget, changes, settings, cache_dtype, expected):
     problem = _eigenpro2_problem(**changes)
-    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings, cache_16bit=allow_16bit))
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings, cache_dtype=cache_dtype))
     assert layout.cache_itemsize == expected
     assert layout.cached == (expected > 0)
     n_cached = problem.n_rows + problem.n_validation
     assert layout.cache_bytes == expected * n_cached * problem.n_rows
     for capacity in (64, layout.memory_limit):
-        plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings))
+        plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings, cache_dtype=cache_dtype))
         assert plan.cached == layout.cached and plan.cache_itemsize == expected
         assert plan.memory.total <= budget, plan.memory.describe()
+
+
+@pytest.mark.parametrize(
+    ("changes", "cache_dtype", "message"),
+    [
+        ({"itemsize": 4}, "float64", "wider than the training dtype"),
+        ({"unit_bounded_kernel": False}, "float16", "values in"),
+    ],
+)
+def test_a_cache_storage_that_cannot_hold_the_kernel_is_refused(changes, cache_dtype, message):
+    settings = KernelSettings(cache_dtype=cache_dtype)
+    with pytest.raises(ValueError, match=message):
+        plan_eigenpro2_layout(_eigenpro2_problem(**changes), 2000 * MB, CPU, settings)
+
+
+def test_kernel_cache_dtype_is_a_parameter_that_clone_keeps_and_the_fit_follows():
+    from sklearn.base import clone
+
+    from skgpu_kernel import AdaptiveKernelRegressor
+
+    rng = np.random.RandomState(0)
+    X, y = rng.randn(300, 3), rng.randn(300)
+    model = clone(AdaptiveKernelRegressor(kernel_cache_dtype="float16", alpha=0.0, solver="eigenpro", n_epochs=1))
+    assert model.kernel_cache_dtype == "float16"
+    assert model.fit(X, y).kernel_cache_dtype_ == "float16"
+    assert AdaptiveKernelRegressor(alpha=0.0, solver="eigenpro", n_epochs=1).fit(X, y).kernel_cache_dtype_ == "float32"
 
 
 def test_eigenpro2_cache_that_does_not_fit_is_refused_when_required():

@@ -179,23 +179,22 @@ class KernelProblem:
 class KernelSettings:
     """The user's parameters that the planners read (``"auto"`` or a value each).
 
-    ``cache_16bit`` is the storage policy of EigenPro 2's cache rather than a user
-    parameter: whether a float32 fit may store ``K(X, X)`` in float16 (for kernels
-    with values in [-1, 1]) when float32 does not fit.  The alternative is to
+    ``cache_dtype`` is the estimators' ``kernel_cache_dtype``: the storage of EigenPro
+    2's ``K(X, X)`` cache.  ``"auto"`` lets a float32 fit store it in float16 (for
+    kernels with values in [-1, 1]) when float32 does not fit.  The alternative is to
     evaluate every epoch's kernel, 20 times slower on Fashion-MNIST.  Measured on
     the real-data benchmark against a float32 cache (benchmarks/RESULTS.md): the
     regressors' test errors agree within 0.06%, the classifiers' within their
     spread over seeds (LetterRecognition, seeds 0-3: 0.0278-0.0338 in float16,
     0.0285-0.0328 in float32, the early-stopping epoch differing), and the fits were
-    10-25% faster.  float32 is kept where it fits.  The benchmark turns it off to
-    measure that comparison.
+    10-25% faster.  float32 is kept where it fits.
     """
 
     batch_size: object = "auto"
     subsample_size: object = "auto"
     cache_kernel: object = "auto"
     projection: str = "auto"
-    cache_16bit: bool = True
+    cache_dtype: str = "auto"
 
 
 class TrainingMemoryPlan:
@@ -421,7 +420,7 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     budget : int
     device : torch.device
     settings : KernelSettings
-        ``settings.cache_16bit`` allows float16 storage of the cache (see
+        ``settings.cache_dtype`` is the cache's storage (see
         :func:`plan_kernel_cache`).
 
     Returns
@@ -431,38 +430,43 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     n = problem.n_rows
     subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
     memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
-    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_16bit)
+    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_dtype)
     layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
     limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
     return dataclasses.replace(layout, memory_limit=limit)
 
 
-def plan_kernel_cache(problem, memory, cache_kernel, allow_16bit):
+def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
     """Bytes per entry of EigenPro 2's ``K(X, X)`` cache, or 0 to compute kernel blocks per batch.
 
     The cache is kept when it fits the budget next to the fixed costs, the blocks
-    that fill it and a batch of ``_MINIMAL_BATCH`` rows: in the training dtype, or
-    else, for a float32 fit of a kernel with values in [-1, 1] and ``allow_16bit``,
-    in float16.  ``cache_kernel=True`` raises when neither fits; ``False`` never
-    caches.
+    that fill it and a batch of ``_MINIMAL_BATCH`` rows.  ``cache_dtype="auto"``
+    stores it in the training dtype, or else, for a float32 fit of a kernel with
+    values in [-1, 1], in float16; a named dtype stores it in that dtype only.
+    ``cache_kernel=True`` raises when none fits; ``False`` never caches.
 
     Parameters
     ----------
     problem : KernelProblem
     memory : TrainingMemoryPlan
     cache_kernel : bool or "auto"
-    allow_16bit : bool
+    cache_dtype : {"auto", "float16", "float32", "float64"}, default="auto"
 
     Returns
     -------
     int
+
+    Raises
+    ------
+    ValueError
+        A named storage wider than the training dtype, or float16 for a kernel not
+        bounded by 1 (its values could overflow).
     """
     if cache_kernel is False:
         return 0
+    candidates = _cache_itemsizes(problem, cache_dtype)
     minimal = min(problem.n_rows, _MINIMAL_BATCH)
     working = max(memory.fill_bytes(), memory.cached_batch_bytes(minimal))
-    half = allow_16bit and problem.itemsize == 4 and problem.unit_bounded_kernel
-    candidates = [problem.itemsize] + ([2] if half else [])
     for itemsize in candidates:
         if memory.fixed_bytes + memory.cache_bytes(itemsize) + working <= memory.budget:
             return itemsize
@@ -475,6 +479,28 @@ def plan_kernel_cache(problem, memory, cache_kernel, allow_16bit):
             "Use cache_kernel='auto' or a larger memory_budget."
         )
     return 0
+
+
+_CACHE_ITEMSIZES = {"float16": 2, "float32": 4, "float64": 8}
+
+
+def _cache_itemsizes(problem, cache_dtype):
+    """The cache's storage sizes to try, in order of preference (see :func:`plan_kernel_cache`)."""
+    if cache_dtype == "auto":
+        half = problem.itemsize == 4 and problem.unit_bounded_kernel
+        return [problem.itemsize] + ([2] if half else [])
+    itemsize = _CACHE_ITEMSIZES[cache_dtype]
+    if itemsize > problem.itemsize:
+        raise ValueError(
+            f"kernel_cache_dtype={cache_dtype!r} is wider than the training dtype; the products are computed in "
+            "the training dtype. Use kernel_cache_dtype='auto' or a dtype at most as wide."
+        )
+    if itemsize == 2 and not problem.unit_bounded_kernel:
+        raise ValueError(
+            "kernel_cache_dtype='float16' needs a kernel with values in [-1, 1] (the radial kernels): float16 "
+            "overflows above 65504. Use kernel_cache_dtype='auto'."
+        )
+    return [itemsize]
 
 
 @dataclass(frozen=True)
@@ -947,7 +973,7 @@ def plan_auto_centers(problem, budget, device, settings):
     n = problem.n_rows
     if not problem.streamed:
         memory = TrainingMemoryPlan(problem, budget, device, auto_subsample_size(n))
-        cache_itemsize = plan_kernel_cache(problem, memory, "auto", settings.cache_16bit)
+        cache_itemsize = plan_kernel_cache(problem, memory, "auto", settings.cache_dtype)
         if cache_itemsize:
             return CentersCount(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
         if n <= AUTO_EVERY_POINT_MAX_ROWS:

@@ -122,8 +122,8 @@ class KernelFitInput:
 class KernelFitParameters:
     """The estimator's parameters, as the pipeline reads them (kernel unresolved, scaling rule resolved).
 
-    ``classifier`` says which kind of estimator asks; ``cache_16bit`` is the
-    storage policy of EigenPro 2's cache (see
+    ``classifier`` says which kind of estimator asks; ``cache_dtype`` is the
+    estimator's ``kernel_cache_dtype`` (see
     :class:`~skgpu_kernel.planning.kernel.KernelSettings`).
     """
 
@@ -149,7 +149,7 @@ class KernelFitParameters:
     n_iter_no_change: int
     validation_score: Callable
     name: str
-    cache_16bit: bool = True
+    cache_dtype: str = "auto"
 
     def request(self, weighted):
         """What the policy planner reads; ``weighted``: the sample weights are not all equal."""
@@ -161,7 +161,7 @@ class KernelFitParameters:
     def planning(self):
         """What the layout planners read."""
         sizes = (self.batch_size, self.subsample_size)
-        return KernelSettings(*sizes, self.cache_kernel, self.projection, self.cache_16bit)
+        return KernelSettings(*sizes, self.cache_kernel, self.projection, self.cache_dtype)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,9 @@ CG_ROUNDING_TOL = 1e-2
 CG_FALLBACK_REFITS = 3
 _ROUNDING_STOPS = ("curvature", "objective grew")
 
+# The kernel cache's storage by bytes per entry (the plan's cache_itemsize).
+_STORAGE_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
+
 __all__ = ["CG_ROUNDING_TOL", "CG_TOL", "KernelFitSettings", "KernelHostData", "PathOutcome", "run_path"]
 
 
@@ -471,7 +474,7 @@ class _EigenPro2Path(_EigenProPath):
     def _caches(self, plan, operators):
         """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
         tic = time.perf_counter()
-        storage = self.runtime.dtype if plan.cache_itemsize == self.itemsize else torch.float16
+        storage = _STORAGE_DTYPES[plan.cache_itemsize]
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
         train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
         held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
