@@ -224,6 +224,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.dtype_ = np.dtype(self.dtype)
         self.memory_budget_ = runtime.budget
         self.solver_, self.alpha_, self.alpha_selection_ = fit.solver, fit.alpha, fit.alpha_selection
+        self.fit_attempts_ = fit.attempts
         self.bandwidth_selection_ = fit.bandwidth_selection
         self.early_stopping_ = fit.early_stopping
         self.kernel_, self.bandwidth_, self.X_offset_ = fit.kernel, fit.bandwidth, fit.offset
@@ -629,6 +630,14 @@ _COMMON_ATTRIBUTES = """
         ``solver="cg"`` above its stated residual, the fit is redone from where it
         ended with ten times the penalty (at most three times, each with a
         ``ConvergenceWarning``), and ``alpha_`` is the penalty it ended with.
+    fit_attempts_ : list of dict
+        Every solver run of the last ``fit``, in order, the one that made the model
+        last: ``{"solver": ..., "alpha": ..., "reason": ...}``, the reason being
+        ``"planned"`` for the first and, for each later one, why the one before gave
+        way (CG broken down by rounding and refitted with a larger penalty; CG on
+        every point too ill-conditioned and fitted by EigenPro 2; a kernel cache the
+        device refused, fitted without it).  ``solver_`` and ``alpha_`` are the last
+        attempt's.
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the

@@ -207,7 +207,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
 # Later epochs visit the (once shuffled) rows in chunks of this many consecutive
 # rows, the chunks in a new random order each epoch: a step on a cached kernel then
 # reads runs of contiguous rows, at the speed of a plain matrix product (random rows
-# had to be gathered first, 1.4 to 2 times slower on the CPU; see KernelCache).
+# had to be gathered first, 1.4 to 2 times slower on the CPU; see CachedOperator).
 EPOCH_CHUNK_ROWS = 32
 
 

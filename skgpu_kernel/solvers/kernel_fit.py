@@ -51,7 +51,7 @@ from ..regularization import (
 )
 from ..splits import holdout_split
 from .eigenpro import KernelLoopResult
-from .kernel_paths import KernelFitSettings, KernelHostData, KernelRuntime, run_path
+from .kernel_paths import KernelFitSettings, KernelHostData, KernelRuntime, run_solver
 
 __all__ = [
     "KernelContinuation",
@@ -190,6 +190,10 @@ class KernelFitResult:
     throughputs : dict
     device_cache : tuple
         ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    attempts : list of dict
+        Every solver run the driver made, the one that produced the model last:
+        ``{"solver", "alpha", "reason"}`` (see
+        :func:`~skgpu_kernel.solvers.kernel_paths.run_solver`).
     """
 
     loop: KernelLoopResult
@@ -208,6 +212,7 @@ class KernelFitResult:
     spectrum: object
     throughputs: dict
     device_cache: tuple
+    attempts: list
 
 
 def fit_kernel_model(data, runtime, parameters):
@@ -251,15 +256,16 @@ def fit_kernel_model(data, runtime, parameters):
         X, targets, weights, order, validation, centers, coef_init, data.centers is None, streamed, shares
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
-    outcome = run_path(policy.solver, host, runtime, settings)
+    outcome = run_solver(policy.solver, policy.alpha, host, runtime, settings)
     if joint:
         residuals = None if not data.uses_centers else _JointResiduals(X, host.Y, weights, kernel, runtime.budget)
         outcome, shift = _with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
     return KernelFitResult(
         loop=outcome.result,
-        solver=outcome.solver or policy.solver,
-        alpha=policy.alpha if outcome.alpha is None else outcome.alpha,
+        solver=outcome.attempts[-1].solver,
+        alpha=outcome.attempts[-1].alpha,
+        attempts=[attempt.record() for attempt in outcome.attempts],
         alpha_selection=tuned.alpha_selection,
         bandwidth_selection=tuned.bandwidth_selection,
         early_stopping=policy.early_stopping,

@@ -1,11 +1,15 @@
-"""The three paths of a kernel fit: EigenPro 2, EigenPro 3 and conjugate gradients on centers.
+"""The kernel solvers and their one driver: EigenPro 2, EigenPro 3, CG on every point and CG on centers.
 
 :func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model` resolves the fit (policy,
-penalty, split, kernel, centers) and hands each path the same
-:class:`KernelHostData` and :class:`KernelFitSettings`; :func:`run_path` runs the
-path and returns one :class:`PathOutcome`.  The two EigenPro paths share every
+penalty, split, kernel, centers) and hands :func:`run_solver`, the driver, the same
+:class:`KernelHostData` and :class:`KernelFitSettings` for every solver.  The
+driver runs the path the registry (:data:`SOLVER_PATHS`) names for the solver and
+the data, then every :class:`Fallback` a path asks for, and returns one
+:class:`PathOutcome` with the attempts it ran.  The two EigenPro paths share every
 stage (layout, measured capacity, spectrum, plan, loop) and differ in what each
-stage does; CG needs no spectrum and no batch.  No scikit-learn and no input
+stage does; EigenPro 2 and CG on every point share the operators of ``K(X, X)``
+(:class:`_EveryPointRows`); CG needs no spectrum and no batch.  Every kernel product
+goes through :mod:`skgpu_kernel.operators`.  No scikit-learn and no input
 validation here.
 """
 
@@ -88,7 +92,17 @@ _ROUNDING_STOPS = ("curvature", "objective grew")
 # The kernel cache's storage by bytes per entry (the plan's cache_itemsize).
 _STORAGE_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
 
-__all__ = ["CG_ROUNDING_TOL", "CG_TOL", "KernelFitSettings", "KernelHostData", "PathOutcome", "run_path"]
+__all__ = [
+    "CG_ROUNDING_TOL",
+    "CG_TOL",
+    "SOLVER_PATHS",
+    "Attempt",
+    "Fallback",
+    "KernelFitSettings",
+    "KernelHostData",
+    "PathOutcome",
+    "run_solver",
+]
 
 
 @dataclass(frozen=True)
@@ -190,30 +204,135 @@ class KernelFitSettings:
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """A new attempt a path asks the driver to run instead of, or after, its own: what changes and why.
+
+    Attributes
+    ----------
+    reason : str
+        Why, in a few words (recorded in ``fit_attempts_``).
+    solver : str or None
+        The solver to run (None: the same).
+    alpha : float or None
+        The penalty to run with (None: the same).
+    cache_kernel : bool or None
+        ``cache_kernel`` to plan with (None: the estimator's).
+    coef_init : Tensor or None
+        Coefficients to start from (None: the fit's warm start, if any).
+    warning : str or None
+        Raised as a ``ConvergenceWarning`` (or ``category``) when the driver takes it.
+    category : type
+    """
+
+    reason: str
+    solver: str | None = None
+    alpha: float | None = None
+    cache_kernel: object = None
+    coef_init: torch.Tensor | None = None
+    warning: str | None = None
+    category: type = ConvergenceWarning
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a solver by the driver: its solver, penalty and planning, and why it was made."""
+
+    solver: str
+    alpha: float
+    reason: str = "planned"
+    cache_kernel: object = None
+    coef_init: torch.Tensor | None = None
+    n_refits: int = 0
+
+    def record(self):
+        """What ``fit_attempts_`` keeps of it."""
+        return {"solver": self.solver, "alpha": self.alpha, "reason": self.reason}
+
+    def after(self, fallback):
+        """The attempt ``fallback`` asks for after this one."""
+        refit = fallback.solver in (None, self.solver)
+        return Attempt(
+            solver=fallback.solver or self.solver,
+            alpha=self.alpha if fallback.alpha is None else fallback.alpha,
+            reason=fallback.reason,
+            cache_kernel=self.cache_kernel if fallback.cache_kernel is None else fallback.cache_kernel,
+            coef_init=fallback.coef_init,
+            n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
+        )
+
+
+@dataclass(frozen=True)
 class PathOutcome:
     """What a path decided and produced.
 
     ``plan`` and ``spectrum`` are None for CG, which has neither (CG on every point
     has EigenPro 2's plan: its subsample and kernel cache); ``device_cache``
     is ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    ``fallback``: the attempt the path asks the driver to run next (``result`` None
+    when it gave up before solving).  ``attempts``: every attempt the driver ran,
+    this one last.
     """
 
-    result: KernelLoopResult
-    plan: object
-    spectrum: object
-    throughputs: dict
-    centers: np.ndarray
-    device_cache: tuple
-    alpha: float | None = None  # the penalty used, where the path had to raise the settings'
-    solver: str | None = None  # the solver used, where the path fell back from the planned one
+    result: KernelLoopResult | None
+    plan: object = None
+    spectrum: object = None
+    throughputs: dict = dataclasses.field(default_factory=dict)
+    centers: np.ndarray | None = None
+    device_cache: tuple | None = None
+    fallback: Fallback | None = None
+    attempts: tuple = ()
 
 
-def run_path(solver, data, runtime, settings):
-    """Run the path of ``solver``: EigenPro 2 or 3, or CG on centers or on every point, by ``data.centers``."""
-    if solver == "cg":
-        return (_CGPath if data.centers is not None else _SubsampleCGPath)(data, runtime, settings).run()
-    path = (_EigenPro2Path if data.centers is None else _EigenPro3Path)(data, runtime, settings)
-    return _run_eigenpro(path)
+class _FallbackNeeded(Exception):
+    """Raised by a stage of a path that cannot go on as planned; the driver runs ``fallback`` instead."""
+
+    def __init__(self, fallback):
+        super().__init__(fallback.reason)
+        self.fallback = fallback
+
+
+def run_solver(solver, alpha, data, runtime, settings):
+    """Run ``solver`` at ``alpha``, then every fallback it asks for: the one driver of the kernel solvers.
+
+    Each attempt runs the path the registry (:data:`SOLVER_PATHS`) gives for the
+    solver and the data (centers or every point).  A path asks for a fallback by
+    returning or raising one (:class:`Fallback`): CG broken down by rounding, refit
+    with a larger penalty (at most :data:`CG_FALLBACK_REFITS` times); CG on every
+    point whose preconditioned system is too ill-conditioned, fitted by EigenPro 2;
+    a kernel cache the device refused, fitted without it.  The driver warns, runs
+    the new attempt from scratch and records every attempt in the outcome, as
+    scikit-learn's ``_ridge_regression`` reports the solver that actually ran.
+
+    Returns
+    -------
+    PathOutcome
+        The last attempt's, with ``attempts``.
+    """
+    attempt, attempts = Attempt(solver, alpha), []
+    while True:
+        attempts.append(attempt)
+        outcome = _run_attempt(attempt, data, runtime, settings)
+        fallback = outcome.fallback
+        if fallback is None:
+            return dataclasses.replace(outcome, attempts=tuple(attempts))
+        if fallback.warning is not None:
+            warn_user(fallback.warning, fallback.category)
+        attempt = attempt.after(fallback)
+
+
+def _run_attempt(attempt, data, runtime, settings):
+    """One attempt: its path built on the data and settings the attempt changes, run; a raised fallback returned."""
+    if attempt.coef_init is not None:
+        data = dataclasses.replace(data, coef_init=attempt.coef_init)
+    parameters = settings.parameters
+    if attempt.cache_kernel is not None:
+        parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
+    settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
+    path = SOLVER_PATHS[attempt.solver, data.centers is not None](data, runtime, settings)
+    try:
+        return path.run(attempt)
+    except _FallbackNeeded as needed:
+        return PathOutcome(None, fallback=needed.fallback)
 
 
 def _run_eigenpro(path):
@@ -281,16 +400,32 @@ class _Path:
             return None
         return self.to_device(weights / weights.max(), center=False)
 
+    def device_cache(self, coef):
+        """``(device, prepared centers, coefficients, offset)`` for predictions after fit."""
+        return (self.device, self.centers_dev, coef, self.to_device.offset)
+
+    def ridge(self):
+        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
+        return self.settings.alpha / float(self.data.weights.max())
+
+    def starting_coef(self, n_coefficients):
+        """The warm start's coefficients, or zeros, on the device."""
+        coef = self.data.coef_init
+        if coef is None:
+            coef = torch.zeros(n_coefficients, self.problem.n_outputs, dtype=self.runtime.dtype)
+        return coef.to(self.device, self.runtime.dtype)
+
 
 class _EigenProPath(_Path):
     """Stages both EigenPro paths share: the user's batch, the penalty's scale, spectral settings."""
 
+    def run(self, attempt):
+        """Layout, measured capacity, spectrum, plan, then the path's loop (:func:`_run_eigenpro`)."""
+        return _run_eigenpro(self)
+
     def prepare(self, plan):
         """Allocate what the plan keeps for the whole fit: ``(plan as carried out, what solve reads)``."""
         return plan, None
-
-    def device_cache(self, coef):
-        return (self.device, self.centers_dev, coef, self.to_device.offset)
 
     def given_capacity(self):
         """The user's batch (bounded by n), or None when it is to be measured."""
@@ -317,10 +452,6 @@ class _EigenProPath(_Path):
             layout.subsample_size,
         )
 
-    def ridge(self):
-        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
-        return self.settings.alpha / float(self.data.weights.max())
-
     def spectral_settings(self, eigenvalue_shift, diagonal_shift):
         """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
         settings = self.settings
@@ -332,16 +463,15 @@ class _EigenProPath(_Path):
             self.problem.n_rows,
         )
 
-    def starting_coef(self, n_coefficients):
-        """The warm start's coefficients, or zeros, on the device."""
-        coef = self.data.coef_init
-        if coef is None:
-            coef = torch.zeros(n_coefficients, self.problem.n_outputs, dtype=self.runtime.dtype)
-        return coef.to(self.device, self.runtime.dtype)
 
+class _EveryPointRows(_Path):
+    """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there share.
 
-class _EigenPro2Path(_EigenProPath):
-    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
+    The training rows on the device in the fit's order, their grid if they lie on
+    one, the problem's sizes, EigenPro 2's layout (subsample, memory, cache) and the
+    operators a plan asks for (:meth:`prepare`).  Not a solver: the solvers on every
+    point (:class:`_EigenPro2Path`, :class:`_EveryPointCGPath`) build on it.
+    """
 
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
@@ -364,48 +494,13 @@ class _EigenPro2Path(_EigenProPath):
     def layout(self):
         return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.parameters.planning)
 
-    def capacity(self, layout):
-        return self.measured_capacity(layout, self.X_dev)
-
-    def spectrum(self, layout, capacity):
-        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
-        # by alpha / n and every diagonal entry by alpha.
-        ridge = self.ridge()
-        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
-        return plan_preconditioner(
-            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
-        )
-
-    def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.parameters.planning)
-
-    def solve(self, layout, plan, prepared, preconditioner, loop):
-        validation, operators = prepared
-        data = self.data
-        Y_dev = self.to_device(data.Y[data.order], center=False)
-        weights = self.weights_tensor(data.weights[data.order])
-        tensors = KernelTrainingData(operators.train, Y_dev, weights, self.ridge())
-        if validation is not None:
-            Y_val = validation[1]
-
-            def score(coef):
-                return self.settings.validation_score(operators.held_out.matmul(coef), Y_val)
-
-            loop = dataclasses.replace(loop, validation=score)
-        fresh = data.coef_init is None
-        coef = self.starting_coef(self.problem.n_rows)
-        generator = self.runtime.generator
-        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
-        self._report_epochs(result, plan, operators.train)
-        return result
-
     def prepare(self, plan):
         """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
 
         The budget is planned from the memory free when the fit starts; a device that
         is shared (or fragmented) may still refuse the cache's allocation, which is
-        then reported and the fit goes on evaluating blocks per batch.  Returns the
-        plan as carried out and ``(validation tensors, operators)``.
+        then reported and the driver plans the fit again without the cache.  Returns
+        the plan as carried out and ``(validation tensors, operators)``.
         """
         validation = self.validation_tensors()
         codes = self._grid_codes(plan, validation)
@@ -421,12 +516,13 @@ class _EigenPro2Path(_EigenProPath):
                 raise
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            warn_user(
-                f"The kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}: "
-                "kernel blocks are computed per batch instead. Lower memory_budget or set cache_kernel=False.",
-                RuntimeWarning,
+            message = f"the kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}"
+            warning = (
+                f"{message[0].upper()}{message[1:]}: the fit is planned again with kernel blocks computed per "
+                "batch. Lower memory_budget or set cache_kernel=False."
             )
-            return dataclasses.replace(plan, cached=False, cache_itemsize=0), (validation, operators)
+            fallback = Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning)
+            raise _FallbackNeeded(fallback) from error
 
     def _evaluated_operators(self, plan, validation, codes):
         """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not."""
@@ -457,7 +553,7 @@ class _EigenPro2Path(_EigenProPath):
             f"of torch.mm's {peak:.3g} at these blocks"
         )
 
-    def _report_epochs(self, result, plan, operator):
+    def report_epochs(self, result, plan, operator):
         """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
         steady = result.history[1:] or result.history  # the first epoch of a fresh fit reads half the rows
         if self.runtime.log is None or not steady:
@@ -513,17 +609,58 @@ class _EigenPro2Path(_EigenProPath):
         return codes, held_out
 
 
-class _SubsampleCGPath(_EigenPro2Path):
-    """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a subsample preconditioner.
+class _EigenPro2Path(_EveryPointRows, _EigenProPath):
+    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
+
+    def capacity(self, layout):
+        return self.measured_capacity(layout, self.X_dev)
+
+    def spectrum(self, layout, capacity):
+        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
+        # by alpha / n and every diagonal entry by alpha.
+        ridge = self.ridge()
+        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
+        return plan_preconditioner(
+            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
+        )
+
+    def plan(self, layout, capacity, critical_batch):
+        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.parameters.planning)
+
+    def solve(self, layout, plan, prepared, preconditioner, loop):
+        validation, operators = prepared
+        data = self.data
+        Y_dev = self.to_device(data.Y[data.order], center=False)
+        weights = self.weights_tensor(data.weights[data.order])
+        tensors = KernelTrainingData(operators.train, Y_dev, weights, self.ridge())
+        if validation is not None:
+            Y_val = validation[1]
+
+            def score(coef):
+                return self.settings.validation_score(operators.held_out.matmul(coef), Y_val)
+
+            loop = dataclasses.replace(loop, validation=score)
+        fresh = data.coef_init is None
+        coef = self.starting_coef(self.problem.n_rows)
+        generator = self.runtime.generator
+        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
+        self.report_epochs(result, plan, operators.train)
+        return result
+
+
+class _EveryPointCGPath(_EveryPointRows):
+    """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a pivoted Cholesky preconditioner.
 
     It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
     plan, and reads it once per iteration.  EigenPro's Nystrom subsample estimates
-    the preconditioned system's condition (beyond :data:`CG_MAX_CONDITION` EigenPro 2
-    fits instead); the preconditioner is built from a randomly pivoted Cholesky
-    factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).
+    the preconditioned system's condition (beyond :data:`CG_MAX_CONDITION` it asks
+    the driver for EigenPro 2); the preconditioner is built from a randomly pivoted
+    Cholesky factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
+    :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows the fit
+    takes every point as a center of :class:`_CentersCGPath` instead.
     """
 
-    def run(self):
+    def run(self, attempt):
         runtime, parameters = self.runtime, self.settings.parameters
         layout = self.layout()
         # No batch: the plan's batch is the row block an uncached pass evaluates at once.
@@ -536,12 +673,13 @@ class _SubsampleCGPath(_EigenPro2Path):
         eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
         condition = shifted_condition(eigensystem[0], rows, max_components)
         if not full_kernel_cg_conditioned(condition):
+            reason = (
+                f"alpha {ridge:.3g} leaves CG's preconditioned system a condition of about {condition:.3g} "
+                f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
+            )
             if runtime.log is not None:
-                runtime.log(
-                    f"[{parameters.name}] alpha {ridge:.3g} leaves CG's preconditioned system a condition of about "
-                    f"{condition:.3g} (> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
-                )
-            return dataclasses.replace(_run_eigenpro(self), solver="eigenpro")
+                runtime.log(f"[{parameters.name}] {reason}")
+            raise _FallbackNeeded(Fallback(reason, solver="eigenpro"))
         plan, (validation, operators) = self.prepare(plan)
 
         def products(V):  # K(X, X[:k]) V for V of k rows
@@ -572,7 +710,7 @@ class _SubsampleCGPath(_EigenPro2Path):
             return operators.held_out.matmul(coef)
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
-        self._report_epochs(result, plan, operators.train)
+        self.report_epochs(result, plan, operators.train)
         operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
         return PathOutcome(result, plan, None, {}, self.centers_host(), self.device_cache(coef))
 
@@ -696,10 +834,15 @@ class _EigenPro3Path(_EigenProPath):
         return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
 
 
-class _CGPath(_Path):
-    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches)."""
+class _CentersCGPath(_Path):
+    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches).
 
-    def run(self):
+    Where rounding breaks CG down above its stated residual, it asks the driver to
+    refit from where it ended with a penalty ten times larger (at most
+    :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
+    """
+
+    def run(self, attempt):
         data, runtime, settings, kernel = self.data, self.runtime, self.settings, self.kernel
         to_device, device = self.to_device, self.device
         centers = to_device(data.centers)
@@ -716,35 +859,46 @@ class _CGPath(_Path):
             )
         coef_init = None if data.coef_init is None else data.coef_init.to(device)
         shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
-        solved, alpha = self._solve(rows, centers, coef_init, shares)
+        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init, shares)
+        if attempt.n_refits < CG_FALLBACK_REFITS:
+            refit = self._refit(solved)
+            if refit is not None:
+                return PathOutcome(None, fallback=refit)
         coef = solved.coef.to(runtime.dtype)
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters.tol)
         predict = center_kernel_block(kernel, centers)
         result = _cg_loop_result(solved, coef, self.validation_tensors(), lambda X_val: predict(X_val) @ coef, settings)
         device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
-        return PathOutcome(result, None, None, {}, data.centers, device_cache, alpha)
+        return PathOutcome(result, None, None, {}, data.centers, device_cache)
 
-    def _solve(self, rows, centers, coef_init, shares):
-        """``(result, alpha)``: CG at the settings' alpha, refit with a larger one where rounding stopped it."""
+    def _refit(self, solved):
+        """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
         dtype, alpha = self.runtime.dtype, self.settings.alpha
-        for refit in range(CG_FALLBACK_REFITS + 1):
-            solved = fit_centers_cg(self.kernel, rows, centers, alpha, self._cg_settings(), coef_init, shares)
-            residual = _unfinished_residual(solved, dtype, self.settings.parameters.tol)
-            if refit == CG_FALLBACK_REFITS or residual is None or solved.stop not in _ROUNDING_STOPS:
-                return solved, alpha
-            # The smallest penalty worth trying resolves the errors to the dtype's precision.
-            larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(self.data.weights.sum()))
-            warn_user(
-                f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
-                f"{residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: rounding limits the fit at "
-                f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
-                "set a larger alpha or dtype='float64' to keep the fit as asked.",
-                ConvergenceWarning,
-            )
-            alpha, coef_init = larger, solved.coef
+        residual = _unfinished_residual(solved, dtype, self.settings.parameters.tol)
+        if residual is None or solved.stop not in _ROUNDING_STOPS:
+            return None
+        # The smallest penalty worth trying resolves the errors to the dtype's precision.
+        larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(self.data.weights.sum()))
+        reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
+        warning = (
+            f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
+            f"{residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: rounding limits the fit at "
+            f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
+            "set a larger alpha or dtype='float64' to keep the fit as asked."
+        )
+        return Fallback(reason, alpha=larger, coef_init=solved.coef, warning=warning)
 
     def _cg_settings(self):
         return _cg_settings(self.settings.parameters, self.runtime)
+
+
+# The solvers by (solver_, whether the model has centers).  No solver inherits from another.
+SOLVER_PATHS = {
+    ("eigenpro", False): _EigenPro2Path,
+    ("eigenpro", True): _EigenPro3Path,
+    ("cg", False): _EveryPointCGPath,
+    ("cg", True): _CentersCGPath,
+}
 
 
 def _cg_settings(parameters, runtime):
