@@ -43,6 +43,12 @@ SOLVER_CASES = {
     "eigenpro3": {"solver": "eigenpro", "n_centers": 120, "batch_size": 64, "n_epochs": 3},
     "cg centers": {"solver": "cg", "alpha": 0.5, "n_centers": 120, "n_epochs": 60},
 }
+EVERY_POINT_KINDS = [
+    ("evaluated", False, 0.0),
+    ("cached", True, 0.0),
+    ("grid", False, 100.0),
+    ("grid cached", True, 100.0),
+]
 OPERATOR_KINDS = {
     "eigenpro2": [
         ("evaluated", False, 0.0),
@@ -63,7 +69,7 @@ OPERATOR_KINDS = {
 
 @pytest.mark.parametrize("case", SOLVER_CASES)
 def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(beyond_factors, monkeypatch, case):
-    """float64: each kind of ``K @ V`` (evaluated, cached, from a grid's int8 products) gives the same fit within 1e-10."""
+    """float64: each kind of ``K @ V`` (evaluated, cached, from a grid's int8 products): the same fit within 1e-10."""
     X, y = _on_grid()
     X_test = X[::7] + 0.5
     predictions = {}
