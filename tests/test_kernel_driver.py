@@ -50,18 +50,8 @@ EVERY_POINT_KINDS = [
     ("grid cached", True, 100.0),
 ]
 OPERATOR_KINDS = {
-    "eigenpro2": [
-        ("evaluated", False, 0.0),
-        ("cached", True, 0.0),
-        ("grid", False, 100.0),
-        ("grid cached", True, 100.0),
-    ],
-    "cg every point": [
-        ("evaluated", False, 0.0),
-        ("cached", True, 0.0),
-        ("grid", False, 100.0),
-        ("grid cached", True, 100.0),
-    ],
+    "eigenpro2": EVERY_POINT_KINDS,
+    "cg every point": EVERY_POINT_KINDS,
     "eigenpro3": [("evaluated", False, 0.0), ("cached", True, 0.0)],
     "cg centers": [("evaluated", "auto", 0.0)],
 }
