@@ -47,7 +47,7 @@ from ..planning.kernel import (
     plan_eigenpro3_layout,
     plan_full_kernel_cg,
 )
-from ..planning.stopping import plan_stopping
+from ..planning.stopping import plan_cg_stopping, plan_stopping
 from ..preconditioner import (
     PenalisedRows,
     SpectralSettings,
@@ -71,16 +71,6 @@ from .eigenpro3 import (
 )
 from .full_kernel_cg import fit_full_kernel_cg
 
-# Relative residual of the preconditioned normal equations at which CG stops: far
-# below the statistical error of any model it fits, near float32's resolution.
-CG_TOL = 1e-6
-
-# The residual a CG fit may end with, unless the objective rule ended it, before it
-# warns: CG_TOL in float64; with float32 kernel blocks the residual stalls at their
-# rounding floor, 1e-5 to 1e-2 on the real-data sets (LetterRecognition, Computers)
-# with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
-CG_ROUNDING_TOL = 1e-2
-
 # CG that rounding breaks down above its stated residual (a curvature was not
 # positive, the objective grew) is refit from where it ended with the penalty raised
 # tenfold, at most this many times; the penalty it ends with becomes alpha_.  A stalled
@@ -93,8 +83,6 @@ _ROUNDING_STOPS = ("curvature", "objective grew")
 _STORAGE_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
 
 __all__ = [
-    "CG_ROUNDING_TOL",
-    "CG_TOL",
     "SOLVER_PATHS",
     "Attempt",
     "Fallback",
@@ -701,10 +689,10 @@ class _EveryPointCGPath(_EveryPointRows):
         coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
         # CG's residual on this square system is not monotone (CG lowers the error's
         # A-norm), so no stall rule reads it: its own objective stops it below float64.
-        cg_settings = dataclasses.replace(_cg_settings(parameters, runtime), n_iter_no_change=None)
+        cg_settings = _cg_settings(parameters, runtime, square_system=True)
         solved = fit_full_kernel_cg(products, Y, weights, ridge, preconditioner, cg_settings, coef_init)
         coef = solved.coef.to(runtime.dtype)
-        _warn_if_unfinished(solved, runtime.dtype, parameters.tol)
+        _warn_if_unfinished(solved, runtime.dtype, parameters)
 
         def predict(X_val):
             return operators.held_out.matmul(coef)
@@ -865,7 +853,7 @@ class _CentersCGPath(_Path):
             if refit is not None:
                 return PathOutcome(None, fallback=refit)
         coef = solved.coef.to(runtime.dtype)
-        _warn_if_unfinished(solved, runtime.dtype, settings.parameters.tol)
+        _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
         predict = center_kernel_block(kernel, centers)
         result = _cg_loop_result(solved, coef, self.validation_tensors(), lambda X_val: predict(X_val) @ coef, settings)
         device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
@@ -874,7 +862,7 @@ class _CentersCGPath(_Path):
     def _refit(self, solved):
         """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
         dtype, alpha = self.runtime.dtype, self.settings.alpha
-        residual = _unfinished_residual(solved, dtype, self.settings.parameters.tol)
+        residual = _unfinished_residual(solved, dtype, self.settings.parameters)
         if residual is None or solved.stop not in _ROUNDING_STOPS:
             return None
         # The smallest penalty worth trying resolves the errors to the dtype's precision.
@@ -882,7 +870,8 @@ class _CentersCGPath(_Path):
         reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
         warning = (
             f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
-            f"{residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: rounding limits the fit at "
+            f"{residual:.3g}, above its tolerance {_cg_stopping(self.settings.parameters, dtype).stated_tol:g} for "
+            f"{dtype}: rounding limits the fit at "
             f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
             "set a larger alpha or dtype='float64' to keep the fit as asked."
         )
@@ -901,21 +890,20 @@ SOLVER_PATHS = {
 }
 
 
-def _cg_settings(parameters, runtime):
-    """How a CG path iterates: the estimator's ``n_epochs`` as the bound, its ``tol`` and stopping rule."""
-    # tol=None asks for every iteration up to the bound, as it asks for every epoch.
-    # float64 blocks reach CG_TOL; below float64 the residual has a rounding floor
-    # above it, and the relative objective judges progress (the package's one rule).
-    # Held-out rows score the solution CG ends with, not each iteration.
-    stopping = plan_stopping(
-        parameters.tol, parameters.n_iter_no_change, validation=False, on_train_loss=runtime.dtype != torch.float64
-    )
+def _cg_settings(parameters, runtime, square_system=False):
+    """How a CG path iterates: the estimator's ``n_epochs`` as the bound, the stopping plan of its ``tol``."""
+    stopping = _cg_stopping(parameters, runtime.dtype, square_system)
     return CGSettings(
         max_iterations=parameters.n_epochs,
-        tol=0.0 if parameters.tol is None else CG_TOL,
+        tol=stopping.residual_tol,
         log=runtime.log,
-        stopping=stopping,
+        n_iter_no_change=stopping.residual_patience,
+        stopping=stopping.objective,
     )
+
+
+def _cg_stopping(parameters, dtype, square_system=False):
+    return plan_cg_stopping(parameters.tol, parameters.n_iter_no_change, dtype == torch.float64, square_system)
 
 
 def _cg_loop_result(solved, coef, validation, predict, settings):
@@ -933,37 +921,33 @@ def _cg_loop_result(solved, coef, validation, predict, settings):
     return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
 
 
-def _warn_if_unfinished(solved, dtype, tol):
+def _warn_if_unfinished(solved, dtype, parameters):
     """A ``ConvergenceWarning`` when CG ended unfinished (see :func:`_unfinished_residual`).
 
     Growth of the objective has warned already.
     """
-    residual = _unfinished_residual(solved, dtype, tol)
+    residual = _unfinished_residual(solved, dtype, parameters)
     if residual is not None and solved.stop != "objective grew":
         warn_user(
             f"Conjugate gradients on the centers stopped ({solved.stop}) after {len(solved.history)} iterations "
-            f"with a relative residual of {residual:.3g}, above its tolerance {_stated_tol(dtype):g} for {dtype}: "
-            "the model is not yet the penalised least-squares solution. Raise n_epochs (the iteration bound), or "
-            "use a larger alpha, fewer centers or solver='eigenpro'.",
+            f"with a relative residual of {residual:.3g}, above its tolerance "
+            f"{_cg_stopping(parameters, dtype).stated_tol:g} for {dtype}: the model is not yet the penalised "
+            "least-squares solution. Raise n_epochs (the iteration bound), or use a larger alpha, fewer centers or "
+            "solver='eigenpro'.",
             ConvergenceWarning,
         )
 
 
-def _stated_tol(dtype):
-    """The relative residual a CG fit in ``dtype`` must reach to count as finished."""
-    return CG_TOL if dtype == torch.float64 else CG_ROUNDING_TOL
-
-
-def _unfinished_residual(solved, dtype, tol):
+def _unfinished_residual(solved, dtype, parameters):
     """The final relative residual where CG ended above its stated tolerance, else None.
 
     Finished: the residual met it, or (below float64) the objective rule ended the
     fit, or ``tol=None`` asked for every iteration up to the bound.
     """
-    if tol is None or not solved.history or solved.stop in ("converged", "objective"):
+    if parameters.tol is None or not solved.history or solved.stop in ("converged", "objective"):
         return None
     residual = solved.history[-1]["relative_residual"]
-    return residual if residual > _stated_tol(dtype) else None
+    return residual if residual > _cg_stopping(parameters, dtype).stated_tol else None
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):
