@@ -343,7 +343,7 @@ class _GridBlocks:
 
 
 class CachedOperator(KernelOperator):
-    """Rows of ``K(X, Z)`` computed once (:meth:`fill`), read by every later product.
+    """Rows of ``K(X, Z)`` computed once (``CachedOperator.fill``), read by every later product.
 
     On the CPU a product reads runs of consecutive rows as views, a few rows at a
     time (copied to the training dtype through one buffer when the storage is
@@ -351,7 +351,7 @@ class CachedOperator(KernelOperator):
     gathered.  On the 2-core CPU we develop on, ``K[rows] @ V`` over 8192 rows of a
     54000-column cache read 2.5 G entries/s from contiguous float32 rows and 3.1 G
     from float16 rows (32 at a time), against 1.0-1.3 G when gathering random rows.
-    The right-hand side is also widened to 16 columns there (:func:`widened`).  On
+    The right-hand side is also widened to 16 columns there (``widened``).  On
     CUDA a batch is read in one gather.
 
     Parameters

@@ -87,7 +87,7 @@ class ParallelStrategy(BaseEstimator):
         return devices
 
     def worker_steps(self, context, job, coef, intercept, data):
-        """This strategy's steps in one worker, driven by :func:`~skgpu_kernel.parallel.worker.train_worker`.
+        """This strategy's steps in one worker, driven by ``skgpu_kernel.parallel.worker.train_worker``.
 
         Parameters
         ----------

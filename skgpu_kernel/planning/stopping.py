@@ -21,14 +21,14 @@ targets' scale, as scikit-learn's ``SGDRegressor(tol=...)`` is on normalised dat
 Conjugate gradients (:func:`plan_cg_stopping`) head for an exact solution, so
 their rule adds a test of the residual to the one above.  A CG run stops when
 every output's relative residual of the preconditioned normal equations is at most
-:data:`CG_TOL` (1e-6: far below the statistical error of any model, near float32's
+``CG_TOL`` (1e-6: far below the statistical error of any model, near float32's
 resolution); below float64 the residual has a rounding floor above it, so the
 relative training loss judges progress by the rule above (``tol``,
 ``n_iter_no_change``); and on centers a residual that makes no new low for
-:data:`CG_RESIDUAL_PATIENCE` iterations has hit its floor (CG's residual on the
+``CG_RESIDUAL_PATIENCE`` iterations has hit its floor (CG's residual on the
 square system of every point is not monotone, so there no stall is read).  A run
-that ends by none of these above :data:`CG_TOL` in float64, or above
-:data:`CG_ROUNDING_TOL` below it, is unfinished (a ``ConvergenceWarning``).
+that ends by none of these above ``CG_TOL`` in float64, or above
+``CG_ROUNDING_TOL`` below it, is unfinished (a ``ConvergenceWarning``).
 ``tol=None`` runs every iteration up to ``n_epochs``.
 """
 
@@ -158,7 +158,7 @@ def plan_cg_stopping(tol, n_iter_no_change, float64, square_system=False):
         The estimator's ``tol`` (None: every iteration up to the bound).
     n_iter_no_change : int
     float64 : bool
-        The kernel blocks are float64: the residual reaches :data:`CG_TOL`, and the
+        The kernel blocks are float64: the residual reaches ``CG_TOL``, and the
         objective rule is not needed.
     square_system : bool, default=False
         CG on every point's ``K + alpha W^-1``, whose residual is not monotone (no
