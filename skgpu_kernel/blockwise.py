@@ -6,6 +6,8 @@ applies a product to each, so that a row's result does not depend on how many ro
 come with it.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse
 import torch
@@ -19,6 +21,7 @@ PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 
 __all__ = [
     "DeviceCopier",
+    "PredictionTensors",
     "csr_to_torch",
     "kernel_diagonal_max",
     "kernel_predict",
@@ -27,6 +30,34 @@ __all__ = [
     "map_row_blocks",
     "measure_batch_capacity",
 ]
+
+
+@dataclass(frozen=True)
+class PredictionTensors:
+    """What a fitted kernel model predicts from on its device: prepared centers, coefficients, feature offset.
+
+    Attributes
+    ----------
+    device : torch.device
+    centers : Tensor with p rows
+        ``kernel.prepare_centers`` of the (centred) centers.
+    coef : Tensor of shape (p, l)
+    offset : Tensor of shape (d,) or None
+        Subtracted from each row before a translation-invariant kernel.
+    """
+
+    device: torch.device
+    centers: torch.Tensor
+    coef: torch.Tensor
+    offset: torch.Tensor | None
+
+    def with_coef(self, coef):
+        """The same centers with ``coef`` (moved to this device and dtype)."""
+        return PredictionTensors(self.device, self.centers, coef.to(self.coef.device, self.coef.dtype), self.offset)
+
+    def predict(self, kernel, X, budget):
+        """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`)."""
+        return kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset)
 
 
 def kernel_predict(kernel, X, centers, coef, budget, offset=None):

@@ -20,7 +20,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
-from .blockwise import DeviceCopier, kernel_predict
+from .blockwise import DeviceCopier, PredictionTensors
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
@@ -253,9 +253,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def _decision(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        device, centers, coef, offset = self._prediction_tensors()
-        budget = resolve_memory_budget(self.memory_budget, device)
-        scores = kernel_predict(self.kernel_, X, centers, coef, budget, offset=offset)
+        tensors = self._prediction_tensors()
+        scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
         # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
         # and the fitted coefficients are (a float32 fit), float64 otherwise.
         out = np.promote_types(output_dtype(X.dtype), self.dual_coef_.dtype)
@@ -270,7 +269,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         to_device = DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
         centers = self.kernel_.prepare_centers(to_device(self.centers_))
-        return device, centers, to_device(self.dual_coef_, center=False), offset
+        return PredictionTensors(device, centers, to_device(self.dual_coef_, center=False), offset)
 
     def __getstate__(self):
         state = super().__getstate__()

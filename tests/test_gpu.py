@@ -283,7 +283,8 @@ def test_fit_leaves_only_the_prediction_cache_on_cuda_and_nothing_after_a_failur
     model = AdaptiveKernelRegressor(device="cuda", n_epochs=1, dtype="float32", random_state=0).fit(X, y)
     kept = torch.cuda.memory_allocated() - before
     # Predictions reuse the prepared centers and coefficients kept on the device.
-    cache_bytes = sum(t.numel() * t.element_size() for t in model._device_cache if isinstance(t, torch.Tensor))
+    tensors = vars(model._device_cache).values()
+    cache_bytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     assert kept <= cache_bytes + 2**20
     del model
     gc.collect()

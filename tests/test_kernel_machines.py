@@ -170,7 +170,8 @@ def test_predictions_do_not_depend_on_the_block_size(dtype, digits):
     model = AdaptiveKernelRegressor(alpha=0.0, n_epochs=2, dtype=dtype, random_state=0).fit(
         X[:400], y[:400].astype(float)
     )
-    _, centers, coef, offset = model._prediction_tensors()
+    tensors = model._prediction_tensors()
+    centers, coef, offset = tensors.centers, tensors.coef, tensors.offset
     itemsize = 4 if dtype == "float32" else 8
     # Budgets that force 3-row blocks with few columns, and 256-row blocks.
     small = kernel_predict(model.kernel_, X[400:450], centers, coef, budget=2 * itemsize * 3 * 500, offset=offset)

@@ -29,7 +29,7 @@ import torch
 from sklearn.base import clone
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier, kernel_predict
+from ..blockwise import DeviceCopier
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel, searches_bandwidth
 from ..planning.kernel import (
@@ -188,8 +188,8 @@ class KernelFitResult:
         None for CG, which plans no batch.
     spectrum : PreconditionerPlan or None
     throughputs : dict
-    device_cache : tuple
-        ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    device_cache : PredictionTensors
+        The tensors of predictions after fit.
     attempts : list of dict
         Every solver run the driver made, the one that produced the model last:
         ``{"solver", "alpha", "reason"}`` (see
@@ -211,7 +211,7 @@ class KernelFitResult:
     plan: object
     spectrum: object
     throughputs: dict
-    device_cache: tuple
+    device_cache: object
     attempts: list
 
 
@@ -405,8 +405,7 @@ class _JointResiduals:
 
     def sums(self, device_cache):
         """``(sum_i w_i r_i for each target column, the same for the ones column)`` of the fitted columns."""
-        _, centers, coef, offset = device_cache
-        fitted = kernel_predict(self.kernel, self.X, centers, coef, self.budget, offset)
+        fitted = device_cache.predict(self.kernel, self.X, self.budget)
         weighted = self.weights[:, None] * (self.targets - fitted.astype(np.float64))
         sums = weighted.sum(axis=0)
         return sums[:-1], sums[-1]
@@ -432,10 +431,8 @@ def _with_joint_intercept(outcome, residuals=None):
         for_targets_sums, for_ones_sum = residuals.sums(outcome.device_cache)
         shift = torch.as_tensor(for_targets_sums / for_ones_sum, dtype=coef.dtype, device=coef.device)
     combined = for_targets - for_ones * shift
-    device, centers, cached, offset = outcome.device_cache
-    cache_coef = combined.to(device=cached.device, dtype=cached.dtype)
     result = dataclasses.replace(outcome.result, coef=combined)
-    outcome = dataclasses.replace(outcome, result=result, device_cache=(device, centers, cache_coef, offset))
+    outcome = dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(combined))
     return outcome, shift.double().cpu().numpy()
 
 

@@ -24,7 +24,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier, measure_batch_capacity
+from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity
 from ..buffer import as_row_source
 from ..device import integer_matmul_speedup, is_out_of_memory, matmul_gflops, synchronize
 from ..grid import encode_on_grid, find_grid, padded_features
@@ -255,7 +255,7 @@ class PathOutcome:
 
     ``plan`` and ``spectrum`` are None for CG, which has neither (CG on every point
     has EigenPro 2's plan: its subsample and kernel cache); ``device_cache``
-    is ``(device, prepared centers, coefficients, offset)`` for predictions after fit.
+    holds the :class:`~skgpu_kernel.blockwise.PredictionTensors` for predictions after fit.
     ``fallback``: the attempt the path asks the driver to run next (``result`` None
     when it gave up before solving).  ``attempts``: every attempt the driver ran,
     this one last.
@@ -266,7 +266,7 @@ class PathOutcome:
     spectrum: object = None
     throughputs: dict = dataclasses.field(default_factory=dict)
     centers: np.ndarray | None = None
-    device_cache: tuple | None = None
+    device_cache: PredictionTensors | None = None
     fallback: Fallback | None = None
     attempts: tuple = ()
 
@@ -389,8 +389,8 @@ class _Path:
         return self.to_device(weights / weights.max(), center=False)
 
     def device_cache(self, coef):
-        """``(device, prepared centers, coefficients, offset)`` for predictions after fit."""
-        return (self.device, self.centers_dev, coef, self.to_device.offset)
+        """The tensors of predictions after fit."""
+        return PredictionTensors(self.device, self.centers_dev, coef, self.to_device.offset)
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
@@ -856,7 +856,7 @@ class _CentersCGPath(_Path):
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
         predict = center_kernel_block(kernel, centers)
         result = _cg_loop_result(solved, coef, self.validation_tensors(), lambda X_val: predict(X_val) @ coef, settings)
-        device_cache = (device, kernel.prepare_centers(centers), coef, to_device.offset)
+        device_cache = PredictionTensors(device, kernel.prepare_centers(centers), coef, to_device.offset)
         return PathOutcome(result, None, None, {}, data.centers, device_cache)
 
     def _refit(self, solved):
