@@ -337,6 +337,113 @@ def _centers_params(args):
     return params
 
 
+def _best_of(function, repeats):
+    """The shortest of ``repeats`` timed calls after one warm-up (CPU: no synchronisation needed)."""
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - tic)
+    return best
+
+
+def run_blocks(n_rows, repeats):
+    """The cache fill's band and predict's blocks against ``torch.mm`` at the same shapes, with their parts.
+
+    Fashion-MNIST's rows (784 features, float32, centred); the fill band is
+    ``CACHE_FILL_ROWS`` rows against ``n_rows`` centers in ``CACHE_FILL_COLUMNS``
+    blocks stored in float16 (the demo's cache), predict's blocks are
+    ``PREDICT_ROWS`` rows against every center.  GFLOP/s count the ``2 d`` flops of
+    each kernel entry's distance, as ``torch.mm`` of the raw rows does.
+    """
+    from skgpu_kernel.blockwise import PREDICT_ROWS
+    from skgpu_kernel.kernels import Gaussian
+    from skgpu_kernel.operators import CachedOperator, EvaluatedOperator, OperatorBlocks
+    from skgpu_kernel.planning.kernel import CACHE_FILL_COLUMNS, CACHE_FILL_ROWS
+
+    X_train, *_ = _data(n_rows)
+    X = torch.as_tensor(X_train, dtype=torch.float32)
+    X = X - X.mean(dim=0)
+    n, d = X.shape
+    kernel = Gaussian(bandwidth=BANDWIDTH)
+    centers = kernel.prepare_centers(X)
+    band, rows = X[:CACHE_FILL_ROWS], kernel.prepare_rows(X[:CACHE_FILL_ROWS])
+    block = torch.empty(CACHE_FILL_ROWS, CACHE_FILL_COLUMNS)
+    cache = torch.zeros(CACHE_FILL_ROWS, n, dtype=torch.float16)
+    columns = range(0, n - CACHE_FILL_COLUMNS + 1, CACHE_FILL_COLUMNS)
+
+    def plain_band():
+        for left in columns:
+            torch.mm(band, X[left : left + CACHE_FILL_COLUMNS].T, out=block)
+
+    def products_only():
+        for left in columns:
+            torch.mm(rows, centers[left : left + CACHE_FILL_COLUMNS].T, out=block)
+
+    def profile_only():
+        for _ in columns:
+            kernel._profile_from_scaled(block)
+
+    def store_only():
+        for left in columns:
+            cache[:, left : left + CACHE_FILL_COLUMNS] = block
+
+    def fill_band():
+        source = EvaluatedOperator(kernel, band, centers, OperatorBlocks(CACHE_FILL_ROWS, CACHE_FILL_COLUMNS))
+        CachedOperator.fill(source, torch.float16, CACHE_FILL_ROWS, CACHE_FILL_COLUMNS)
+
+    predict_rows = X[: PREDICT_ROWS[X.device.type]]
+    coef = torch.ones(n, 10)
+    operator = EvaluatedOperator(kernel, predict_rows, centers, OperatorBlocks.whole(predict_rows.shape[0], 4096))
+
+    def plain_predict():
+        for left in range(0, n, 4096):
+            predict_rows @ X[left : left + 4096].T
+
+    flops_band = 2.0 * CACHE_FILL_ROWS * d * CACHE_FILL_COLUMNS * len(columns)
+    flops_predict = 2.0 * predict_rows.shape[0] * d * n
+    timings = {
+        name: _best_of(function, repeats)
+        for name, function in [
+            ("torch.mm, fill band", plain_band),
+            ("fill band: products of prepared rows", products_only),
+            ("fill band: the kernel's profile (exp)", profile_only),
+            ("fill band: float16 stores", store_only),
+            ("fill band (CachedOperator.fill)", lambda: fill_band()),
+            ("torch.mm, predict blocks", plain_predict),
+            ("predict blocks (EvaluatedOperator.matmul)", lambda: operator.matmul(coef)),
+        ]
+    }
+    flops = {name: flops_predict if "predict" in name else flops_band for name in timings}
+    return {"timings": timings, "flops": flops, "capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def blocks_part(args):
+    environment = ", ".join(
+        f"{name}={os.environ[name]}"
+        for name in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+        if name in os.environ
+    )
+    result = in_child(run_blocks, args.blocks_n_rows, args.blocks_repeats)
+    rates = {name: result["flops"][name] / seconds / 1e9 for name, seconds in result["timings"].items()}
+    lines = [
+        f"### Fill and predict blocks against torch.mm ({args.blocks_n_rows} Fashion-MNIST rows, float32) — "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"Machine: {machine_description('cpu')}; ATen capability {result['capability']}"
+        + (f"; set: {environment}" if environment else "")
+        + f". Best of {args.blocks_repeats}.",
+        "",
+        "| blocks | s | GFLOP/s | / torch.mm at these shapes |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, seconds in result["timings"].items():
+        reference = rates["torch.mm, predict blocks" if "predict" in name else "torch.mm, fill band"]
+        lines.append(f"| {name} | {seconds:.3f} | {rates[name]:.1f} | {rates[name] / reference:.0%} |")
+    return "\n".join(lines)
+
+
 def fashion_part(args):
     rows = {}
     eigenpro2 = "ours: every point a center (EigenPro 2)"
@@ -564,6 +671,9 @@ def main():
     sweep.add_argument("--sweep-epochs", type=int, default=2)
     sweep.add_argument("--sweep-repeats", type=int, default=3, help="fits per batch (medians reported)")
     sweep.add_argument("--sweep-kernels", default="both", choices=["both", "computed", "cached"])
+    blocks = parser.add_argument_group("blocks part")
+    blocks.add_argument("--blocks-n-rows", type=int, default=30_000)
+    blocks.add_argument("--blocks-repeats", type=int, default=3)
     large = parser.add_argument_group("large part")
     large.add_argument("--n-rows", type=int, default=5_000_000, help="training rows (100k more are held out)")
     large.add_argument("--n-features", type=int, default=16)
@@ -574,9 +684,9 @@ def main():
     large.add_argument("--data-dir", help="keep (and reuse) the data here instead of a temporary folder")
     args = parser.parse_args()
     parts = [part for text in args.parts for part in text.split(",") if part]
-    unknown = set(parts) - {"fashion", "large", "sweep"}
+    unknown = set(parts) - {"fashion", "large", "sweep", "blocks"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large, sweep")
+        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large, sweep, blocks")
 
     tic = time.perf_counter()
     sections = []
@@ -586,6 +696,8 @@ def main():
         sections.append(sweep_part(args))
     if "large" in parts:
         sections.append(large_part(args))
+    if "blocks" in parts:
+        sections.append(blocks_part(args))
     for section in sections:
         publish(section, args.write)
     print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")
