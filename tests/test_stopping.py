@@ -15,6 +15,7 @@ import pytest
 
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
 from skgpu_kernel.parallel import Parle
+from skgpu_kernel.planning import stopping
 from skgpu_kernel.planning.stopping import StoppingPlan, plan_stopping
 from skgpu_kernel.solvers import bmgd_fit, kernel_paths
 
@@ -50,6 +51,7 @@ def plans(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(kernel_paths, "plan_stopping", recording)
+    monkeypatch.setattr(stopping, "plan_stopping", recording)  # inside CG's plan_cg_stopping
     monkeypatch.setattr(bmgd_fit, "plan_stopping", recording)
     return made
 
