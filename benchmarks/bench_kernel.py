@@ -371,23 +371,26 @@ def run_blocks(n_rows, repeats):
     band, rows = X[:CACHE_FILL_ROWS], kernel.prepare_rows(X[:CACHE_FILL_ROWS])
     block = torch.empty(CACHE_FILL_ROWS, CACHE_FILL_COLUMNS)
     cache = torch.zeros(CACHE_FILL_ROWS, n, dtype=torch.float16)
-    columns = range(0, n - CACHE_FILL_COLUMNS + 1, CACHE_FILL_COLUMNS)
+    columns = [(left, min(left + CACHE_FILL_COLUMNS, n)) for left in range(0, n, CACHE_FILL_COLUMNS)]
 
     def plain_band():
-        for left in columns:
-            torch.mm(band, X[left : left + CACHE_FILL_COLUMNS].T, out=block)
+        for left, right in columns:
+            torch.mm(band, X[left:right].T, out=block[:, : right - left])
 
     def products_only():
-        for left in columns:
-            torch.mm(rows, centers[left : left + CACHE_FILL_COLUMNS].T, out=block)
+        for left, right in columns:
+            torch.mm(rows, centers[left:right].T, out=block[:, : right - left])
 
     def profile_only():
-        for _ in columns:
-            kernel._profile_from_scaled(block)
+        for left, right in columns:
+            kernel._profile_from_scaled(block[:, : right - left])
 
     def store_only():
-        for left in columns:
-            cache[:, left : left + CACHE_FILL_COLUMNS] = block
+        for left, right in columns:
+            cache[:, left:right] = block[:, : right - left]
+
+    def page_in():
+        torch.zeros(CACHE_FILL_ROWS, n, dtype=torch.float16)
 
     def fill_band():
         source = EvaluatedOperator(kernel, band, centers, OperatorBlocks(CACHE_FILL_ROWS, CACHE_FILL_COLUMNS))
@@ -401,7 +404,7 @@ def run_blocks(n_rows, repeats):
         for left in range(0, n, 4096):
             predict_rows @ X[left : left + 4096].T
 
-    flops_band = 2.0 * CACHE_FILL_ROWS * d * CACHE_FILL_COLUMNS * len(columns)
+    flops_band = 2.0 * CACHE_FILL_ROWS * d * n
     flops_predict = 2.0 * predict_rows.shape[0] * d * n
     timings = {
         name: _best_of(function, repeats)
@@ -410,6 +413,7 @@ def run_blocks(n_rows, repeats):
             ("fill band: products of prepared rows", products_only),
             ("fill band: the kernel's profile (exp)", profile_only),
             ("fill band: float16 stores", store_only),
+            ("fill band: paging in the band's fresh cache (zeros)", page_in),
             ("fill band (CachedOperator.fill)", lambda: fill_band()),
             ("torch.mm, predict blocks", plain_predict),
             ("predict blocks (EvaluatedOperator.matmul)", lambda: operator.matmul(coef)),
