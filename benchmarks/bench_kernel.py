@@ -1,6 +1,6 @@
 """Benchmark: kernel machines (ours: EigenPro 2 and 3) against scikit-learn baselines.
 
-Three parts, selected with ``--parts`` (default ``fashion``); every fit runs in its own
+Five parts, selected with ``--parts`` (default ``fashion``); every fit runs in its own
 child process, so that its peak memory is its own.
 
 ``fashion``: Fashion-MNIST (60k train / 10k test), Gaussian kernel, bandwidth 5:
@@ -40,6 +40,18 @@ or ``--data-dir`` to keep and reuse it) and the fit reads it memory-mapped.  Our
 ``memory_budget=--memory-budget``, ``--n-epochs`` epochs (default 1): fit seconds,
 peak RSS (which counts the pages of the memory-mapped file that the fit touched)
 and test R^2.
+
+``blocks``: the cache fill's band (2048 rows against ``--blocks-n-rows`` Fashion-MNIST
+centers, stored in float16) and ``predict``'s blocks, timed against ``torch.mm`` at
+the same shapes, with the fill's parts (products, the kernel's profile, the float16
+stores, paging in the cache).  Run it also with ``ATEN_CPU_CAPABILITY=avx2
+MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2`` to emulate an AVX2-only CPU
+(the section names the variables set).
+
+``predict``: ``AdaptiveKernelClassifier`` with defaults fitted on ``--n-train``
+Fashion-MNIST rows (a grid fit where int8 products are fast), then ``predict`` on the
+10000 test rows from the grid's int8 distances and, for the same fitted tensors, from
+float blocks.
 
 Usage::
 
@@ -423,6 +435,64 @@ def run_blocks(n_rows, repeats):
     return {"timings": timings, "flops": flops, "capability": torch.backends.cpu.get_cpu_capability()}
 
 
+def run_predict(n_train, repeats):
+    """``predict`` on the 10000 test rows of a grid fit (defaults), from int8 distances and from float blocks.
+
+    One fit; the same fitted tensors predict both ways (the float way is the model's
+    own path with the grid codes dropped), so the two timings share everything else.
+    """
+    from skgpu_kernel import AdaptiveKernelClassifier
+    from skgpu_kernel.blockwise import kernel_predict, prediction_blocks
+    from skgpu_kernel.device import integer_matmul_speedup, resolve_memory_budget
+    from skgpu_kernel.grid import padded_features
+
+    X_train, y_train, X_test, y_test = _data(n_train)
+    model = AdaptiveKernelClassifier(random_state=0).fit(X_train, y_train)
+    tensors = model._device_cache
+    budget = resolve_memory_budget(None, tensors.device)
+    arguments = (model.kernel_, X_test, tensors.centers, tensors.coef, budget)
+    ways = {
+        "int8 on the grid": lambda: kernel_predict(*arguments, offset=tensors.offset, on_grid=tensors),
+        "float blocks": lambda: kernel_predict(*arguments, offset=tensors.offset),
+    }
+    seconds, accuracy = {}, {}
+    for name, way in ways.items():
+        scores = way()
+        accuracy[name] = float(np.mean(model.classes_[np.argmax(scores, axis=1)] == y_test))
+        seconds[name] = _best_of(way, repeats)
+    blocks = prediction_blocks(model.kernel_, tensors.centers, tensors.coef, X_test.shape[1], budget)
+    inner = padded_features(X_test.shape[1])
+    ratio = integer_matmul_speedup(tensors.device, tensors.coef.dtype, blocks.rows, inner, blocks.columns)
+    return {
+        "seconds": seconds,
+        "accuracy": accuracy,
+        "grid_step": model.kernel_grid_step_,
+        "ratio": ratio,
+        "blocks": (blocks.rows, inner, blocks.columns),
+        "fit_accuracy": float(model.score(X_test, y_test)),
+    }
+
+
+def predict_part(args):
+    result = in_child(run_predict, args.n_train, args.blocks_repeats)
+    float_seconds = result["seconds"]["float blocks"]
+    lines = [
+        f"### predict on Fashion-MNIST's 10000 test rows, defaults fitted on {args.n_train} rows — "
+        f"{time.strftime('%Y-%m-%d')}",
+        "",
+        f"Machine: {machine_description('cpu')}. Grid step of the fit: {result['grid_step']}; the measured int8 / "
+        f"float ratio at the prediction blocks {' x '.join(map(str, result['blocks']))}: {result['ratio']:.2f} "
+        f"(`predict` takes the grid from 2). Best of {args.blocks_repeats}; `model.score` "
+        f"{result['fit_accuracy']:.4f}.",
+        "",
+        "| predictions from | s | / float blocks | test accuracy |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, seconds in result["seconds"].items():
+        lines.append(f"| {name} | {seconds:.2f} | {seconds / float_seconds:.2f} | {result['accuracy'][name]:.4f} |")
+    return "\n".join(lines)
+
+
 def blocks_part(args):
     environment = ", ".join(
         f"{name}={os.environ[name]}"
@@ -688,9 +758,9 @@ def main():
     large.add_argument("--data-dir", help="keep (and reuse) the data here instead of a temporary folder")
     args = parser.parse_args()
     parts = [part for text in args.parts for part in text.split(",") if part]
-    unknown = set(parts) - {"fashion", "large", "sweep", "blocks"}
+    unknown = set(parts) - {"fashion", "large", "sweep", "blocks", "predict"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large, sweep, blocks")
+        parser.error(f"unknown parts {sorted(unknown)}; choose from fashion, large, sweep, blocks, predict")
 
     tic = time.perf_counter()
     sections = []
@@ -702,6 +772,8 @@ def main():
         sections.append(large_part(args))
     if "blocks" in parts:
         sections.append(blocks_part(args))
+    if "predict" in parts:
+        sections.append(predict_part(args))
     for section in sections:
         publish(section, args.write)
     print(f"\nWhole benchmark: {time.perf_counter() - tic:.0f} s.")

@@ -6,14 +6,16 @@ applies a product to each, so that a row's result does not depend on how many ro
 come with it.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 import torch
 
-from .device import column_block_size, rows_within_budget, throughput_saturation_batch
-from .operators import EvaluatedOperator, OperatorBlocks
+from .device import column_block_size, integer_matmul_speedup, rows_within_budget, throughput_saturation_batch
+from .grid import Grid, GridCodes, encode_on_grid, find_grid, integer_products_pay, padded_features
+from .operators import EvaluatedOperator, GridOperator, OperatorBlocks
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
 # large on CUDA (the device needs wide products to be busy).
@@ -29,6 +31,7 @@ __all__ = [
     "linear_scores",
     "map_row_blocks",
     "measure_batch_capacity",
+    "prediction_blocks",
 ]
 
 
@@ -44,23 +47,66 @@ class PredictionTensors:
     coef : Tensor of shape (p, l)
     offset : Tensor of shape (d,) or None
         Subtracted from each row before a translation-invariant kernel.
+    grid : Grid or None
+        The (centred) centers' common grid, when the fit's kernel blocks came from
+        exact int8 products on it: predictions of rows on the same grid then do too.
+    center_codes : GridCodes or None
+        The centers' codes on ``grid``.
     """
 
     device: torch.device
     centers: torch.Tensor
     coef: torch.Tensor
     offset: torch.Tensor | None
+    grid: Grid | None = None
+    center_codes: GridCodes | None = None
+
+    @classmethod
+    def of_centers(cls, kernel, centers, coef, offset, on_grid=False):
+        """The tensors of raw (centred) ``centers`` on their device; ``on_grid``: find their grid again.
+
+        A model whose fit took the grid (``kernel_grid_step_``) predicts from it
+        again after pickling: the grid of the same rows is found the same way.
+        """
+        grid = find_grid(centers) if on_grid and kernel.from_distances else None
+        codes = None if grid is None else encode_on_grid(centers, grid, checked=True)
+        return cls(centers.device, kernel.prepare_centers(centers), coef, offset, grid, codes)
 
     def with_coef(self, coef):
         """The same centers with ``coef`` (moved to this device and dtype)."""
-        return PredictionTensors(self.device, self.centers, coef.to(self.coef.device, self.coef.dtype), self.offset)
+        return dataclasses.replace(self, coef=coef.to(self.coef.device, self.coef.dtype))
 
     def predict(self, kernel, X, budget):
-        """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`)."""
+        """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
+
+        From exact int8 distances where the fit took them, the device's int8 products
+        pay at the prediction blocks (:func:`~skgpu_kernel.grid.integer_products_pay`,
+        measured: a fit's wide blocks may gain where 256-row blocks do not) and
+        every row of ``X`` lies on the centers' grid (after the offset); else from
+        float blocks.
+        """
+        if self.center_codes is not None:
+            blocks = prediction_blocks(kernel, self.centers, self.coef, X.shape[1], budget)
+            inner = padded_features(X.shape[1])
+            speedup = integer_matmul_speedup(self.device, self.coef.dtype, blocks.rows, inner, blocks.columns)
+            if integer_products_pay(kernel, self.grid, speedup):
+                scores = kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset, on_grid=self)
+                if scores is not None:
+                    return scores
         return kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset)
 
 
-def kernel_predict(kernel, X, centers, coef, budget, offset=None):
+def prediction_blocks(kernel, centers, coef, n_features, budget):
+    """The row and column blocks :func:`kernel_predict` evaluates, within half of ``budget`` each."""
+    device, itemsize = centers.device, torch.finfo(centers.dtype).bits // 8
+    nominal_rows = PREDICT_ROWS[device.type]
+    entry_bytes = itemsize * (1 + kernel.extra_blocks)
+    column_block = column_block_size(device, nominal_rows, centers.shape[0], entry_bytes, budget // 2)
+    bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
+    return OperatorBlocks(min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows), column_block)
+
+
+def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
     """``K(X, centers) @ coef`` for a host array ``X``, in memory-planned blocks.
 
     Rows go to the device in blocks of a fixed size, the last one padded with
@@ -79,28 +125,45 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None):
         Bytes available for row blocks and kernel blocks.
     offset : Tensor of shape (n_features,) or None
         Subtracted from each row of ``X`` (the training centring).
+    on_grid : PredictionTensors or None
+        Blocks from the exact squared distances of rows and centers on
+        ``on_grid.grid`` (padding rows at the grid's origin, also on it).
 
     Returns
     -------
-    ndarray of shape (n_samples, n_outputs), in the dtype of ``centers``
+    ndarray of shape (n_samples, n_outputs), in the dtype of ``centers``, or None
+        None with ``on_grid`` when a row of ``X`` lies off the grid.
     """
     device, dtype = centers.device, centers.dtype
-    itemsize = torch.finfo(dtype).bits // 8
-    n_centers, n_features = centers.shape[0], X.shape[1]
-    nominal_rows = PREDICT_ROWS[device.type]
-    column_block = column_block_size(device, nominal_rows, n_centers, itemsize * (1 + kernel.extra_blocks), budget // 2)
-    bytes_per_row = itemsize * (n_features + 2 + column_block * (1 + kernel.extra_blocks) + coef.shape[1])
-    row_block = min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows)
-    blocks = OperatorBlocks(row_block, column_block)
-    return map_row_blocks(
-        X,
-        lambda rows: EvaluatedOperator(kernel, rows, centers, blocks).matmul(coef),
-        coef.shape[1],
-        row_block,
-        device,
-        dtype,
-        offset=offset,
-    )
+    blocks = prediction_blocks(kernel, centers, coef, X.shape[1], budget)
+    row_block = blocks.rows
+    if on_grid is None:
+        return map_row_blocks(
+            X,
+            lambda rows: EvaluatedOperator(kernel, rows, centers, blocks).matmul(coef),
+            coef.shape[1],
+            row_block,
+            device,
+            dtype,
+            offset=offset,
+        )
+
+    def on_grid_products(rows):
+        codes = encode_on_grid(rows, on_grid.grid)
+        if codes is None:
+            raise _OffGrid
+        return GridOperator(kernel, codes, on_grid.center_codes, dtype, blocks).matmul(coef)
+
+    try:
+        return map_row_blocks(
+            X, on_grid_products, coef.shape[1], row_block, device, dtype, offset=offset, pad=on_grid.grid.origin
+        )
+    except _OffGrid:
+        return None
+
+
+class _OffGrid(Exception):
+    """A row to predict lies off the centers' grid."""
 
 
 def linear_scores(X, coef, intercept):
@@ -137,7 +200,7 @@ def linear_predict(rows, coef_matrix, intercept, device, dtype):
     )
 
 
-def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None):
+def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None, pad=None):
     """Apply ``function`` to host rows moved to the device in fixed-size blocks.
 
     Dense rows go in blocks of exactly ``row_block`` rows, the last one padded with
@@ -157,6 +220,8 @@ def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None
     dtype : torch.dtype
     offset : Tensor of shape (d,) or None
         Subtracted from each dense row first.
+    pad : Tensor of shape (d,) or None
+        The padding rows of the last block (None: zeros).
 
     Returns
     -------
@@ -171,7 +236,10 @@ def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None
             continue
         # A copy: the rows may come from a read-only memory map, which torch cannot share.
         rows = torch.tensor(np.asarray(X[start : start + row_block]), dtype=dtype).to(device)
-        padded.zero_()
+        if pad is None:
+            padded.zero_()
+        else:
+            padded.copy_(pad.expand_as(padded))
         padded[: rows.shape[0]] = rows if offset is None else rows - offset
         outputs.append(function(padded)[: rows.shape[0]].cpu())
     if not outputs:

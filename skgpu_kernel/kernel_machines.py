@@ -268,8 +268,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         dtype = resolve_dtype(self.dtype_)
         to_device = DeviceCopier(device, dtype, self.X_offset_)
         offset = None if self.X_offset_ is None else to_device.offset
-        centers = self.kernel_.prepare_centers(to_device(self.centers_))
-        return PredictionTensors(device, centers, to_device(self.dual_coef_, center=False), offset)
+        coef = to_device(self.dual_coef_, center=False)
+        on_grid = getattr(self, "kernel_grid_step_", None) is not None
+        return PredictionTensors.of_centers(self.kernel_, to_device(self.centers_), coef, offset, on_grid)
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -695,6 +696,8 @@ _COMMON_ATTRIBUTES = """
         the kernel is not cached) came from exact squared distances because every
         feature lies on a common grid of at most 256 levels (8-bit images, counts,
         codes), that grid's step; None otherwise (see :mod:`skgpu_kernel.grid`).
+        Predictions then take exact int8 distances too, for rows that lie on the
+        same grid (the test rows of 8-bit images); other rows take float blocks.
     streamed_ : bool
         Whether the memory-mapped ``X`` was streamed in buffers (EigenPro 3 only).
     n_temporary_centers_ : int

@@ -232,3 +232,51 @@ def test_a_radial_kernel_with_its_own_row_transform_never_takes_the_grid(monkeyp
     assert custom.kernel_grid_step_ is None and plain.kernel_grid_step_ == pytest.approx(1 / 16)
     scale = np.abs(plain.dual_coef_).max()
     assert np.abs(custom.dual_coef_ - plain.dual_coef_).max() <= 1e-9 * scale
+
+
+def test_predictions_of_a_grid_fit_take_the_grid_and_equal_float64(monkeypatch):
+    """Rows on the training grid are predicted from exact int8 distances, also after pickling; others from floats."""
+    import pickle
+
+    from skgpu_kernel import blockwise
+
+    X, y = load_digits(return_X_y=True)
+    X, y = X / 16.0, y.astype(float)
+    params = {"bandwidth": 2.0, "dtype": "float32", "batch_size": 96, "random_state": 0, "solver": "eigenpro"}
+    model = _fit_with_speedup(
+        monkeypatch, 100.0, AdaptiveKernelRegressor(alpha=0.0, n_epochs=3, **params), X[:1200], y[:1200]
+    )
+    assert model.kernel_grid_step_ == pytest.approx(1 / 16)
+    on_grid_calls = []
+    real = blockwise.kernel_predict
+
+    def recording(*args, **kwargs):
+        on_grid_calls.append(kwargs.get("on_grid") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(blockwise, "kernel_predict", recording)
+    X_test = X[1200:]
+    monkeypatch.setattr(blockwise, "integer_matmul_speedup", lambda *args: 1.9)  # int8 does not pay: floats
+    slow_int8 = model.predict(X_test)
+    assert on_grid_calls == [False]
+    on_grid_calls.clear()
+    monkeypatch.setattr(blockwise, "integer_matmul_speedup", lambda *args: 100.0)
+    predictions = model.predict(X_test)
+    assert on_grid_calls == [True]
+    # The same model in float64 arithmetic: the grid's distances are exact, the float32 blocks' are not.
+    centers = torch.as_tensor(model.centers_, dtype=torch.float64)
+    offset = torch.as_tensor(model.X_offset_, dtype=torch.float64)
+    block = model.kernel_(torch.as_tensor(X_test) - offset, centers - offset).numpy()
+    exact = block @ model.dual_coef_.astype(float).ravel() + model.intercept_
+    scale = np.abs(exact).max()
+    assert np.abs(predictions - exact).max() <= 1e-5 * scale
+    assert np.abs(predictions - exact).max() <= np.abs(slow_int8 - exact).max()
+    restored = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(restored.predict(X_test), predictions)
+    # One row off the grid: every row from float blocks, as a model without the grid predicts them.
+    off = X_test.copy()
+    off[0, 0] += 0.01
+    on_grid_calls.clear()
+    mixed = model.predict(off)
+    assert on_grid_calls == [True, False]
+    assert np.abs(mixed[1:] - predictions[1:]).max() <= 1e-4 * scale

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .._warnings import warn_user
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
-from ..grid import padded_features
+from ..grid import INTEGER_PRODUCTS_MIN_SPEEDUP, integer_products_pay, padded_features
 from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
@@ -358,11 +358,8 @@ def temporary_centers_for(problem, projection, centers_cached):
 CACHE_FILL_ROWS = 2048
 CACHE_FILL_COLUMNS = 2048
 
-# Data on a grid takes int8 products for EigenPro 2's kernel blocks when these run
-# this many times faster than float ones at those blocks: the integer path spends three more
-# element-wise passes per block (on the 2-core CPU the products ran 4x faster, and a
-# 20000-row Fashion-MNIST fill took 0.8-0.9 s against 2.4-2.7 s).
-INTEGER_FILL_MIN_SPEEDUP = 2.0
+# The speed-up of int8 products a fit's blocks need to take them (see skgpu_kernel.grid).
+INTEGER_FILL_MIN_SPEEDUP = INTEGER_PRODUCTS_MIN_SPEEDUP
 
 
 def fills_from_grid(kernel, grid, speedup):
@@ -376,7 +373,7 @@ def fills_from_grid(kernel, grid, speedup):
     speedup : float
         ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks the fit evaluates most.
     """
-    return grid is not None and kernel.from_distances and speedup >= INTEGER_FILL_MIN_SPEEDUP
+    return integer_products_pay(kernel, grid, speedup)
 
 
 @dataclass(frozen=True)

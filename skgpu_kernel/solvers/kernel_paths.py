@@ -472,12 +472,20 @@ class _EveryPointRows(_Path):
             # Blocks from a grid's integer distances pass through an int32 block of their size.
             problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + 1, grid_codes=True)
         self.problem = problem
+        self.center_codes = None  # the rows' grid codes, once prepare has taken the grid
 
     def where(self):
         return f"device={self.device}"
 
     def centers_host(self):
         return self.data.X[self.data.order]
+
+    def device_cache(self, coef):
+        """The tensors of predictions after fit; on the grid where the fit's blocks took it."""
+        tensors = super().device_cache(coef)
+        if self.center_codes is None:
+            return tensors
+        return dataclasses.replace(tensors, grid=self.grid, center_codes=self.center_codes)
 
     def layout(self):
         return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.parameters.planning)
@@ -494,6 +502,7 @@ class _EveryPointRows(_Path):
         codes = self._grid_codes(plan, validation)
         if codes[0] is not None:
             plan = dataclasses.replace(plan, grid_step=codes[0].step)
+            self.center_codes = codes[0]
         operators = self._evaluated_operators(plan, validation, codes)
         if not plan.cached:
             return plan, (validation, operators)
