@@ -57,7 +57,7 @@ from ..preconditioner import (
     shifted_condition,
     shifted_rpcholesky_preconditioner,
 )
-from ..process_group import agree
+from ..process_group import agree, agree_on_object
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
@@ -771,9 +771,12 @@ class _EigenPro3Path(_EigenProPath):
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
         shift = self.ridge() / self.problem.n_rows
         spectral = self.spectral_settings(shift, shift)
-        return plan_preconditioner(
+        spectrum = plan_preconditioner(
             self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
         )
+        # Every rank estimates it; its eigensolver may round differently on each, and the
+        # ranks' steps must be the same: rank 0's spectrum is everyone's.
+        return agree_on_object(spectrum, self.runtime.group, self.device)
 
     def plan(self, layout, capacity, critical_batch):
         return plan_eigenpro3(layout, capacity, critical_batch, self.settings.parameters.planning)
