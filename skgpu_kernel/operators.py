@@ -27,6 +27,7 @@ depends only on that row and on the column blocking, so results do not depend on
 the row block.
 """
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,8 +148,8 @@ class EvaluatedOperator(KernelOperator):
 
     def with_blocks(self, blocks):
         """The same operator with other block sizes (after an out-of-memory halving)."""
-        operator = object.__new__(type(self))
-        operator.__dict__.update(self.__dict__, blocks=blocks)
+        operator = copy.copy(self)
+        operator.blocks = blocks
         return operator
 
     def matmul(self, V, rows=None, leading=0):

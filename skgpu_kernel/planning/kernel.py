@@ -478,7 +478,9 @@ def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
     return 0
 
 
-_CACHE_ITEMSIZES = {"float16": 2, "float32": 4, "float64": 8}
+# The kernel cache's storage by bytes per entry (a plan's cache_itemsize), and back.
+CACHE_DTYPE_NAMES = {2: "float16", 4: "float32", 8: "float64"}
+_CACHE_ITEMSIZES = {name: itemsize for itemsize, name in CACHE_DTYPE_NAMES.items()}
 
 
 def _cache_itemsizes(problem, cache_dtype):

@@ -31,6 +31,7 @@ from ..grid import encode_on_grid, find_grid, padded_features
 from ..operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks, filled_entries
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
+    CACHE_DTYPE_NAMES,
     CACHE_FILL_COLUMNS,
     CG_MAX_CONDITION,
     CG_ROW_BLOCK,
@@ -78,9 +79,6 @@ from .full_kernel_cg import fit_full_kernel_cg
 # stalled at 1e-3 while the objective had settled to six digits.
 CG_FALLBACK_REFITS = 3
 _ROUNDING_STOPS = ("curvature", "objective grew")
-
-# The kernel cache's storage by bytes per entry (the plan's cache_itemsize).
-_STORAGE_DTYPES = {2: torch.float16, 4: torch.float32, 8: torch.float64}
 
 __all__ = [
     "SOLVER_PATHS",
@@ -567,7 +565,7 @@ class _EveryPointRows(_Path):
     def _caches(self, plan, operators):
         """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
         tic = time.perf_counter()
-        storage = _STORAGE_DTYPES[plan.cache_itemsize]
+        storage = getattr(torch, CACHE_DTYPE_NAMES[plan.cache_itemsize])
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
         train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
         held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
