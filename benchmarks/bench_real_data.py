@@ -58,6 +58,21 @@ Rows per data set, each fit in its own child process (its peak memory is its own
   ``HistGradientBoostingClassifier(random_state=0)`` on the same features, reported
   for reference (tree ensembles are the usual strong model on tabular data) but not
   a baseline of the targets;
+* ``xRFM``: the Recursive Feature Machine of Beaglehole, Holzmueller, Radhakrishnan and
+  Belkin (2025), PyPI ``xrfm`` (optional: ``pip install --no-deps xrfm tqdm``; where
+  ``import xrfm`` fails the benchmark says why and leaves its row and columns out):
+  ``xRFM(device="cpu", random_state=0, verbose=False)``, its defaults otherwise, on the
+  CPU whatever ``--device`` is.  xRFM tunes on a validation set it is given: it fits on
+  the first 80% of the training rows, in the split's order, with the last 20% as that
+  set, and never sees a test row.  Its features are the others' (numeric columns
+  already standardised on the training rows, as its documentation recommends, one-hot
+  columns left 0/1); Fashion-MNIST's pixels / 255, the one set ``prepare`` does not
+  standardise, are standardised by a ``StandardScaler`` fitted on the training rows.
+  Class labels go in as integers 0..K-1 (xRFM one-hot encodes them and tunes on the
+  Brier score; regression on the MSE).  Reported, like HistGradientBoosting, not a
+  baseline of the targets; only up to ``--xrfm-max-rows`` training rows (default
+  45000: on 2 cores it needs >25 minutes at 40k rows), skipped and named as skipped
+  above; the fit time is xRFM's fit with its validation;
 * ``exact``: ``SVC`` (classification) with a 3-fold ``GridSearchCV`` over
   ``C`` in {1, 10, 100} and ``gamma`` in {0.5, 1, 2} x scale, or ``KernelRidge``
   (regression) with a 3-fold grid over ``alpha`` in {1e-3, 1e-2, 1e-1, 1} and
@@ -73,7 +88,9 @@ linear RidgeCV and, where it ran, SVC/KernelRidge), our fit time / Nystroem+Ridg
 the number of ``RuntimeWarning``s about divergence raised during our fit, peak RSS,
 whether our rows meet the targets, and notes (ours: ``n_centers_``, ``solver_``, the
 iterations ``n_epochs_`` and their mean seconds from ``history_``, the last record's
-CG ``relative_residual`` when there is one, bandwidth, batch, penalty, kernel cache).
+CG ``relative_residual`` when there is one, bandwidth, batch, penalty, kernel cache),
+and, where xRFM runs (not with ``--no-xrfm``), two last columns: our test error / xRFM's
+and our fit time / xRFM's on the set.
 
 Targets for our rows: test error <= 1.00 x the best baseline's (Nystroem at the
 rule and tuned, linear, SVC(), the exact grid); fit time <= 0.5 x the tuned
@@ -89,7 +106,8 @@ Quick check: ``--max-train 2000 --datasets Computers DNA``.  Other options:
 ``--dtype float64`` (our rows in another training dtype), ``--skip`` (rows to leave
 out: ours, ours_cache32, ours_loo, ours_centers, ours_centers_alpha0, ours_bandwidth5,
 nystroem, linear, hgb, exact, svc, nystroem_tuned, ours_scale),
-``--device`` (default auto), ``--exact-max-train``.
+``--device`` (default auto), ``--exact-max-train``, ``--no-xrfm`` (no xRFM row nor
+columns: the table of before), ``--xrfm-max-rows``.
 """
 
 import argparse
@@ -445,6 +463,114 @@ def run_hgb(name, max_train, device):
     return _fit_baseline(name, max_train, build)
 
 
+# xRFM (PyPI ``xrfm``), an optional baseline: the share of the training rows, the last ones, that is its
+# validation set; its row runs up to this many training rows.
+XRFM = "xRFM"
+XRFM_VALIDATION_FRACTION = 0.2
+XRFM_MAX_ROWS = 45_000
+XRFM_TOO_SLOW = "on 2 cores it needs >25 minutes at 40k rows"
+
+
+def xrfm_unavailable():
+    """Why ``xrfm`` cannot be used here, or None when it imports (it is no dependency of the package)."""
+    try:
+        import xrfm  # noqa: F401
+    except Exception as error:  # not installed (ImportError), or an install that breaks on import
+        return f"`import xrfm` failed ({type(error).__name__}: {error}); `pip install --no-deps xrfm tqdm` adds it"
+    return None
+
+
+def xrfm_standardizes(name):
+    """Whether xRFM's row standardises the features: ``prepare`` leaves Fashion-MNIST's pixels / 255 as they are."""
+    return name == "FashionMNIST"
+
+
+class XRFMBaseline:
+    """xRFM with its defaults on the CPU behind ``fit(X, y)`` / ``predict(X)``; xRFM itself needs a validation set.
+
+    ``fit`` gives ``xrfm.xRFM(device="cpu", random_state=0, verbose=False)`` the first
+    ``1 - XRFM_VALIDATION_FRACTION`` of the rows to fit on and the last ones, in their
+    order, as the validation set it tunes on (RFM iterations, split temperature), so it
+    sees no other rows.  Classification: xRFM takes integer targets 0..K-1 (binary as
+    one 0/1 column, multiclass one-hot, inside) and ``predict`` returns those integers,
+    so class labels are encoded and decoded here.  Regression: ``predict`` returns an
+    (n, 1) array, flattened here.  ``standardize``: a ``StandardScaler`` fitted on the
+    rows given to ``fit`` first.  ``random_state`` seeds Python's, NumPy's and torch's
+    global generators: they are restored after the fit, so other models' fits in the same
+    process are unaffected.
+    """
+
+    def __init__(self, task, standardize=False):
+        self.task = task
+        self.standardize = standardize
+
+    def _features(self, X):
+        X = np.asarray(X, dtype=np.float32)
+        return X if self.scaler_ is None else self.scaler_.transform(X).astype(np.float32)
+
+    def fit(self, X, y):
+        import random
+
+        import torch
+        from sklearn.preprocessing import LabelEncoder, StandardScaler
+        from xrfm import xRFM
+
+        X = np.asarray(X, dtype=np.float32)
+        self.scaler_ = StandardScaler().fit(X) if self.standardize else None
+        X = self._features(X)
+        if self.task == "classification":
+            self.encoder_ = LabelEncoder().fit(y)
+            y = self.encoder_.transform(y).astype(np.int64)
+        else:
+            y = np.asarray(y, dtype=np.float32)
+        n = X.shape[0]
+        n_val = min(max(round(XRFM_VALIDATION_FRACTION * n), 1), n - 1)
+        self.n_fit_, self.n_val_ = n - n_val, n_val
+        # xRFM's random_state seeds the global generators, NumPy's legacy one included: saved and restored.
+        states = random.getstate(), np.random.get_state(), torch.get_rng_state()  # noqa: NPY002
+        try:
+            self.model_ = xRFM(device="cpu", random_state=0, verbose=False)
+            self.model_.fit(X[:-n_val], y[:-n_val], X[-n_val:], y[-n_val:])
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])  # noqa: NPY002
+            torch.set_rng_state(states[2])
+        return self
+
+    def predict(self, X):
+        prediction = np.asarray(self.model_.predict(self._features(X)))
+        if self.task == "classification":
+            return self.encoder_.inverse_transform(prediction.reshape(-1).astype(np.int64))
+        return prediction.reshape(-1).astype(np.float64)
+
+    def describe(self):
+        """The row's notes: version, rows, tuning metric, leaves and the RFM iterations they kept."""
+        import xrfm
+
+        def leaves(node):
+            return [node] if node["type"] == "leaf" else leaves(node["left"]) + leaves(node["right"])
+
+        models = [leaf["model"] for tree in self.model_.trees for leaf in leaves(tree)]
+        best_iters = ", ".join(str(getattr(model, "best_iter", None)) for model in models[:4])
+        temperature = self.model_.split_temperature
+        return (
+            f"xrfm {xrfm.__version__} defaults on the CPU: fit on the first {self.n_fit_} training rows, validation "
+            f"the last {self.n_val_}{', features standardised' if self.standardize else ''}; tuning_metric "
+            f"{self.model_.tuning_metric}, {len(models)} leaf RFM(s), best_iter {best_iters}"
+            + ("" if temperature is None else f", split_temperature {temperature:.3g}")
+        )
+
+
+def build_xrfm(X_train, task, standardize=False):
+    """xRFM with its defaults (``XRFMBaseline``), features standardised first where ``standardize``."""
+    return XRFMBaseline(task, standardize), XRFMBaseline.describe
+
+
+def run_xrfm(name, max_train, device):
+    """xRFM on the prepared features, on the CPU whatever ``device`` is; its validation set: the last training rows."""
+    return _fit_baseline(name, max_train, lambda X, task: build_xrfm(X, task, standardize=xrfm_standardizes(name)))
+
+
 def run_exact(name, max_train, device):
     """SVC or KernelRidge (standardised target) with a small 3-fold grid; the time includes the search."""
 
@@ -532,7 +658,7 @@ def _baselines(name):
 
 
 def dataset_rows(name, args):
-    """All rows of one data set: a list of (method, kind, row), kind 'ours', 'nystroem', 'linear', 'hgb' or 'exact'."""
+    """All rows of one data set: a list of (method, kind, row), kind 'ours', 'nystroem', 'linear', 'hgb', 'xrfm', ..."""
     rows = []
     # The split's sizes (and an early, clear error when the data are not installed); no model is fitted.
     _, _, _, _, info = prepare(name)
@@ -550,6 +676,13 @@ def dataset_rows(name, args):
     for kind, method, runner in _baselines(name):
         if kind not in args.skip:
             rows.append((method, kind, _row(f"{name}: {method}", runner, name, args.max_train, args.device)))
+    if args.xrfm:  # beside HistGradientBoosting: reported, not a target
+        if n_train <= args.xrfm_max_rows:
+            rows.append((XRFM, "xrfm", _row(f"{name}: {XRFM}", run_xrfm, name, args.max_train, args.device)))
+        else:
+            omitted = f"skipped: {n_train} training rows > --xrfm-max-rows {args.xrfm_max_rows} ({XRFM_TOO_SLOW})"
+            print(f"== {name}: {XRFM} {omitted}", flush=True)
+            rows.append((XRFM, "xrfm", {"omitted": omitted}))
     regression = _task(name) == "regression"
     sized = [
         ("exact", "KernelRidge grid" if regression else "SVC grid", run_exact, args.exact_max_train),
@@ -578,13 +711,19 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def table(results):
-    """One markdown table over all data sets, plus the list of unmet targets."""
+def table(results, xrfm=False):
+    """One markdown table over all data sets, plus the list of unmet targets.
+
+    ``xrfm``: two last columns, our error and fit time over xRFM's on the set (other tools
+    read the columns before them by position: they stay where they were).
+    """
     lines = [
         "| data set | n (train / test, features) | method | fit s | test error | error / best baseline | "
-        "fit / Nystroem | diverged warnings | peak RSS GB | meets target | notes |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "fit / Nystroem | diverged warnings | peak RSS GB | meets target | notes |"
+        + (" error / xRFM | fit / xRFM |" if xrfm else ""),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|" + ("---:|---:|" if xrfm else ""),
     ]
+    no_ratios = " - | - |" if xrfm else ""
     summary = []
     for name, (n, _, rows) in results.items():
         baseline_errors = [
@@ -595,16 +734,21 @@ def table(results):
         best = min(baseline_errors) if baseline_errors else None
         nystroem = next((row for _, kind, row in rows if kind == "nystroem" and not _failed(row)), None)
         tuned = next((row for _, kind, row in rows if kind == "nystroem_tuned" and "fit_seconds" in row), None)
+        xrfm_row = next((row for _, kind, row in rows if kind == "xrfm" and "fit_seconds" in row), None)
         info = next((row["info"] for _, _, row in rows if "info" in row), None)
         size = f"{n} ({info['n_train']} / {info['n_test']}, {info['n_features']})" if info else str(n)
         metric = "MSE" if _task(name) == "regression" else "1 - acc"
         for method, kind, row in rows:
             if "omitted" in row:
-                lines.append(f"| {name} | {size} | {method} | - | - | - | - | - | - | - | {row['omitted']} |")
+                lines.append(
+                    f"| {name} | {size} | {method} | - | - | - | - | - | - | - | {row['omitted']} |{no_ratios}"
+                )
                 continue
             if _failed(row):
                 message = row["error"].strip().splitlines()[-1][:200]
-                lines.append(f"| {name} | {size} | {method} | - | - | - | - | - | - | no | failed: {message} |")
+                lines.append(
+                    f"| {name} | {size} | {method} | - | - | - | - | - | - | no | failed: {message} |{no_ratios}"
+                )
                 if kind == "ours":
                     summary.append(f"{name} / {method}: failed")
                 continue
@@ -626,16 +770,38 @@ def table(results):
                 meets = "yes" if not missed else "no: " + ", ".join(missed)
                 if missed:
                     summary.append(f"{name} / {method}: " + ", ".join(missed))
+            ratios = no_ratios
+            if xrfm and kind == "ours" and xrfm_row is not None:
+                xrfm_error = row["error"] / xrfm_row["error"] if xrfm_row["error"] > 0 else None
+                xrfm_time = row["fit_seconds"] / xrfm_row["fit_seconds"] if xrfm_row["fit_seconds"] > 0 else None
+                ratios = f" {_fmt(xrfm_error, '.3f')} | {_fmt(xrfm_time, '.2f')} |"
             lines.append(
                 f"| {name} | {size} | {method} | {row['fit_seconds']:.1f} | {metric} {row['error']:.4g} | "
                 f"{_fmt(error_ratio, '.3f')} | {_fmt(time_ratio, '.2f')} | {diverged} | {row['peak_gb']:.2f} | "
-                f"{meets} | {row['notes']} |"
+                f"{meets} | {row['notes']} |{ratios}"
             )
     return lines, summary
 
 
 def _failed(row):
     return isinstance(row.get("error"), str)
+
+
+def _xrfm_sentence(args, skipped):
+    """What the section says about xRFM: how it ran, or why it did not; nothing with ``--no-xrfm``."""
+    if args.no_xrfm:
+        return ""
+    if skipped:
+        return f" xRFM skipped: {skipped}."
+    import xrfm
+
+    return (
+        f" xRFM: `xrfm` {xrfm.__version__}, `xRFM(device='cpu', random_state=0, verbose=False)`, its defaults "
+        f"otherwise, fitted on the first {1 - XRFM_VALIDATION_FRACTION:.0%} of the training rows with the last "
+        f"{XRFM_VALIDATION_FRACTION:.0%} as its validation set, on the same features (Fashion-MNIST: standardised "
+        f"on the training rows), up to {args.xrfm_max_rows} training rows; reported, not a target; the last two "
+        "columns are our error and fit time over xRFM's."
+    )
 
 
 def main():
@@ -670,12 +836,23 @@ def main():
     parser.add_argument(
         "--dtype", choices=["float32", "float64"], default=None, help="training dtype of our rows (default: theirs)"
     )
+    parser.add_argument("--no-xrfm", action="store_true", help="leave out the xRFM baseline and its columns")
+    parser.add_argument(
+        "--xrfm-max-rows",
+        type=int,
+        default=XRFM_MAX_ROWS,
+        help=f"largest training set for xRFM, skipped above ({XRFM_TOO_SLOW})",
+    )
     parser.add_argument("--write", help="append the table to this markdown file")
     args = parser.parse_args()
     names = [name for text in args.datasets for name in text.split(",") if name]
     unknown = set(names) - set(DATASETS)
     if unknown:
         parser.error(f"unknown data sets {sorted(unknown)}; choose from {', '.join(DATASETS)}")
+    xrfm_skipped = None if args.no_xrfm else xrfm_unavailable()
+    if xrfm_skipped:
+        print(f"The xRFM column is skipped: {xrfm_skipped}.", flush=True)
+    args.xrfm = not args.no_xrfm and xrfm_skipped is None
 
     import skgpu_kernel.datasets  # noqa: F401  (an uninstalled package fails here, not as a missing data set)
 
@@ -687,7 +864,7 @@ def main():
         except (ImportError, FileNotFoundError) as error:  # a data package is missing: say how to install it
             print(f"== {name}: skipped: {error}", flush=True)
             results[name] = (0, 0, [("(data)", "data", {"omitted": f"skipped: {error}"})])
-    lines, summary = table(results)
+    lines, summary = table(results, xrfm=args.xrfm)
     devices = sorted({row["device"] for _, _, rows in results.values() for _, _, row in rows if "device" in row})
     subsample = f" Training sets cut to at most {args.max_train} rows (`--max-train`)." if args.max_train else ""
     section = [
@@ -702,7 +879,7 @@ def main():
         f"is reported, not a target); fit time <= {TARGET_TIME_RATIO:g} x Nystroem+RidgeCV's for {LARGE_N} <= n "
         f"< {VERY_LARGE_N} and <= {TARGET_TIME_RATIO_VERY_LARGE:g} x for n >= {VERY_LARGE_N}; Fashion-MNIST "
         f'accuracy >= {TARGET_FASHION_ACCURACY}. Kernel baselines use gamma = scikit-learn\'s `"scale"` '
-        '(our `bandwidth="auto"`).',
+        '(our `bandwidth="auto"`).' + _xrfm_sentence(args, xrfm_skipped),
         "",
         *lines,
         "",

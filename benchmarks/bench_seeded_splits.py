@@ -13,6 +13,17 @@ gives each model's mean test error with its standard error, and our error minus 
 best baseline's *paired by split*, with its standard error: a difference within about
 two standard errors of 0 is not a difference these data can show.
 
+xRFM (PyPI ``xrfm``, optional: ``pip install --no-deps xrfm tqdm``; where ``import
+xrfm`` fails the script says why and leaves it out) runs on every split under
+``bench_real_data.py``'s protocol (``bench_real_data.XRFMBaseline``: its defaults on the
+CPU, fitted on the first 80% of the split's training rows with the last 20% as its
+validation set, the same features, Fashion-MNIST's standardised on the training rows),
+up to ``--xrfm-max-rows`` training rows (default 45000; on 2 cores it needs >25
+minutes at 40k rows), not with ``--no-xrfm``.  Like HistGradientBoosting in
+``bench_real_data.py`` it is reported, not a baseline: it is not among the models of
+"best baseline"; a last column gives our error minus xRFM's, paired by split, with its
+standard error.
+
 Fits run in this process, one after the other (times are means over splits and
 include the tuned model's search).  The default sets are the small classification
 sets; any set of ``bench_real_data.py`` can be given (``--datasets HI --splits 5``).
@@ -20,22 +31,33 @@ sets; any set of ``bench_real_data.py`` can be given (``--datasets HI --splits 5
 Usage::
 
     OPENBLAS_CORETYPE=Haswell python benchmarks/bench_seeded_splits.py [--splits 20] [--write benchmarks/RESULTS.md]
+
+Other options: ``--datasets``, ``--tuned-max-train``, ``--no-xrfm`` (no xRFM row nor
+column: the table of before), ``--xrfm-max-rows``.
 """
 
 import argparse
+import functools
 import time
 
 import numpy as np
 from _common import machine_description, publish
 from bench_real_data import (
+    XRFM,
+    XRFM_MAX_ROWS,
+    XRFM_TOO_SLOW,
+    XRFM_VALIDATION_FRACTION,
     _error,
     _task,
     build_linear,
     build_nystroem,
     build_nystroem_tuned,
     build_svc,
+    build_xrfm,
     our_estimator,
     prepare,
+    xrfm_standardizes,
+    xrfm_unavailable,
 )
 
 SMALL_SETS = ["Glass", "Sonar", "Ionosphere", "Vowel", "Vehicle", "DigitsImbalanced"]
@@ -61,12 +83,15 @@ def models(task, tuned):
     return rows
 
 
-def split_errors(name, seed, tuned_max_train):
-    """Every model's (test error, fit seconds) on one seeded split of ``name``."""
+def split_errors(name, seed, tuned_max_train, xrfm_max_rows=None):
+    """Every model's (test error, fit seconds) on one seeded split of ``name``; xRFM last, up to ``xrfm_max_rows``."""
     X_train, y_train, X_test, y_test, info = prepare(name, seed=seed)
     task = _task(name)
     scores = {}
-    for method, build in models(task, X_train.shape[0] <= tuned_max_train).items():
+    builders = models(task, X_train.shape[0] <= tuned_max_train)
+    if xrfm_max_rows is not None and X_train.shape[0] <= xrfm_max_rows:
+        builders[XRFM] = functools.partial(build_xrfm, standardize=xrfm_standardizes(name))
+    for method, build in builders.items():
         model, _ = build(X_train, task)
         tic = time.perf_counter()
         model.fit(X_train, y_train)
@@ -75,25 +100,43 @@ def split_errors(name, seed, tuned_max_train):
     return scores, info
 
 
-def summarize(name, per_split, info):
-    """Table rows of one set: each model's mean error and SE, and ours minus the best baseline, paired."""
+def _paired(difference):
+    """Mean ± standard error of per-split differences, as the table writes them."""
+    k = len(difference)
+    se = difference.std(ddof=1) / np.sqrt(k) if k > 1 else float("nan")
+    return f"{difference.mean():+.4g} ± {se:.2g}"
+
+
+def summarize(name, per_split, info, xrfm_skipped=False):
+    """Table rows of one set: each model's mean error and SE, and ours minus the best baseline, paired.
+
+    ``xrfm_skipped``: False without the xRFM column (``--no-xrfm``); else the column is
+    there and this is None where xRFM ran, or why it did not (its row says so).
+    """
     methods = list(per_split[0])
     errors = {method: np.array([split[method][0] for split in per_split]) for method in methods}
     seconds = {method: np.mean([split[method][1] for split in per_split]) for method in methods}
     k = len(per_split)
-    best = min((method for method in methods if method != OURS), key=lambda method: errors[method].mean())
+    baselines = [method for method in methods if method not in (OURS, XRFM)]  # xRFM is reported, not a baseline
+    best = min(baselines, key=lambda method: errors[method].mean())
     difference = errors[OURS] - errors[best]
-    difference_se = difference.std(ddof=1) / np.sqrt(k) if k > 1 else float("nan")
     size = f"{info['n']} ({info['n_train']} / {info['n_test']}, {info['n_features']})"
     lines = []
     for method in methods:
         se = errors[method].std(ddof=1) / np.sqrt(k) if k > 1 else float("nan")
-        paired = f"{difference.mean():+.4g} ± {difference_se:.2g} vs {best}" if method == OURS else "-"
+        paired = f"{_paired(difference)} vs {best}" if method == OURS else "-"
         ratio = errors[OURS].mean() / errors[best].mean() if method == OURS and errors[best].mean() > 0 else None
+        versus_xrfm = ""
+        if xrfm_skipped is not False:
+            versus_xrfm = " - |"
+            if method == OURS:
+                versus_xrfm = f" {_paired(errors[OURS] - errors[XRFM]) if XRFM in errors else '-'} |"
         lines.append(
             f"| {name} | {size} | {method} | {seconds[method]:.2f} | {errors[method].mean():.5g} ± {se:.2g} | "
-            f"{'-' if ratio is None else f'{ratio:.3f}'} | {paired} |"
+            f"{'-' if ratio is None else f'{ratio:.3f}'} | {paired} |{versus_xrfm}"
         )
+    if xrfm_skipped:
+        lines.append(f"| {name} | {size} | {XRFM} | - | - | - | - | {xrfm_skipped} |")
     return lines
 
 
@@ -107,29 +150,66 @@ def main():
         default=20_000,
         help="largest training set for the gamma-tuned Nystroem search (as in bench_real_data.py)",
     )
+    parser.add_argument("--no-xrfm", action="store_true", help="leave out xRFM and its column")
+    parser.add_argument(
+        "--xrfm-max-rows",
+        type=int,
+        default=XRFM_MAX_ROWS,
+        help=f"largest training set for xRFM, skipped above ({XRFM_TOO_SLOW})",
+    )
     parser.add_argument("--write", help="append the table to this markdown file")
     args = parser.parse_args()
+    unavailable = None if args.no_xrfm else xrfm_unavailable()
+    if unavailable:
+        print(f"The xRFM column is skipped: {unavailable}.", flush=True)
+    xrfm = not args.no_xrfm and unavailable is None
     tic = time.perf_counter()
     lines = [
         "| data set | n (train / test, features) | method | mean fit s | mean test error ± SE | "
-        "ours / best baseline | ours - best baseline, paired ± SE |",
-        "|---|---|---|---:|---:|---:|---|",
+        "ours / best baseline | ours - best baseline, paired ± SE |" + (" ours - xRFM, paired ± SE |" if xrfm else ""),
+        "|---|---|---|---:|---:|---:|---|" + ("---|" if xrfm else ""),
     ]
     for name in args.datasets:
         per_split = []
         for seed in range(args.splits):
-            scores, info = split_errors(name, seed, args.tuned_max_train)
+            scores, info = split_errors(name, seed, args.tuned_max_train, args.xrfm_max_rows if xrfm else None)
             per_split.append(scores)
             print(name, seed, {method: f"{error:.5g}" for method, (error, _) in scores.items()}, flush=True)
-        lines += summarize(name, per_split, info)
+        xrfm_skipped = False
+        if xrfm:
+            xrfm_skipped = None
+            if info["n_train"] > args.xrfm_max_rows:
+                xrfm_skipped = (
+                    f"skipped: {info['n_train']} training rows > --xrfm-max-rows {args.xrfm_max_rows} ({XRFM_TOO_SLOW})"
+                )
+                print(f"{name}: {XRFM} {xrfm_skipped}", flush=True)
+        lines += summarize(name, per_split, info, xrfm_skipped)
+    options = ""
+    if args.no_xrfm:
+        options = " --no-xrfm"
+    elif args.xrfm_max_rows != XRFM_MAX_ROWS:
+        options = f" --xrfm-max-rows {args.xrfm_max_rows}"
+    if xrfm:
+        import xrfm as xrfm_package
+
+        about_xrfm = (
+            f" xRFM (`xrfm` {xrfm_package.__version__}, its defaults on the CPU) fits on the first "
+            f"{1 - XRFM_VALIDATION_FRACTION:.0%} of each split's training rows with the last "
+            f"{XRFM_VALIDATION_FRACTION:.0%} as its validation set, up to "
+            f"{args.xrfm_max_rows} training rows; it is reported, not a baseline; the last column pairs our error "
+            "with xRFM's split by split."
+        )
+    else:
+        about_xrfm = f" xRFM skipped: {unavailable}." if unavailable else ""
     section = [
         f"### {', '.join(args.datasets)} over {args.splits} seeded splits — {time.strftime('%Y-%m-%d')}",
         "",
         f"Machine: {machine_description('cpu')}. Command: `OPENBLAS_CORETYPE=Haswell python "
-        f"benchmarks/bench_seeded_splits.py --datasets {' '.join(args.datasets)} --splits {args.splits}`. 80/20 "
-        f"splits (stratified for classification) with seeds 0..{args.splits - 1}, preprocessing as in "
+        f"benchmarks/bench_seeded_splits.py --datasets {' '.join(args.datasets)} --splits {args.splits}{options}`. "
+        f"80/20 splits (stratified for classification) with seeds 0..{args.splits - 1}, preprocessing as in "
         "`bench_real_data.py`; errors are 1 - accuracy or MSE, means over splits with their standard errors; the "
-        "last column pairs our error with the best baseline's split by split.",
+        f"{'ours - best baseline' if xrfm else 'last'} column pairs our error with the best baseline's split by "
+        f"split.{about_xrfm}",
         "",
         *lines,
     ]
