@@ -14,6 +14,11 @@ number are clamped at zero before any square root or exponential.
 Centers that are used again and again (the training points of a kernel machine)
 are put once into the form the kernel evaluates fastest with
 :meth:`Kernel.prepare_centers`, and blocks are computed by :meth:`Kernel.block`.
+
+Feature learning (:mod:`skgpu_kernel.agop`) needs the kernels' gradients: a radial
+kernel ``k(x, z) = phi(||x - z||^2)`` has ``grad_x k(x, z) = 2 phi'(||x - z||^2) (x - z)``,
+and :meth:`Kernel.gradient_kernel` returns the weight ``2 phi'`` as a kernel of its own
+(:class:`GradientWeightKernel`), so that gradients are kernel products too.
 """
 
 import math
@@ -28,6 +33,7 @@ __all__ = [
     "CallableKernel",
     "Cauchy",
     "Gaussian",
+    "GradientWeightKernel",
     "Kernel",
     "Laplacian",
     "Matern",
@@ -156,10 +162,47 @@ class Kernel(BaseEstimator):
                 f"in {dtype}; check its parameters and the scale of the data."
             )
 
+    def gradient_kernel(self):
+        """The kernel ``g`` with ``grad_x k(x, z) = g(x, z) (x - z)``, which feature learning needs.
+
+        Only kernels that declare the derivative of their profile have one (the
+        radial kernels of this module, see :meth:`RadialKernel.gradient_kernel`).
+
+        Raises
+        ------
+        ValueError
+            Always, for this base class: its gradient is not known.
+        """
+        raise ValueError(_cannot_learn_features(self, "it does not declare the derivative of its profile"))
+
 
 # The methods through which a radial kernel's blocks are its profile of the raw rows'
 # squared distances (see RadialKernel.from_distances).
 _DISTANCE_TRANSFORMS = ("__call__", "block", "prepare_rows", "prepare_centers", "prepared_block")
+
+# The methods that define a radial kernel's profile and its scale: a derivative
+# (``_profile_derivative``) inherited from above a class that redefines one of them is
+# the derivative of another function (see RadialKernel.gradient_kernel).
+_PROFILE_DEFINITIONS = ("_profile_from_sq_dists", "_profile_from_scaled", "_distance_scale", "_sigma")
+
+
+def _overridden_transforms(cls):
+    """The distance transforms that the radial kernel class ``cls`` overrides (none: its blocks are raw distances')."""
+    return [name for name in _DISTANCE_TRANSFORMS if getattr(cls, name) is not getattr(RadialKernel, name)]
+
+
+def _defining_class(cls, name):
+    """The class of ``cls``'s method resolution order whose body defines the attribute ``name``."""
+    return next(klass for klass in cls.__mro__ if name in vars(klass))
+
+
+def _cannot_learn_features(kernel, reason):
+    """The message of the ``ValueError`` that a kernel without a known gradient raises."""
+    return (
+        f"The kernel {kernel!r} cannot learn features: {reason}.  The average gradient outer product needs "
+        "grad_x k(x, z) = g(x, z) (x - z), which Gaussian, Laplacian, Cauchy and Matern declare "
+        "(a radial kernel of your own declares it by implementing _profile_derivative)."
+    )
 
 
 def _rounding_allowance(n_features, dtype):
@@ -181,7 +224,10 @@ class RadialKernel(Kernel):
 
     Subclasses implement ``_profile_from_sq_dists(self, scaled_sq_dists)``, applied in
     place to a block of squared distances divided by ``bandwidth ** 2`` (clamped at
-    zero), which returns the kernel's values on that block.
+    zero), which returns the kernel's values on that block.  Those that learn
+    features (:meth:`gradient_kernel`) also implement
+    ``_profile_derivative(self, scaled_sq_dists)``, the derivative of that profile
+    with respect to its argument, on the same blocks and also in place.
 
     Parameters
     ----------
@@ -206,8 +252,7 @@ class RadialKernel(Kernel):
         subclass may still declare ``from_distances = True`` if its
         :meth:`block_from_sq_distances` accounts for its transform.
         """
-        cls = type(self)
-        return all(getattr(cls, name) is getattr(RadialKernel, name) for name in _DISTANCE_TRANSFORMS)
+        return not _overridden_transforms(type(self))
 
     def __init__(self, bandwidth="auto"):
         self.bandwidth = bandwidth
@@ -257,6 +302,111 @@ class RadialKernel(Kernel):
     def _profile_from_sq_dists(self, scaled_sq_dists):
         raise NotImplementedError
 
+    def _profile_derivative(self, scaled_sq_dists):
+        raise NotImplementedError
+
+    def gradient_kernel(self):
+        """The weight ``g(x, z) = 2 phi'(s)`` of the kernel's gradient, as a kernel.
+
+        With ``k(x, z) = phi(s)``, ``s = ||x - z||^2``, the gradient in ``x`` is
+        ``grad_x k(x, z) = 2 phi'(s) (x - z) = g(x, z) (x - z)``.  The gradient of
+        ``f(x) = sum_j a_j k(x, z_j)`` at the rows ``X`` is then two products
+        with ``G = g(X, Z)``: ``grad f(x_i) = x_i (G a)_i - (G (a * Z))_i``
+        (see :func:`skgpu_kernel.agop.average_gradient_outer_product`).
+
+        Returns
+        -------
+        GradientWeightKernel
+            Evaluated on the same prepared rows and centers as this kernel.
+
+        Raises
+        ------
+        ValueError
+            For a subclass that cannot learn features: one that transforms its
+            rows itself (it overrides one of ``__call__``, ``block``,
+            ``prepare_rows``, ``prepare_centers``, ``prepared_block``: its gradient
+            is not ``2 phi'(s) (x - z)``), or one whose profile has no declared
+            derivative (``_profile_derivative``, defined by the class that defines
+            the profile or by a subclass of it).
+
+        Notes
+        -----
+        Where ``phi`` has no derivative at ``s = 0`` (the Laplacian, Matern with
+        ``nu=0.5``: ``phi'(s)`` grows as ``s ** -0.5``), ``g`` is defined as 0
+        there: a center equal to the row adds nothing to the gradient (the
+        subgradient 0, as in the Recursive Feature Machines' code).
+        """
+        cls = type(self)
+        overridden = _overridden_transforms(cls)
+        if overridden:
+            reason = f"it transforms its rows itself (it overrides {', '.join(overridden)}), so its gradient is unknown"
+            raise ValueError(_cannot_learn_features(self, reason))
+        derivative = _defining_class(cls, "_profile_derivative")
+        profile = [_defining_class(cls, name) for name in _PROFILE_DEFINITIONS]
+        if derivative is RadialKernel or not all(issubclass(derivative, owner) for owner in profile):
+            raise ValueError(_cannot_learn_features(self, "it does not declare the derivative of its profile"))
+        self._sigma()  # an unresolved bandwidth fails here rather than at the first block
+        return GradientWeightKernel(self)
+
+
+class GradientWeightKernel(RadialKernel):
+    """The weight ``g(x, z) = 2 phi'(||x - z||^2)`` of a radial kernel's gradient, as a kernel.
+
+    ``grad_x k(x, z) = g(x, z) (x - z)`` for the radial kernel ``k(x, z) =
+    phi(||x - z||^2)`` it is made from (:meth:`RadialKernel.gradient_kernel`).
+    It is a radial kernel itself, on the same prepared rows and centers, so kernel
+    operators (:class:`~skgpu_kernel.operators.EvaluatedOperator`) evaluate it
+    block by block like any other and the gradients of a kernel predictor are
+    kernel products.  It is not a kernel to fit a model with: its values scale as
+    ``1 / bandwidth ** 2`` and are negative for the kernels here, which decrease
+    with the distance, and its matrices are not positive semi-definite.
+
+    Parameters
+    ----------
+    kernel : RadialKernel
+        The kernel differentiated; its bandwidth is this kernel's.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skgpu_kernel.kernels import Gaussian
+    >>> X = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    >>> Gaussian(bandwidth=1.0).gradient_kernel()(X, X)  # -exp(-s / 2): grad_x k = -k (x - z)
+    tensor([[-1.0000, -0.6065],
+            [-0.6065, -1.0000]], dtype=torch.float64)
+    """
+
+    unit_bounded = False
+    # The Laplacian's and Matern's derivatives keep the distances and the exponential in
+    # two blocks.
+    extra_blocks = 1
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    @property
+    def bandwidth(self):
+        """The differentiated kernel's bandwidth."""
+        return self.kernel.bandwidth
+
+    def _sigma(self):
+        return self.kernel._sigma()
+
+    def _profile_from_sq_dists(self, scaled_sq_dists):
+        # k = psi(s / sigma^2) with psi the kernel's profile: 2 dk/ds = 2 psi'(s / sigma^2) / sigma^2.
+        return self.kernel._profile_derivative(scaled_sq_dists).mul_(2.0 * self._distance_scale())
+
+
+def _exp_neg_root_derivative(scaled_sq_dists):
+    """``d/du exp(-sqrt(u)) = -exp(-sqrt(u)) / (2 sqrt(u))`` in place, defined as 0 at ``u = 0``.
+
+    At ``u = 0`` the quotient is infinite (``1 / -0.0`` or ``1 / +0.0``); those
+    entries, and only those, are set to 0 (the subgradient), without a mask.
+    """
+    root = scaled_sq_dists.sqrt_()
+    derivative = torch.neg(root).exp_().div_(root.mul_(-2.0))
+    return derivative.nan_to_num_(nan=math.nan, posinf=0.0, neginf=0.0)
+
 
 class Gaussian(RadialKernel):
     """Gaussian kernel ``exp(-||x - z||^2 / (2 sigma^2))``.
@@ -290,9 +440,16 @@ class Gaussian(RadialKernel):
     def _profile_from_sq_dists(self, scaled_sq_dists):
         return scaled_sq_dists.mul_(-0.5).exp_()
 
+    def _profile_derivative(self, scaled_sq_dists):
+        # d/du exp(-u / 2) = -exp(-u / 2) / 2
+        return scaled_sq_dists.mul_(-0.5).exp_().mul_(-0.5)
+
 
 class Laplacian(RadialKernel):
     """Laplacian kernel ``exp(-||x - z|| / sigma)``.
+
+    It has no gradient where ``x = z``: its :meth:`~RadialKernel.gradient_kernel`
+    is 0 there (the subgradient).
 
     Parameters
     ----------
@@ -302,6 +459,9 @@ class Laplacian(RadialKernel):
 
     def _profile_from_sq_dists(self, scaled_sq_dists):
         return scaled_sq_dists.sqrt_().neg_().exp_()
+
+    def _profile_derivative(self, scaled_sq_dists):
+        return _exp_neg_root_derivative(scaled_sq_dists)
 
 
 class Cauchy(RadialKernel):
@@ -316,6 +476,10 @@ class Cauchy(RadialKernel):
     def _profile_from_sq_dists(self, scaled_sq_dists):
         return scaled_sq_dists.add_(1.0).reciprocal_()
 
+    def _profile_derivative(self, scaled_sq_dists):
+        # d/du 1 / (1 + u) = -1 / (1 + u)^2
+        return scaled_sq_dists.add_(1.0).reciprocal_().square_().neg_()
+
 
 class Matern(RadialKernel):
     """Matern kernel with smoothness ``nu`` in {0.5, 1.5, 2.5}.
@@ -327,7 +491,9 @@ class Matern(RadialKernel):
     * ``nu=2.5``: ``(1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``.
 
     These agree with scikit-learn's ``gaussian_process.kernels.Matern`` with
-    ``length_scale = sigma``.
+    ``length_scale = sigma``.  With ``nu=0.5`` the kernel has no gradient where
+    ``x = z``: its :meth:`~RadialKernel.gradient_kernel` is 0 there (the
+    subgradient).
 
     Parameters
     ----------
@@ -358,6 +524,25 @@ class Matern(RadialKernel):
         r.mul_(root)  # r now holds sqrt(2 nu) * distance / sigma
         polynomial = 1.0 + r if self.nu == 1.5 else 1.0 + r + r * r / 3.0
         return polynomial.mul_(r.neg_().exp_())
+
+    def _profile_derivative(self, scaled_sq_dists):
+        # With r = sqrt(2 nu u), dr/du = nu / r, which cancels the factor r of each
+        # polynomial's derivative: the derivatives are finite at u = 0 for nu > 0.5.
+        self.check_nu()
+        if self.nu == 0.5:
+            return _exp_neg_root_derivative(scaled_sq_dists)
+        root = math.sqrt(3.0) if self.nu == 1.5 else math.sqrt(5.0)
+        r = scaled_sq_dists.sqrt_().mul_(root)
+        decay = torch.neg(r).exp_()
+        if self.nu == 1.5:
+            # d/du (1 + r) exp(-r) = -(3/2) exp(-r)
+            return decay.mul_(-1.5)
+        # d/du (1 + r + r^2 / 3) exp(-r) = -(5/6) (1 + r) exp(-r)
+        return decay.mul_(r.add_(1.0)).mul_(-5.0 / 6.0)
+
+    def gradient_kernel(self):
+        self.check_nu()
+        return super().gradient_kernel()
 
 
 class CallableKernel(Kernel):

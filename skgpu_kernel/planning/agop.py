@@ -1,0 +1,149 @@
+"""Planning the average gradient outer product (AGOP): how many rows it is estimated on, in which blocks.
+
+:func:`plan_agop` is a pure function of the problem's sizes, the memory budget and
+the device type; :func:`skgpu_kernel.agop.average_gradient_outer_product` runs the
+plan it returns.  Nothing here allocates a tensor or reads a clock.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..device import column_block_size, rows_within_budget
+from ..operators import OperatorBlocks
+from ._account import MemoryAccount
+
+__all__ = ["AGOP_MAX_ROWS", "AGOP_MIN_ROWS", "AGOPPlan", "agop_rows", "plan_agop"]
+
+# At most this many rows estimate the AGOP: xRFM's default sample for it
+# (``total_points_to_sample``), enough for the d x d matrix of tabular data.
+AGOP_MAX_ROWS = 20_000
+
+# Below this many rows the cost rule does not subsample: an estimate of a d x d matrix
+# from fewer rows is noisy, and every solver makes several passes of K(X, Z) anyway.
+AGOP_MIN_ROWS = 2_000
+
+# Rows of a block evaluated at once: on the CPU few enough that a kernel block of a few
+# hundred columns stays in the cache (device.column_block_size), on CUDA enough to keep
+# the device busy.
+_NOMINAL_ROW_BLOCK = {"cpu": 512, "cuda": 8192}
+
+# The gradient weight kernels keep two blocks (GradientWeightKernel.extra_blocks = 1).
+_BLOCKS_PER_KERNEL_ENTRY = 2
+
+
+@dataclass(frozen=True)
+class AGOPPlan:
+    """Rows and blocks of an AGOP estimate (see :func:`plan_agop`).
+
+    Attributes
+    ----------
+    n_rows : int
+        Rows the AGOP is estimated on: all rows given, or a random subsample of
+        this many.
+    row_block : int
+        Rows whose gradients are computed at once.
+    column_block : int
+        Centers of a kernel block evaluated at once.
+    memory : MemoryAccount
+        The subsample, the prepared centers, the coefficient columns, the
+        accumulators and one row block's tensors.
+    """
+
+    n_rows: int
+    row_block: int
+    column_block: int
+    memory: MemoryAccount
+
+    @property
+    def blocks(self):
+        """The blocks of the gradient weight kernel's operator."""
+        return OperatorBlocks(self.row_block, self.column_block)
+
+    def describe(self):
+        """One line for ``verbose``: rows, blocks and memory."""
+        return (
+            f"AGOP on {self.n_rows} rows in blocks of {self.row_block} rows x {self.column_block} centers, "
+            f"{self.memory.describe()}"
+        )
+
+
+def agop_rows(n_rows, n_features, n_centers, n_outputs):
+    """Rows the AGOP is estimated on: the cost of one pass of the fit's ``K(X, Z)`` product, within bounds.
+
+    An AGOP row costs ``n_centers * (n_features + 2 + w) + n_outputs * n_features ** 2``
+    multiply-adds (its kernel row, its product with the ``w = n_outputs *
+    (n_features + 1)`` coefficient columns, its outer products); a row of the fit's
+    ``K(X, Z) @ coef`` costs ``n_centers * (n_features + 2 + n_outputs)``.  The rows
+    are as many as cost one such pass over the ``n_rows`` training rows, at least
+    ``AGOP_MIN_ROWS`` and at most ``AGOP_MAX_ROWS``, and never more than
+    ``n_rows``.
+
+    Examples
+    --------
+    >>> agop_rows(1_000_000, 20, 5_000, 1), agop_rows(500, 20, 500, 1)
+    (20000, 500)
+    """
+    columns = n_outputs * (n_features + 1)
+    fit_row = n_centers * (n_features + 2 + n_outputs)
+    agop_row = n_centers * (n_features + 2 + columns) + n_outputs * n_features**2
+    affordable = math.floor(n_rows * fit_row / max(agop_row, 1))
+    return min(n_rows, AGOP_MAX_ROWS, max(affordable, AGOP_MIN_ROWS))
+
+
+def plan_agop(n_rows, n_features, n_centers, n_outputs, itemsize, budget, device_type="cpu"):
+    """The plan of an AGOP estimate of a kernel predictor with ``n_centers`` centers.
+
+    The rule:
+
+    * rows: :func:`agop_rows`, the number of rows whose gradients cost one pass
+      of the fit's ``K(X, Z) @ coef`` over its ``n_rows`` training rows, between
+      ``AGOP_MIN_ROWS`` and ``AGOP_MAX_ROWS`` (xRFM's sample), and at
+      most ``n_rows``;
+    * blocks: the column block of a kernel block (``column_block_size``: near
+      the cache's size on the CPU, as wide as half the budget allows on CUDA) for a
+      nominal row block (512 rows on the CPU, 8192 on CUDA); then as many rows, up
+      to the nominal block, as fit the budget next to the fixed items.
+
+    Parameters
+    ----------
+    n_rows : int
+        Training rows of the fit (the rows the AGOP could be estimated on).
+    n_features : int
+    n_centers : int
+    n_outputs : int
+    itemsize : int
+        Bytes of one value in the dtype of the rows.
+    budget : int
+        Bytes the estimate may use on the device.
+    device_type : {"cpu", "cuda"}, default="cpu"
+
+    Returns
+    -------
+    AGOPPlan
+
+    Examples
+    --------
+    >>> plan = plan_agop(100_000, 20, 10_000, 1, itemsize=4, budget=10**9)
+    >>> plan.n_rows, plan.row_block, plan.column_block, plan.memory.fits()
+    (20000, 512, 1024, True)
+    """
+    n_sample = agop_rows(n_rows, n_features, n_centers, n_outputs)
+    d, columns = n_features, n_outputs * (n_features + 1)
+    nominal = _NOMINAL_ROW_BLOCK[device_type]
+    entry_bytes = itemsize * _BLOCKS_PER_KERNEL_ENTRY
+    column_block = column_block_size(torch.device(device_type), nominal, n_centers, entry_bytes, budget // 2)
+    fixed = (
+        ("subsample", n_sample * (d * itemsize + 8) if n_sample < n_rows else 0),
+        ("prepared centers", n_centers * (d + 2) * itemsize),
+        ("coefficient columns", n_centers * columns * itemsize),
+        ("accumulators", 2 * d * d * 8),
+    )
+    # A row's prepared copy and products in the rows' dtype, its kernel blocks, and its
+    # products, shifted row and gradients (with their weighted copy) in float64.
+    row_bytes = itemsize * (d + 2 + columns) + entry_bytes * column_block + 8 * (columns + d + 2 * n_outputs * d)
+    fixed_bytes = sum(count for _, count in fixed)
+    row_block = min(rows_within_budget(budget, fixed_bytes, row_bytes), nominal, max(n_sample, 1))
+    memory = MemoryAccount(budget, (*fixed, ("row block", row_block * row_bytes)))
+    return AGOPPlan(n_sample, row_block, column_block, memory)
