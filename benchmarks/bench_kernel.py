@@ -88,6 +88,19 @@ def _data(n_train):
     return X_train[:n_train], y_train[:n_train], X_test, y_test
 
 
+def _operator_products(model, n_rows):
+    """Which products the fit's operator took, with the int8 / float ratio its planner read (same shape, cached)."""
+    from skgpu_kernel.device import integer_matmul_speedup
+    from skgpu_kernel.grid import padded_features
+    from skgpu_kernel.planning.kernel import CACHE_FILL_COLUMNS, CACHE_FILL_ROWS
+
+    rows, columns = min(CACHE_FILL_ROWS, n_rows), min(CACHE_FILL_COLUMNS, model.centers_.shape[0])
+    device, dtype = torch.device(model.device_), getattr(torch, str(model.dtype_))
+    ratio = integer_matmul_speedup(device, dtype, rows, padded_features(model.n_features_in_), columns)
+    taken = "float" if model.kernel_grid_step_ is None else f"int8 (grid step {model.kernel_grid_step_:.3g})"
+    return f"{taken} products, int8/float {ratio:.2f} at {rows}x{columns}"
+
+
 def run_ours(n_train, device, n_centers=None, params=None):
     """Our classifier: every training point a center (EigenPro 2) or ``n_centers`` centers (EigenPro 3)."""
     from skgpu_kernel import AdaptiveKernelClassifier
@@ -111,6 +124,7 @@ def run_ours(n_train, device, n_centers=None, params=None):
     )
     if n_centers is not None:
         notes = f"p={model.n_centers_}, budget {model.memory_budget_ / 1e9:.1f} GB, " + notes
+    notes += ", " + _operator_products(model, X_train.shape[0])
     peak_device = torch.cuda.max_memory_allocated() / 1e9 if model.device_.startswith("cuda") else None
     return {
         "fit_seconds": fit_seconds,

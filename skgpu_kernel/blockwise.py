@@ -89,7 +89,7 @@ class PredictionTensors:
             blocks = prediction_blocks(kernel, self.centers, self.coef, X.shape[1], budget)
             inner = padded_features(X.shape[1])
             speedup = integer_matmul_speedup(self.device, self.coef.dtype, blocks.rows, inner, blocks.columns)
-            if integer_products_pay(kernel, self.grid, speedup):
+            if integer_products_pay(speedup):
                 scores = kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset, on_grid=self)
                 if scores is not None:
                     return scores

@@ -12,9 +12,10 @@ times faster than a float32 one.  On the 2-core AMD EPYC we develop on,
 G multiply-adds x 2 per second against ``torch.mm``'s 160-200 GFLOP/s in float32.
 
 Whether the speed-up exists is measured on the device
-(``skgpu_kernel.device.integer_matmul_speedup``) at the blocks a product evaluates,
+(``skgpu_kernel.device.integer_matmul_speedup``, through
+``skgpu_kernel.operators.measure_operator``) at the blocks a product evaluates,
 and :func:`integer_products_pay` is the one rule that reads it (the fit through
-``skgpu_kernel.planning.kernel.fills_from_grid``, ``predict`` directly).
+``skgpu_kernel.planning.operator.plan_operator``, ``predict`` directly).
 """
 
 import math
@@ -133,17 +134,17 @@ def find_grid(X):
     return grid
 
 
-def integer_products_pay(kernel, grid, speedup):
-    """Whether kernel blocks come from a grid's exact squared distances: a grid, a kernel of distances, fast int8.
+def integer_products_pay(speedup):
+    """Whether kernel blocks of data on a grid come from exact int8 distances: the one rule, fit and ``predict``.
 
     Parameters
     ----------
-    kernel : Kernel
-    grid : Grid or None
     speedup : float
-        ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks evaluated.
+        ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks evaluated (for a
+        kernel of distances and data on a grid: what
+        ``skgpu_kernel.operators.measure_operator`` measures).
     """
-    return grid is not None and kernel.from_distances and speedup >= INTEGER_PRODUCTS_MIN_SPEEDUP
+    return speedup >= INTEGER_PRODUCTS_MIN_SPEEDUP
 
 
 def encode_on_grid(X, grid, checked=False):

@@ -239,7 +239,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.centers_ = fit.centers.astype(self.dtype_, copy=False)
         self.n_centers_ = fit.centers.shape[0]
         self.n_projections_ = loop.n_projections
-        for name, value in _eigenpro_decisions(fit.plan, fit.spectrum).items():
+        for name, value in _eigenpro_decisions(fit.plan, fit.spectrum, fit.operator).items():
             setattr(self, name, value)
         self._training_order = fit.order
         self._device_cache = fit.device_cache
@@ -286,22 +286,22 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return tags
 
 
-def _eigenpro_decisions(plan, spectrum):
-    """The spectrum and layout attributes; None where the CG solver has no such decision.
+def _eigenpro_decisions(plan, spectrum, operator):
+    """The spectrum, layout and operator attributes; None where the CG solver has no such decision.
 
     CG on every point beyond Falkon's factors has a plan (EigenPro 2's subsample and
-    kernel cache) but no spectrum.
+    kernel cache) but no spectrum.  The grid is the operator plan's, whatever the solver.
     """
+    grid_step = None if operator is None else operator.grid_step
     if plan is None or spectrum is None:
         names = ("subsample_size_", "top_eigenvalues_", "n_components_", "batch_capacity_")
         decisions = dict.fromkeys((*names, "critical_batch_size_", "projection_"))
-        decisions.update(kernel_cached_=False, kernel_cache_dtype_=None, kernel_grid_step_=None)
+        decisions.update(kernel_cached_=False, kernel_cache_dtype_=None, kernel_grid_step_=grid_step)
         if plan is not None:
             decisions.update(
                 subsample_size_=plan.subsample_size,
                 kernel_cached_=plan.cached,
                 kernel_cache_dtype_=_CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-                kernel_grid_step_=plan.grid_step,
             )
         return {**decisions, "streamed_": False, "n_temporary_centers_": 0}
     n_components = spectrum.preconditioner.n_components
@@ -314,7 +314,7 @@ def _eigenpro_decisions(plan, spectrum):
         "projection_": plan.projection,
         "kernel_cached_": plan.cached,
         "kernel_cache_dtype_": _CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-        "kernel_grid_step_": plan.grid_step,
+        "kernel_grid_step_": grid_step,
         "streamed_": plan.streamed,
         "n_temporary_centers_": plan.n_temporary,
     }
@@ -692,10 +692,12 @@ _COMMON_ATTRIBUTES = """
     kernel_cache_dtype_ : {"float64", "float32", "float16"} or None
         How the cached kernel was stored (None when not cached).
     kernel_grid_step_ : float or None
-        When EigenPro 2's kernel blocks (the cache fill, or each step's blocks when
-        the kernel is not cached) came from exact squared distances because every
-        feature lies on a common grid of at most 256 levels (8-bit images, counts,
-        codes), that grid's step; None otherwise (see :mod:`skgpu_kernel.grid`).
+        When the fit's kernel blocks (EigenPro 2's and 3's caches or steps, CG's
+        passes) came from exact squared distances because every feature of the rows
+        and centers lies on a common grid of at most 256 levels (8-bit images,
+        counts, codes) and the device's int8 products pay, that grid's step; None
+        otherwise (see :mod:`skgpu_kernel.grid` and
+        :func:`skgpu_kernel.planning.operator.plan_operator`).
         Predictions then take exact int8 distances too, for rows that lie on the
         same grid (the test rows of 8-bit images); other rows take float blocks.
     streamed_ : bool

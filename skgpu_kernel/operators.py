@@ -17,9 +17,10 @@ The kinds:
   by every later product.
 
 EigenPro 3's centers sharded over devices or ranks
-(:class:`~skgpu_kernel.solvers.eigenpro3.CenterShards`) and its streamed rows take
-their blocks from evaluated operators.  Which kind a fit uses is planned
-(``skgpu_kernel.planning.kernel.plan_operator``) after measuring the device.
+(:class:`~skgpu_kernel.solvers.eigenpro3.CenterShards`) hold one operator of either
+kind per shard; its streamed rows are evaluated.  Which kind a fit uses is planned
+once (:func:`skgpu_kernel.planning.operator.plan_operator`) from what
+:func:`measure_operator` measures on the device.
 
 Products are blocked: ``blocks.rows`` rows of the operator are prepared at once,
 and ``blocks.columns`` columns of ``K`` are evaluated at once; each row of a result
@@ -33,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .grid import integer_sq_distances
+from .device import integer_matmul_speedup
+from .grid import Grid, encode_on_grid, find_grid, integer_sq_distances, padded_features
 
 __all__ = [
     "CPU_READ_ENTRIES",
@@ -44,7 +46,9 @@ __all__ = [
     "GridOperator",
     "KernelOperator",
     "OperatorBlocks",
+    "OperatorMeasurements",
     "filled_entries",
+    "measure_operator",
     "widened",
 ]
 
@@ -76,6 +80,53 @@ class OperatorBlocks:
     def whole(cls, n_rows, column_block):
         """Every row in one block (a batch, a prediction block), ``column_block`` columns at once."""
         return cls(max(int(n_rows), 1), max(int(column_block), 1))
+
+
+@dataclass(frozen=True)
+class OperatorMeasurements:
+    """What only the device can tell the operator planner about ``K(rows, centers)``.
+
+    Attributes
+    ----------
+    grid : Grid or None
+        The common grid of the rows and the centers, for a kernel of their squared
+        Euclidean distances (``Kernel.from_distances``); None otherwise.
+    integer_speedup : float
+        How many times faster int8 products run than float ones at the operator's
+        blocks (:func:`~skgpu_kernel.device.integer_matmul_speedup`); measured only
+        where there is a grid (0 otherwise).
+    """
+
+    grid: Grid | None = None
+    integer_speedup: float = 0.0
+
+
+def measure_operator(kernel, rows, block_shape, centers=None):
+    """The grid ``rows`` (and ``centers``) lie on and the speed of int8 products at ``block_shape``.
+
+    Parameters
+    ----------
+    kernel : Kernel
+    rows : Tensor of shape (m, d)
+        The operator's rows on its device (centred as the fit's).
+    block_shape : tuple of int
+        ``(rows, columns)`` of the blocks the operator evaluates most
+        (:func:`~skgpu_kernel.planning.operator.operator_probe_shape`).
+    centers : Tensor of shape (n, d) or None
+        Centers that are not rows of ``rows``; they must lie on the rows' grid too.
+
+    Returns
+    -------
+    OperatorMeasurements
+    """
+    if not kernel.from_distances:
+        return OperatorMeasurements()
+    grid = find_grid(rows)
+    if grid is None or (centers is not None and encode_on_grid(centers, grid) is None):
+        return OperatorMeasurements()
+    n_rows, n_columns = block_shape
+    speedup = integer_matmul_speedup(rows.device, rows.dtype, n_rows, padded_features(rows.shape[1]), n_columns)
+    return OperatorMeasurements(grid, speedup)
 
 
 class KernelOperator:

@@ -21,7 +21,7 @@ from skgpu_kernel.solvers.centers_cg import (
     CGSettings,
     KernelRowBlocks,
     _Monitor,
-    center_kernel_block,
+    center_operator,
     default_jitter,
     fit_centers_cg,
 )
@@ -45,9 +45,8 @@ def _fit(X, Y, w, Z, bandwidth, alpha, dtype=torch.float64, row_block=128, **set
     kernel = Gaussian(bandwidth=bandwidth)
     Z_t = torch.tensor(Z, dtype=torch.float64)
     weights = None if w is None else torch.tensor(w, dtype=dtype)
-    rows = KernelRowBlocks(
-        torch.tensor(X, dtype=dtype), torch.tensor(Y, dtype=dtype), weights, center_kernel_block(kernel, Z_t), row_block
-    )
+    operator = center_operator(kernel, torch.tensor(X, dtype=dtype), Z_t, row_block)
+    rows = KernelRowBlocks(operator, torch.tensor(Y, dtype=dtype), weights, row_block)
     return fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(**settings))
 
 
@@ -243,7 +242,7 @@ def test_warm_start():
     exact = _fit(X, Y, w, Z, bandwidth, alpha, tol=1e-10)
     kernel = Gaussian(bandwidth=bandwidth)
     Z_t = torch.tensor(Z)
-    rows = KernelRowBlocks(torch.tensor(X), torch.tensor(Y), torch.tensor(w), center_kernel_block(kernel, Z_t), 128)
+    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z_t, 128), torch.tensor(Y), torch.tensor(w), 128)
     again = fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(tol=1e-6), coef_init=exact.coef)
     assert again.converged and again.n_iterations == 0
     partial = fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(max_iterations=3))
@@ -258,7 +257,7 @@ def test_row_block_sources_agree():
     bandwidth, alpha = 1.0, 0.1
     kernel = Gaussian(bandwidth=bandwidth)
     X_t, Y_t, w_t, Z_t = (torch.tensor(a) for a in (X, Y, w, Z))
-    computed = KernelRowBlocks(X_t, Y_t, w_t, center_kernel_block(kernel, Z_t), 64)
+    computed = KernelRowBlocks(center_operator(kernel, X_t, Z_t, 64), Y_t, w_t, 64)
     cached = CachedRowBlocks(kernel(X_t, Z_t), Y_t, w_t, 500)
     settings = CGSettings(tol=1e-10)
     first = fit_centers_cg(kernel, computed, Z_t, alpha, settings)
@@ -299,7 +298,7 @@ def test_center_shares_make_the_preconditioner_exact_on_repeated_rows():
     shares = torch.tensor(counts / counts.sum())
     kernel = Gaussian(bandwidth=0.5)
     Z = torch.tensor(values)
-    rows = KernelRowBlocks(torch.tensor(X), torch.tensor(Y), None, center_kernel_block(kernel, Z), 512)
+    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z, 512), torch.tensor(Y), None, 512)
     weighted = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10), center_shares=shares)
     uniform = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10))
     assert weighted.converged and weighted.n_iterations <= 3

@@ -96,7 +96,7 @@ def test_grid_fit_on_cuda_equals_the_float_fit_on_the_cpu(monkeypatch, cache_ker
 
     30 features (padded to 32) and 3000 rows leave blocks of shapes cuBLAS does not take.
     """
-    import skgpu_kernel.solvers.kernel_paths as kernel_paths
+    import skgpu_kernel.operators as operators
 
     rng = np.random.RandomState(0)
     X = rng.randint(0, 256, (3000, 30)) / 255.0
@@ -104,9 +104,9 @@ def test_grid_fit_on_cuda_equals_the_float_fit_on_the_cpu(monkeypatch, cache_ker
     X_test = rng.randint(0, 256, (400, 30)) / 255.0
     common = dict(solver="eigenpro", batch_size=250, n_epochs=2, early_stopping=False, dtype="float64")
     common.update(cache_kernel=cache_kernel, bandwidth=1.5, random_state=0)
-    monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args: 100.0)
+    monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: 100.0)
     cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)
-    monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args: 0.0)
+    monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: 0.0)
     cpu = AdaptiveKernelRegressor(device="cpu", **common).fit(X, y)
     assert cuda.kernel_grid_step_ == pytest.approx(1 / 255) and cpu.kernel_grid_step_ is None
     _assert_close_predictions(cuda, cpu, X_test)

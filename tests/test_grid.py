@@ -5,13 +5,27 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-import skgpu_kernel.solvers.kernel_paths as kernel_paths
+import skgpu_kernel.operators as operators
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.device import integer_matmul_speedup
-from skgpu_kernel.grid import _int8_product, encode_on_grid, find_grid, integer_sq_distances
+from skgpu_kernel.grid import (
+    INTEGER_PRODUCTS_MIN_SPEEDUP,
+    _int8_product,
+    encode_on_grid,
+    find_grid,
+    integer_sq_distances,
+)
 from skgpu_kernel.kernels import Cauchy, Gaussian, Laplacian, Matern
-from skgpu_kernel.operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks
-from skgpu_kernel.planning.kernel import INTEGER_FILL_MIN_SPEEDUP, fills_from_grid
+from skgpu_kernel.operators import (
+    CachedOperator,
+    EvaluatedOperator,
+    GridOperator,
+    OperatorBlocks,
+    OperatorMeasurements,
+    measure_operator,
+)
+from skgpu_kernel.planning.kernel import KernelProblem
+from skgpu_kernel.planning.operator import operator_problem, plan_operator
 
 
 def _centred(X, dtype=torch.float32):
@@ -151,16 +165,33 @@ def test_integer_products_are_measured_against_torch_mm():
     assert np.isfinite(speedup) and speedup > 0
 
 
-def test_grid_fill_is_planned_for_radial_kernels_on_a_grid_when_it_pays():
+def test_the_operator_plan_takes_the_grid_where_int8_products_pay_and_reserves_its_memory_only_then():
+    problem = KernelProblem(700, 40, 1, 4)
     grid = find_grid(_centred(_images()))
-    fast, slow = INTEGER_FILL_MIN_SPEEDUP, INTEGER_FILL_MIN_SPEEDUP * 0.99
-    assert fills_from_grid(Gaussian(1.0), grid, fast)
-    assert not fills_from_grid(Gaussian(1.0), grid, slow)
-    assert not fills_from_grid(Gaussian(1.0), None, fast)
+    fast = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP)
+    slow = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP * 0.99)
+    assert plan_operator(problem, fast).grid_step == pytest.approx(1 / 255, rel=1e-6)
+    assert not plan_operator(problem, slow).on_grid
+    assert not plan_operator(problem, OperatorMeasurements()).on_grid
+    streamed = KernelProblem(700, 40, 1, 4, n_centers=100, streamed=True)
+    assert not plan_operator(streamed, fast).on_grid, "streamed rows are never checked against a grid"
+    assert operator_problem(problem, fast).grid_codes and operator_problem(problem, fast).extra_blocks == 1
+    assert operator_problem(problem, slow) == problem
+    cached = plan_operator(problem, fast, cache_itemsize=2)
+    assert cached.cached and cached.cache_dtype == "float16" and "grid" in cached.describe()
+
+
+def test_measurements_find_the_grid_only_for_kernels_of_distances_and_centers_on_it():
+    X = _centred(_images())
+    assert measure_operator(Gaussian(1.0), X, (256, 256)).grid is not None
+    assert measure_operator(Gaussian(1.0), X, (256, 256), centers=X[:50] + 1e-3).grid is None
+    assert measure_operator(Gaussian(1.0), X + 1e-3 * torch.rand_like(X), (256, 256)).grid is None
+    stretched = _StretchedGaussian(1.0)
+    assert measure_operator(stretched, X, (256, 256)) == OperatorMeasurements()
 
 
 def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):
-    monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args: speedup)
+    monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: speedup)
     return estimator.fit(X, y)
 
 

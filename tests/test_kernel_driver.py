@@ -8,6 +8,7 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.kernel as planning_kernel
 import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelRegressor
@@ -52,8 +53,8 @@ EVERY_POINT_KINDS = [
 OPERATOR_KINDS = {
     "eigenpro2": EVERY_POINT_KINDS,
     "cg every point": EVERY_POINT_KINDS,
-    "eigenpro3": [("evaluated", False, 0.0), ("cached", True, 0.0)],
-    "cg centers": [("evaluated", "auto", 0.0)],
+    "eigenpro3": EVERY_POINT_KINDS,
+    "cg centers": [("evaluated", "auto", 0.0), ("grid", "auto", 100.0)],
 }
 
 
@@ -64,12 +65,11 @@ def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(bey
     X_test = X[::7] + 0.5
     predictions = {}
     for kind, cache_kernel, speedup in OPERATOR_KINDS[case]:
-        monkeypatch.setattr(kernel_paths, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup)
+        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup)
         params = dict(SOLVER_CASES[case], bandwidth=2.0, dtype="float64", random_state=0, tol=None)
         model = AdaptiveKernelRegressor(cache_kernel=cache_kernel, **params).fit(X, y)
         assert model.solver_ == params["solver"], kind
-        if case in ("eigenpro2", "cg every point"):
-            assert (model.kernel_grid_step_ is not None) == kind.startswith("grid"), kind
+        assert (model.kernel_grid_step_ is not None) == kind.startswith("grid"), kind
         if cache_kernel is not True or case == "cg every point":
             assert model.kernel_cached_ == (cache_kernel is True), kind
         predictions[kind] = model.predict(X_test)

@@ -37,8 +37,8 @@ def test_cg_storing_k_xz_equals_cg_evaluating_it(capsys):
     # 3.3 MB without K(X, Z); K(X, Z) is 4.8 MB more.
     evaluated, log_evaluated = _cg(capsys, "5MB")
     stored, log_stored = _cg(capsys, "50MB")
-    assert "K(X, Z) evaluated every iteration" in log_evaluated
-    assert "K(X, Z) stored" in log_stored
+    assert "K(X, Z): kernel evaluated per product" in log_evaluated
+    assert "K(X, Z): kernel cached in float64" in log_stored
     assert evaluated.solver_ == stored.solver_ == "cg"
     np.testing.assert_allclose(stored.dual_coef_, evaluated.dual_coef_, rtol=0, atol=1e-8)
     assert stored.n_epochs_ == evaluated.n_epochs_

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .._warnings import warn_user
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
-from ..grid import INTEGER_PRODUCTS_MIN_SPEEDUP, integer_products_pay, padded_features
+from ..grid import padded_features
 from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
@@ -147,8 +147,10 @@ class KernelProblem:
     unit_bounded_kernel : bool
         The kernel's values lie in [-1, 1] (``Kernel.unit_bounded``).
     grid_codes : bool
-        The rows lie on a grid and are also kept as int8 codes (EigenPro 2:
-        :mod:`skgpu_kernel.grid`), one byte per feature padded to a multiple of 8.
+        The kernel blocks come from exact int8 distances on a grid
+        (:func:`skgpu_kernel.planning.operator.plan_operator`): the rows (EigenPro 2)
+        or the centers (EigenPro 3) are also kept as int8 codes, one byte per feature
+        padded to a multiple of 8.
     """
 
     n_rows: int
@@ -303,6 +305,8 @@ class CentersMemoryPlan:
             ("centers and coefficients", itemsize * (p * (d + copies_of_outputs * outputs) + p_local * d)),
             ("eigensystem", itemsize * subsample_size * d + 8 * subsample_size**2),
         )
+        if problem.grid_codes:
+            self.items = (*self.items, ("grid codes", p * padded_features(d)))
         self.fixed_bytes = sum(count for _, count in self.items)
         self.cache_bytes = itemsize * problem.n_rows * p_local
         self.exact_projection_bytes = 8 * p * (p + exact_gram_row_block(p) * (1 + problem.extra_blocks))
@@ -357,23 +361,6 @@ def temporary_centers_for(problem, projection, centers_cached):
 # 3.5 s against 2.4-2.6 s).
 CACHE_FILL_ROWS = 2048
 CACHE_FILL_COLUMNS = 2048
-
-# The speed-up of int8 products a fit's blocks need to take them (see skgpu_kernel.grid).
-INTEGER_FILL_MIN_SPEEDUP = INTEGER_PRODUCTS_MIN_SPEEDUP
-
-
-def fills_from_grid(kernel, grid, speedup):
-    """Whether EigenPro 2's kernel blocks come from the exact squared distances of data on a grid.
-
-    Parameters
-    ----------
-    kernel : Kernel
-    grid : skgpu_kernel.grid.Grid or None
-        The grid of the training rows (:func:`skgpu_kernel.grid.find_grid`).
-    speedup : float
-        ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks the fit evaluates most.
-    """
-    return integer_products_pay(kernel, grid, speedup)
 
 
 @dataclass(frozen=True)
@@ -693,10 +680,6 @@ class KernelFitPlan:
     buffer_rows : int
     cache_itemsize : int
         Bytes per entry of the kernel cache (0 when not cached).
-    grid_step : float or None
-        The step of the grid the training data lies on when EigenPro 2's kernel
-        blocks (the cache fill, or each step's blocks when not cached) came from
-        their exact squared distances (:func:`fills_from_grid`), else None.
     memory : MemoryAccount
     """
 
@@ -715,7 +698,6 @@ class KernelFitPlan:
     row_block: int = 0
     buffer_rows: int = 0
     cache_itemsize: int = 0
-    grid_step: float | None = None
 
     def describe(self):
         """One line for ``verbose``."""

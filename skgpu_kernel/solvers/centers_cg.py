@@ -61,7 +61,7 @@ once as tuples ``(K_block, Y_block, w_block)``: ``K_block = K(X_rows, Z)`` of sh
 (rows, p) on the centers' device, ``Y_block`` of shape (rows, l) (or (rows,) for one
 output) and ``w_block`` of shape (rows,) or None for unit weights.  The order and
 the block sizes may change between passes.  :class:`KernelRowBlocks` computes the
-blocks from in-memory rows; :class:`CachedRowBlocks` slices a precomputed
+blocks from a kernel operator (evaluated or on a grid); :class:`CachedRowBlocks` slices a precomputed
 ``K(X, Z)``.
 
 The loop only sees tensors; the caller validates, plans block sizes and memory and
@@ -95,7 +95,7 @@ __all__ = [
     "CentersSolveResult",
     "KernelRowBlocks",
     "RowBlocks",
-    "center_kernel_block",
+    "center_operator",
     "conjugate_gradients",
     "default_jitter",
     "fit_centers_cg",
@@ -239,28 +239,24 @@ class RowBlocks(Protocol):
         ...
 
 
-def center_kernel_block(kernel, centers):
-    """``rows -> K(rows, Z)``: the centers prepared once, in the rows' dtype.
+def center_operator(kernel, X, centers, row_block):
+    """``K(X, Z)`` as an evaluated operator, its row blocks whole: the centers prepared once, in the rows' dtype.
 
     Parameters
     ----------
     kernel : Kernel
+    X : Tensor of shape (n, d)
     centers : Tensor of shape (p, d)
         Raw centers on the rows' device.
+    row_block : int
+        Rows of a block.
 
     Returns
     -------
-    callable
+    EvaluatedOperator
     """
-    prepared = {}
-
-    def kernel_block(rows):
-        if rows.dtype not in prepared:
-            prepared[rows.dtype] = kernel.prepare_centers(centers.to(rows.dtype))
-        blocks = OperatorBlocks.whole(rows.shape[0], centers.shape[0])
-        return EvaluatedOperator(kernel, rows, prepared[rows.dtype], blocks).block()
-
-    return kernel_block
+    prepared = kernel.prepare_centers(centers.to(X.dtype))
+    return EvaluatedOperator(kernel, X, prepared, OperatorBlocks.whole(row_block, centers.shape[0]))
 
 
 def _as_matrix(Y):
@@ -268,29 +264,26 @@ def _as_matrix(Y):
 
 
 class KernelRowBlocks:
-    """Row blocks of in-memory device tensors, their kernel blocks computed on each pass.
+    """Row blocks of a kernel operator ``K(X, Z)``, computed on each pass.
 
     Parameters
     ----------
-    X : Tensor of shape (n, d)
+    operator : KernelOperator
+        ``K(X, Z)`` with ``n`` rows (:func:`center_operator`, or a
+        :class:`~skgpu_kernel.operators.GridOperator` of data on a grid).
     Y : Tensor of shape (n, l) or (n,)
     weights : Tensor of shape (n,) or None
-    kernel_block : callable
-        ``kernel_block(X_rows) -> K(X_rows, Z)`` of shape (rows, p), e.g.
-        :func:`center_kernel_block` or, over
-        :class:`~skgpu_kernel.solvers.eigenpro3.CenterShards` on one device,
-        ``lambda rows: torch.cat(shards.blocks(rows), dim=1)``.
     row_block : int
         Rows per block.
     """
 
-    def __init__(self, X, Y, weights, kernel_block, row_block):
-        self.X, self.Y, self.weights = X, _as_matrix(Y), weights
-        self.kernel_block, self.row_block = kernel_block, max(int(row_block), 1)
+    def __init__(self, operator, Y, weights, row_block):
+        self.operator, self.Y, self.weights = operator, _as_matrix(Y), weights
+        self.row_block = max(int(row_block), 1)
 
     def blocks(self):
         """Yield ``(K(X_rows, Z), Y_rows, w_rows or None)`` for consecutive rows."""
-        return _sliced_blocks(lambda rows: self.kernel_block(self.X[rows]), self.Y, self.weights, self.row_block)
+        return _sliced_blocks(self.operator.block, self.Y, self.weights, self.row_block)
 
 
 class CachedRowBlocks:
@@ -310,19 +303,20 @@ class CachedRowBlocks:
         self.row_block = max(int(row_block), 1)
 
     @classmethod
-    def computed(cls, X, Y, weights, kernel_block, row_block):
+    def computed(cls, operator, Y, weights, row_block):
         """``K(X, Z)`` evaluated once, block by block as :class:`KernelRowBlocks` would on every pass.
 
-        The blocks have the rows and shapes of ``KernelRowBlocks(X, Y, weights,
-        kernel_block, row_block)``'s, so the stored entries, and the fit read from
-        them, are those of that source, bit for bit.
+        The blocks have the rows and shapes of ``KernelRowBlocks(operator, Y,
+        weights, row_block)``'s, so the stored entries, and the fit read from them,
+        are those of that source, bit for bit.
         """
         row_block = max(int(row_block), 1)
-        first = kernel_block(X[:row_block])
-        K = torch.empty((X.shape[0], first.shape[1]), dtype=first.dtype, device=first.device)
+        n_rows = operator.shape[0]
+        first = operator.block(slice(0, row_block))
+        K = torch.empty((n_rows, first.shape[1]), dtype=first.dtype, device=first.device)
         K[:row_block] = first
-        for start in range(row_block, X.shape[0], row_block):
-            K[start : start + row_block] = kernel_block(X[start : start + row_block])
+        for start in range(row_block, n_rows, row_block):
+            K[start : start + row_block] = operator.block(slice(start, start + row_block))
         return cls(K, Y, weights, row_block)
 
     def blocks(self):
@@ -502,7 +496,7 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     >>> from skgpu_kernel.kernels import Gaussian
     >>> X = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
     >>> kernel, Z = Gaussian(bandwidth=0.3), X[::4]
-    >>> rows = KernelRowBlocks(X, torch.sin(6 * X), None, center_kernel_block(kernel, Z), row_block=16)
+    >>> rows = KernelRowBlocks(center_operator(kernel, X, Z, row_block=16), torch.sin(6 * X), None, row_block=16)
     >>> result = fit_centers_cg(kernel, rows, Z, 1e-3, CGSettings(tol=1e-8))
     >>> result.converged, result.coef.shape
     (True, torch.Size([10, 1]))

@@ -35,6 +35,7 @@ The loop only sees tensors; the caller validates, plans memory and decides
 whether ``K(X, Z)`` is cached.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -42,7 +43,8 @@ import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
-from ..operators import CachedOperator, EvaluatedOperator, OperatorBlocks
+from ..grid import encode_on_grid
+from ..operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks
 from ..planning.kernel import shard_bounds
 from .eigenpro import KernelLoopResult
 from .epochs import halved_batch
@@ -64,7 +66,10 @@ class CenterShards:
     initialised ``torch.distributed`` process group of ``W`` ranks), the centers are
     split in ``W`` shards and this rank holds only its own, on ``devices[0]``;
     products over the centers are completed by an all-reduce.  Coefficient-sized
-    tensors (p x l) stay whole on the main device ``devices[0]``.
+    tensors (p x l) stay whole on the main device ``devices[0]``.  With a ``grid``
+    (the operator plan's), each shard's blocks come from exact int8 distances of
+    rows on that grid (:class:`~skgpu_kernel.operators.GridOperator`), and from
+    float blocks for rows off it.
 
     Parameters
     ----------
@@ -75,9 +80,11 @@ class CenterShards:
     column_block : int
         Columns of a kernel block evaluated at once.
     group : ProcessGroup or None
+    grid : Grid or None
+        The common grid of the centers and the training rows, where the products take it.
     """
 
-    def __init__(self, kernel, centers, devices, column_block, group=None):
+    def __init__(self, kernel, centers, devices, column_block, group=None, grid=None):
         self.kernel, self.devices, self.group = kernel, list(devices), group
         self.main = self.devices[0]
         self.n_centers = centers.shape[0]
@@ -97,24 +104,44 @@ class CenterShards:
         ]
         self.column_block = max(int(column_block), 1)
         self.caches = None
+        self.grid, self.center_codes = grid, None
+        if grid is not None:  # the plan measured that the centers lie on the grid
+            self.center_codes = [
+                encode_on_grid(centers[start:stop].to(device), grid, checked=True)
+                for (start, stop), device in zip(bounds, shard_devices, strict=True)
+            ]
 
-    def operators(self, rows, row_block=None):
-        """The evaluated operators ``K(rows, Z_i)`` of the local shards (``row_block`` rows prepared at once)."""
+    def operators(self, rows, row_block=None, on_grid=False):
+        """The operators ``K(rows, Z_i)`` of the local shards (``row_block`` rows prepared at once).
+
+        ``on_grid``: ``rows`` are training rows, which the plan found on the grid
+        (they are encoded unchecked); other rows are checked, and evaluated in float
+        blocks when off the grid.
+        """
         blocks = OperatorBlocks.whole(row_block or rows.shape[0], self.column_block)
+        codes = None
+        if self.grid is not None:
+            codes = encode_on_grid(rows.to(self.main), self.grid, checked=on_grid)
+        if codes is None:
+            return [
+                EvaluatedOperator(self.kernel, rows.to(device, non_blocking=True), prepared, blocks)
+                for prepared, device in zip(self.prepared, self.shard_devices, strict=True)
+            ]
+        dtype = self.prepared[0].dtype
         return [
-            EvaluatedOperator(self.kernel, rows.to(device, non_blocking=True), prepared, blocks)
-            for prepared, device in zip(self.prepared, self.shard_devices, strict=True)
+            GridOperator(self.kernel, _codes_on(codes, device), center_codes, dtype, blocks)
+            for center_codes, device in zip(self.center_codes, self.shard_devices, strict=True)
         ]
 
-    def blocks(self, rows):
-        """``K(rows, Z_i)`` for every local shard ``i`` (each on its shard's device)."""
-        return [operator.block() for operator in self.operators(rows)]
+    def blocks(self, rows, on_grid=False):
+        """``K(rows, Z_i)`` for every local shard ``i`` (on its device); ``on_grid`` as in :meth:`operators`."""
+        return [operator.block() for operator in self.operators(rows, on_grid=on_grid)]
 
     def cache(self, rows, row_block):
-        """Compute and keep ``K(rows, Z_i)`` for every local shard (``rows`` on the main device)."""
+        """Compute and keep ``K(rows, Z_i)`` for every local shard (training ``rows`` on the main device)."""
         self.caches = [
             CachedOperator.fill(operator, rows.dtype, row_block, self.column_block).values
-            for operator in self.operators(rows, row_block)
+            for operator in self.operators(rows, row_block, on_grid=True)
         ]
 
     def cached_blocks(self, rows):
@@ -144,6 +171,13 @@ class CenterShards:
 
             dist.all_reduce(tensor, group=self.group)
         return tensor
+
+
+def _codes_on(codes, device):
+    """``codes`` (a :class:`~skgpu_kernel.grid.GridCodes`) on ``device``."""
+    if codes.codes_t.device == device:
+        return codes
+    return dataclasses.replace(codes, codes_t=codes.codes_t.to(device), sq_norms=codes.sq_norms.to(device))
 
 
 class ExactProjection:
@@ -264,7 +298,11 @@ class IterativeProjection:
         at_subsample = torch.zeros_like(theta) if self.correct else None
         for start in range(0, p, self.row_block):
             rows = slice(start, min(start + self.row_block, p))
-            blocks = shards.cached_blocks(rows) if shards.caches is not None else shards.blocks(self.centers[rows])
+            blocks = (
+                shards.cached_blocks(rows)
+                if shards.caches is not None
+                else shards.blocks(self.centers[rows], on_grid=True)
+            )
             residual[rows] = shards.apply(blocks, theta)
             if h is not None:
                 residual[rows] -= h[rows]
@@ -443,7 +481,7 @@ class _Projector:
 def _residual_and_gradient(shards, temporary, coef, batch):
     """``(r, w * r, K(Z, X_B) (w * r))`` of a batch ``(X_B, Y_B, w_B, indices)``; changes no state."""
     X_batch, Y_batch, w_batch, indices = batch
-    blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch)
+    blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch, on_grid=True)
     predictions = shards.apply(blocks, coef)
     from_temporary = temporary.predict(X_batch)
     if from_temporary is not None:

@@ -187,6 +187,8 @@ class KernelFitResult:
     plan : KernelFitPlan or None
         None for CG, which plans no batch.
     spectrum : PreconditionerPlan or None
+    operator : OperatorPlan or None
+        How the products were computed (grid, cache, shards, streaming).
     throughputs : dict
     device_cache : PredictionTensors
         The tensors of predictions after fit.
@@ -210,6 +212,7 @@ class KernelFitResult:
     centers: np.ndarray
     plan: object
     spectrum: object
+    operator: object
     throughputs: dict
     device_cache: object
     attempts: list
@@ -277,6 +280,7 @@ def fit_kernel_model(data, runtime, parameters):
         centers=outcome.centers,
         plan=outcome.plan,
         spectrum=outcome.spectrum,
+        operator=outcome.operator,
         throughputs=outcome.throughputs,
         device_cache=outcome.device_cache,
     )

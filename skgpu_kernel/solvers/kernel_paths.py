@@ -26,9 +26,17 @@ from sklearn.exceptions import ConvergenceWarning
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity
 from ..buffer import as_row_source
-from ..device import integer_matmul_speedup, is_out_of_memory, matmul_gflops, synchronize
-from ..grid import encode_on_grid, find_grid, padded_features
-from ..operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks, filled_entries
+from ..device import is_out_of_memory, matmul_gflops, synchronize
+from ..grid import encode_on_grid
+from ..operators import (
+    CachedOperator,
+    EvaluatedOperator,
+    GridOperator,
+    OperatorBlocks,
+    OperatorMeasurements,
+    filled_entries,
+    measure_operator,
+)
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_DTYPE_NAMES,
@@ -39,7 +47,6 @@ from ..planning.kernel import (
     PROJECTION_MAX_ITERATIONS,
     PROJECTION_TOL,
     KernelProblem,
-    fills_from_grid,
     full_kernel_cg_conditioned,
     plan_centers_solver,
     plan_eigenpro2,
@@ -48,6 +55,7 @@ from ..planning.kernel import (
     plan_eigenpro3_layout,
     plan_full_kernel_cg,
 )
+from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.stopping import plan_cg_stopping, plan_stopping
 from ..preconditioner import (
     PenalisedRows,
@@ -60,7 +68,7 @@ from ..preconditioner import (
 )
 from ..process_group import agree, agree_on_object
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
-from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_kernel_block, fit_centers_cg
+from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_operator, fit_centers_cg
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
 from .eigenpro3 import (
     CenterShards,
@@ -252,8 +260,10 @@ class PathOutcome:
     """What a path decided and produced.
 
     ``plan`` and ``spectrum`` are None for CG, which has neither (CG on every point
-    has EigenPro 2's plan: its subsample and kernel cache); ``device_cache``
-    holds the :class:`~skgpu_kernel.blockwise.PredictionTensors` for predictions after fit.
+    has EigenPro 2's plan: its subsample and kernel cache); ``operator`` is the
+    :class:`~skgpu_kernel.planning.operator.OperatorPlan` the products ran on;
+    ``device_cache`` holds the :class:`~skgpu_kernel.blockwise.PredictionTensors`
+    for predictions after fit.
     ``fallback``: the attempt the path asks the driver to run next (``result`` None
     when it gave up before solving).  ``attempts``: every attempt the driver ran,
     this one last.
@@ -265,6 +275,7 @@ class PathOutcome:
     throughputs: dict = dataclasses.field(default_factory=dict)
     centers: np.ndarray | None = None
     device_cache: PredictionTensors | None = None
+    operator: object = None
     fallback: Fallback | None = None
     attempts: tuple = ()
 
@@ -339,7 +350,8 @@ def _run_eigenpro(path):
     )
     if runtime.log is not None:
         runtime.log(
-            f"[{parameters.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, critical batch "
+            f"[{parameters.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, "
+            f"{path.operator_plan.describe()}, critical batch "
             f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
             f"components, scaling rule {parameters.scaling_rule!r}, step size "
             f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
@@ -357,7 +369,8 @@ def _run_eigenpro(path):
     preconditioner = spectrum.preconditioner if n_components else None
     result = path.solve(layout, plan, prepared, preconditioner, loop)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
-    return PathOutcome(result, plan, spectrum, throughputs, path.centers_host(), path.device_cache(result.coef))
+    outcome = PathOutcome(result, plan, spectrum, throughputs, path.centers_host(), path.device_cache(result.coef))
+    return dataclasses.replace(outcome, operator=path.operator_plan)
 
 
 class _Path:
@@ -368,6 +381,8 @@ class _Path:
         self.kernel, self.device = settings.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
         self.itemsize = runtime.itemsize
+        # The operator plan once the layout is known, and the centers' grid codes where it takes the grid.
+        self.operator_plan, self.center_codes = None, None
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
@@ -387,8 +402,11 @@ class _Path:
         return self.to_device(weights / weights.max(), center=False)
 
     def device_cache(self, coef):
-        """The tensors of predictions after fit."""
-        return PredictionTensors(self.device, self.centers_dev, coef, self.to_device.offset)
+        """The tensors of predictions after fit; on the grid where the fit's products took it."""
+        tensors = PredictionTensors(self.device, self.centers_dev, coef, self.to_device.offset)
+        if self.center_codes is None:
+            return tensors
+        return dataclasses.replace(tensors, grid=self.operator_plan.grid, center_codes=self.center_codes)
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
@@ -453,9 +471,10 @@ class _EigenProPath(_Path):
 class _EveryPointRows(_Path):
     """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there share.
 
-    The training rows on the device in the fit's order, their grid if they lie on
-    one, the problem's sizes, EigenPro 2's layout (subsample, memory, cache) and the
-    operators a plan asks for (:meth:`prepare`).  Not a solver: the solvers on every
+    The training rows on the device in the fit's order, what the device measures of
+    their operator (their grid, int8 products' speed), the problem's sizes, EigenPro
+    2's layout (subsample, memory, cache) and the operators the operator plan asks
+    for (:meth:`prepare`).  Not a solver: the solvers on every
     point (:class:`_EigenPro2Path`, :class:`_EveryPointCGPath`) build on it.
     """
 
@@ -465,25 +484,14 @@ class _EveryPointRows(_Path):
         problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
         self.X_dev = self.to_device(data.X[data.order])
         self.centers_dev = self.kernel.prepare_centers(self.X_dev)
-        self.grid = find_grid(self.X_dev) if self.kernel.from_distances else None
-        if self.grid is not None:
-            # Blocks from a grid's integer distances pass through an int32 block of their size.
-            problem = dataclasses.replace(problem, extra_blocks=problem.extra_blocks + 1, grid_codes=True)
-        self.problem = problem
-        self.center_codes = None  # the rows' grid codes, once prepare has taken the grid
+        self.measurements = measure_operator(self.kernel, self.X_dev, operator_probe_shape(problem))
+        self.problem = operator_problem(problem, self.measurements)
 
     def where(self):
         return f"device={self.device}"
 
     def centers_host(self):
         return self.data.X[self.data.order]
-
-    def device_cache(self, coef):
-        """The tensors of predictions after fit; on the grid where the fit's blocks took it."""
-        tensors = super().device_cache(coef)
-        if self.center_codes is None:
-            return tensors
-        return dataclasses.replace(tensors, grid=self.grid, center_codes=self.center_codes)
 
     def layout(self):
         return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.parameters.planning)
@@ -497,11 +505,8 @@ class _EveryPointRows(_Path):
         the plan as carried out and ``(validation tensors, operators)``.
         """
         validation = self.validation_tensors()
-        codes = self._grid_codes(plan, validation)
-        if codes[0] is not None:
-            plan = dataclasses.replace(plan, grid_step=codes[0].step)
-            self.center_codes = codes[0]
-        operators = self._evaluated_operators(plan, validation, codes)
+        self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
+        operators = self._evaluated_operators(plan, validation)
         if not plan.cached:
             return plan, (validation, operators)
         try:
@@ -519,22 +524,26 @@ class _EveryPointRows(_Path):
             fallback = Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning)
             raise _FallbackNeeded(fallback) from error
 
-    def _evaluated_operators(self, plan, validation, codes):
-        """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not."""
+    def _evaluated_operators(self, plan, validation):
+        """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
+
+        Held-out rows off the training rows' grid are evaluated in float blocks.
+        """
         blocks = OperatorBlocks(plan.batch_size, plan.column_block)
-        row_codes, held_out_codes = codes
-        if row_codes is not None:
-            train = GridOperator(self.kernel, row_codes, row_codes, self.runtime.dtype, blocks)
-            held_out = (
-                None
-                if validation is None
-                else GridOperator(self.kernel, held_out_codes, row_codes, self.runtime.dtype, blocks)
-            )
+        grid = self.operator_plan.grid
+        held_out_codes = None
+        if grid is not None:
+            self.center_codes = encode_on_grid(self.X_dev, grid, checked=True)  # measure_operator checked them
+            train = GridOperator(self.kernel, self.center_codes, self.center_codes, self.runtime.dtype, blocks)
+            held_out_codes = None if validation is None else encode_on_grid(validation[0], grid)
         else:
             train = EvaluatedOperator(self.kernel, self.X_dev, self.centers_dev, blocks)
-            held_out = (
-                None if validation is None else EvaluatedOperator(self.kernel, validation[0], self.centers_dev, blocks)
-            )
+        if validation is None:
+            held_out = None
+        elif held_out_codes is not None:
+            held_out = GridOperator(self.kernel, held_out_codes, self.center_codes, self.runtime.dtype, blocks)
+        else:
+            held_out = EvaluatedOperator(self.kernel, validation[0], self.centers_dev, blocks)
         return _EigenPro2Operators(train, held_out)
 
     def _product_rate(self, entries, seconds, block_shape):
@@ -576,32 +585,11 @@ class _EveryPointRows(_Path):
             rows = n_rows + (0 if held_out is None else held_out.shape[0])
             entries = filled_entries(n_rows, n_columns, plan.row_block, symmetric=True)
             entries += 0 if held_out is None else held_out.values.numel()
-            grid = operators.train.kind == "grid"
-            products = f" from int8 products on a grid of step {plan.grid_step:.4g}" if grid else ""
             self.runtime.log(
-                f"[{self.settings.parameters.name}] kernel cached{products}: {rows} x {n_columns} in "
-                f"{storage}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
+                f"[{self.settings.parameters.name}] kernel cached: {rows} x {n_columns}, "
+                f"{self.operator_plan.describe()}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
         return _EigenPro2Operators(train, held_out)
-
-    def _grid_codes(self, plan, validation):
-        """``(codes of X, codes of X_val or None)`` when kernel blocks take integer products, else ``(None, None)``.
-
-        The products are timed at the blocks the fit evaluates most: the cache fill's,
-        or a step's when the kernel is not cached.
-        """
-        grid = self.grid
-        if grid is None:
-            return None, None
-        block = (plan.row_block, CACHE_FILL_COLUMNS) if plan.cached else (plan.batch_size, plan.column_block)
-        rows, columns = (min(size, self.problem.n_rows) for size in block)
-        inner = padded_features(self.X_dev.shape[1])
-        speedup = integer_matmul_speedup(self.device, self.runtime.dtype, rows, inner, columns)
-        if not fills_from_grid(self.kernel, grid, speedup):
-            return None, None
-        codes = encode_on_grid(self.X_dev, grid, checked=True)  # find_grid checked X_dev's values
-        held_out = None if validation is None else encode_on_grid(validation[0], grid)
-        return codes, held_out
 
 
 class _EigenPro2Path(_EveryPointRows, _EigenProPath):
@@ -707,7 +695,8 @@ class _EveryPointCGPath(_EveryPointRows):
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self.report_epochs(result, plan, operators.train)
         operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
-        return PathOutcome(result, plan, None, {}, self.centers_host(), self.device_cache(coef))
+        device_cache = self.device_cache(coef)
+        return PathOutcome(result, plan, None, {}, self.centers_host(), device_cache, operator=self.operator_plan)
 
 
 @dataclass(frozen=True)
@@ -732,6 +721,16 @@ class _EigenPro3Path(_EigenProPath):
         self.Z_dev = self.to_device(data.centers)
         self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
         self.X_dev = None if self.problem.streamed else self.to_device(data.X[data.order])
+        self.measurements = self._measurements()
+        self.problem = operator_problem(self.problem, self.measurements)
+
+    def _measurements(self):
+        """The operator's measurements (none for streamed rows); rank 0's on every rank, which must agree."""
+        if self.X_dev is None:
+            return OperatorMeasurements()
+        centers = None if self.problem.centers_from_data else self.Z_dev
+        measured = measure_operator(self.kernel, self.X_dev, operator_probe_shape(self.problem), centers)
+        return agree_on_object(measured, self.runtime.group, self.device)
 
     def where(self):
         group = self.runtime.group
@@ -779,9 +778,22 @@ class _EigenPro3Path(_EigenProPath):
     def plan(self, layout, capacity, critical_batch):
         return plan_eigenpro3(layout, capacity, critical_batch, self.settings.parameters.planning)
 
-    def solve(self, layout, plan, prepared, preconditioner, loop):
+    def prepare(self, plan):
+        """The operator plan of ``K(X, Z)``: the plan itself is carried out as made."""
+        cache_itemsize = self.itemsize if plan.cached else 0
+        self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
+        if self.operator_plan.on_grid:
+            self.center_codes = encode_on_grid(self.Z_dev, self.operator_plan.grid, checked=True)
+        return plan, None
+
+    def _shards(self, column_block):
+        """The centers' shards, on the operator plan's grid where it takes one."""
         runtime = self.runtime
-        shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, group=runtime.group)
+        grid = self.operator_plan.grid
+        return CenterShards(self.kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
+
+    def solve(self, layout, plan, prepared, preconditioner, loop):
+        shards = self._shards(plan.column_block)
         if plan.cached:
             shards.cache(self.X_dev, plan.row_block)
         projection = self._projection(plan, shards, preconditioner)
@@ -811,7 +823,7 @@ class _EigenPro3Path(_EigenProPath):
         if plan.cached and self.problem.centers_from_data:
             center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
         else:
-            center_shards = CenterShards(self.kernel, self.Z_dev, runtime.devices, plan.column_block, runtime.group)
+            center_shards = self._shards(plan.column_block)
             if plan.cache_centers:
                 center_shards.cache(self.Z_dev, plan.row_block)
         return IterativeProjection(
@@ -846,14 +858,19 @@ class _CentersCGPath(_Path):
         centers = to_device(data.centers)
         X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
         weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
-        choice = plan_centers_solver(self.problem_with(n_centers=centers.shape[0]), runtime.budget, "cg")
+        problem = self.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
+        centers_to_check = None if data.centers_from_data else centers
+        measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
+        problem = operator_problem(problem, measurements)
+        choice = plan_centers_solver(problem, runtime.budget, "cg")
+        self.operator_plan = plan_operator(problem, measurements, self.itemsize if choice.stores_kernel else 0)
+        operator = self._operator(X, centers)
         source = CachedRowBlocks.computed if choice.stores_kernel else KernelRowBlocks
-        rows = source(X, Y, weights, center_kernel_block(kernel, centers), CG_ROW_BLOCK)
+        rows = source(operator, Y, weights, CG_ROW_BLOCK)
         if runtime.log is not None:
-            where = "K(X, Z) stored" if choice.stores_kernel else "K(X, Z) evaluated every iteration"
             runtime.log(
                 f"[{settings.parameters.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg on "
-                f"{centers.shape[0]} centers, {where}, {choice.memory.describe()}"
+                f"{centers.shape[0]} centers, K(X, Z): {self.operator_plan.describe()}, {choice.memory.describe()}"
             )
         coef_init = None if data.coef_init is None else data.coef_init.to(device)
         shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
@@ -864,10 +881,23 @@ class _CentersCGPath(_Path):
                 return PathOutcome(None, fallback=refit)
         coef = solved.coef.to(runtime.dtype)
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
-        predict = center_kernel_block(kernel, centers)
-        result = _cg_loop_result(solved, coef, self.validation_tensors(), lambda X_val: predict(X_val) @ coef, settings)
-        device_cache = PredictionTensors(device, kernel.prepare_centers(centers), coef, to_device.offset)
-        return PathOutcome(result, None, None, {}, data.centers, device_cache)
+
+        def predict(X_val):
+            return center_operator(kernel, X_val, centers, X_val.shape[0]).block() @ coef
+
+        result = _cg_loop_result(solved, coef, self.validation_tensors(), predict, settings)
+        self.centers_dev = kernel.prepare_centers(centers)
+        return PathOutcome(result, None, None, {}, data.centers, self.device_cache(coef), operator=self.operator_plan)
+
+    def _operator(self, X, centers):
+        """``K(X, Z)`` in row blocks of CG's passes: from the grid where the operator plan takes it."""
+        grid = self.operator_plan.grid
+        if grid is None:
+            return center_operator(self.kernel, X, centers, CG_ROW_BLOCK)
+        self.center_codes = encode_on_grid(centers, grid, checked=True)
+        row_codes = encode_on_grid(X, grid, checked=True)
+        blocks = OperatorBlocks.whole(CG_ROW_BLOCK, centers.shape[0])
+        return GridOperator(self.kernel, row_codes, self.center_codes, self.runtime.dtype, blocks)
 
     def _refit(self, solved):
         """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""

@@ -1,0 +1,131 @@
+"""The operator plan: how every ``K(rows, centers) @ V`` of a fit is computed, decided once.
+
+Every solver reads its kernel through operators (:mod:`skgpu_kernel.operators`).
+What kind they are is decided here, by one pure function, after the device is
+measured (:func:`skgpu_kernel.operators.measure_operator`: the grid the rows and
+centers lie on, and the speed of int8 products at the operator's blocks, as the
+capacity probe measures the batch) and after the memory layout has placed the
+cache:
+
+* **products**: blocks from exact int8 distances on the grid where int8 products
+  pay (:func:`skgpu_kernel.grid.integer_products_pay`: at least
+  ``INTEGER_PRODUCTS_MIN_SPEEDUP`` times faster at the measured blocks, the one rule
+  of the fit and ``predict``), else float blocks from the kernel's prepared rows;
+* **storage**: the cache the layout keeps (EigenPro 2's ``K(X, X)``, EigenPro 3's
+  ``K(X, Z)``, CG's ``K(X, Z)``) and its dtype, filled by either kind of product,
+  or none;
+* **shards**: the centers split over the devices or the ranks of a process group;
+* **streamed**: rows read from a memory-mapped file in buffers, always in float
+  blocks (the rows are not on the device to be checked against a grid).
+
+The grid is measured at one block shape per fit (:func:`operator_probe_shape`), the
+cache fill's, before the layout: its codes and its int32 distance blocks take memory,
+which the layout reserves only where the grid is taken (:func:`operator_problem`).
+Nothing is patched afterwards: the paths build their operators from the plan, and
+the shell records it (``kernel_grid_step_``, ``kernel_cached_``,
+``kernel_cache_dtype_``).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..grid import Grid, integer_products_pay
+from ..operators import OperatorMeasurements
+from .kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS, CACHE_FILL_ROWS, KernelProblem
+
+__all__ = ["OperatorPlan", "operator_probe_shape", "operator_problem", "plan_operator"]
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    """How a fit's kernel products are computed.
+
+    Attributes
+    ----------
+    grid : Grid or None
+        The grid whose exact int8 distances give the blocks; None: float blocks.
+    integer_speedup : float
+        The measured speed of int8 products over float ones (0: not measured, the
+        data lie on no grid or the kernel is not one of distances).
+    cache_dtype : {"float16", "float32", "float64"} or None
+        The storage of the cached kernel; None: blocks evaluated at every product.
+    n_shards : int
+        Devices or ranks the centers are split over.
+    streamed : bool
+        Rows read from a memory-mapped file in buffers.
+    """
+
+    grid: Grid | None = None
+    integer_speedup: float = 0.0
+    cache_dtype: str | None = None
+    n_shards: int = 1
+    streamed: bool = False
+
+    @property
+    def on_grid(self):
+        return self.grid is not None
+
+    @property
+    def grid_step(self):
+        """The grid's step where the products take it (``kernel_grid_step_``), else None."""
+        return None if self.grid is None else self.grid.step
+
+    @property
+    def cached(self):
+        return self.cache_dtype is not None
+
+    def describe(self):
+        """One line for ``verbose``."""
+        if self.on_grid:
+            products = f"int8 products on a grid of step {self.grid.step:.4g} ({self.integer_speedup:.2f}x float's)"
+        elif self.integer_speedup:
+            products = f"float products (int8 only {self.integer_speedup:.2f}x float's)"
+        else:
+            products = "float products"
+        storage = f"cached in {self.cache_dtype}" if self.cached else "evaluated per product"
+        shards = f", {self.n_shards} shards" if self.n_shards > 1 else ""
+        streamed = ", rows streamed" if self.streamed else ""
+        return f"kernel {storage} from {products}{shards}{streamed}"
+
+
+def operator_probe_shape(problem: KernelProblem):
+    """``(rows, columns)`` of the block the grid's int8 products are timed at: a cache fill's block.
+
+    Bounded by the rows and the centers of the largest shard.  The fill's block is
+    also a CG pass's and (in size) a typical EigenPro step's.
+    """
+    n_columns = problem.n_rows if problem.n_centers is None else problem.n_local_centers
+    return min(CACHE_FILL_ROWS, problem.n_rows), min(CACHE_FILL_COLUMNS, n_columns)
+
+
+def plan_operator(problem: KernelProblem, measurements: OperatorMeasurements, cache_itemsize=0):
+    """The operator plan of a fit: products, storage, shards, streaming.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    measurements : OperatorMeasurements
+    cache_itemsize : int, default=0
+        Bytes per entry of the cache the memory layout keeps (0: none).
+
+    Returns
+    -------
+    OperatorPlan
+    """
+    takes_grid = (
+        measurements.grid is not None and not problem.streamed and integer_products_pay(measurements.integer_speedup)
+    )
+    return OperatorPlan(
+        grid=measurements.grid if takes_grid else None,
+        integer_speedup=measurements.integer_speedup,
+        cache_dtype=CACHE_DTYPE_NAMES.get(cache_itemsize) if cache_itemsize else None,
+        n_shards=problem.n_shards,
+        streamed=problem.streamed,
+    )
+
+
+def operator_problem(problem: KernelProblem, measurements: OperatorMeasurements):
+    """``problem`` with the memory of the grid's codes and int32 distance blocks where the plan takes the grid."""
+    if not plan_operator(problem, measurements).on_grid:
+        return problem
+    return dataclasses.replace(problem, extra_blocks=problem.extra_blocks + 1, grid_codes=True)
