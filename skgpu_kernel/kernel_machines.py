@@ -25,12 +25,17 @@ from .device import prediction_device, resolve_device, resolve_dtype, resolve_me
 from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
+from .solvers.feature_learning import (
+    FEATURE_LEARNING_MODES,
+    FeatureLearningRequest,
+    fit_with_feature_learning,
+    transformed_rows,
+)
 from .solvers.kernel_fit import (
     KernelContinuation,
     KernelFitInput,
     KernelFitParameters,
     KernelRuntime,
-    fit_kernel_model,
 )
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
@@ -68,6 +73,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "projection": [StrOptions({"auto", "exact", "iterative"})],
         "solver": [StrOptions({"auto", "cg", "eigenpro"})],
         "distributed": ["boolean"],
+        "feature_learning": [None, StrOptions(set(FEATURE_LEARNING_MODES))],
+        "feature_learning_iter": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(
@@ -101,6 +108,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         projection="auto",
         solver="auto",
         distributed=False,
+        feature_learning=None,
+        feature_learning_iter=5,
     ):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -130,6 +139,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.projection = projection
         self.solver = solver
         self.distributed = distributed
+        self.feature_learning = feature_learning
+        self.feature_learning_iter = feature_learning_iter
 
     # --- fitting: validate -> fit_kernel_model -> store ----------------------------
 
@@ -141,9 +152,31 @@ class _BaseAdaptiveKernel(BaseEstimator):
         data = KernelFitInput(X, Y, weights, stratify, *self._validated_centers(X), self._continuation())
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
-        fit = fit_kernel_model(data, runtime, parameters)
-        self._store_fit(runtime, parameters.scaling_rule, fit, output_dtype(X.dtype))
+        request = self._feature_learning_request(data.continuation is not None)
+        learnt = fit_with_feature_learning(data, runtime, parameters, request)
+        self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
+        if not request.continues:  # a warm start keeps the features, and the record, of the fit that learnt them
+            self._store_features(learnt)
         return self
+
+    def _feature_learning_request(self, continues):
+        """What feature learning is asked; a warm start continues in the features the fit it continues learnt."""
+        transform = getattr(self, "metric_transform_", None) if continues else None
+        mode, n_iter = self.feature_learning, self.feature_learning_iter
+        return FeatureLearningRequest(mode, n_iter, self.validation_fraction, continues, transform)
+
+    def _store_features(self, learnt):
+        """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
+        learning = learnt.metric is not None
+        self.metric_transform_ = learnt.transform
+        self.metric_ = learnt.metric
+        self.feature_learning_scores_ = list(learnt.scores) if learning else None
+        self.feature_learning_iteration_ = learnt.iteration if learning else None
+        if learning:
+            diagonal = np.diag(learnt.metric)
+            self.feature_importances_ = diagonal / diagonal.sum()
+        else:
+            self.__dict__.pop("feature_importances_", None)
 
     def _validated_centers(self, X):
         """``(centers, n_centers)``: the user's centers checked against ``X``, or the number to draw."""
@@ -253,6 +286,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def _decision(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
         tensors = self._prediction_tensors()
         scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
         # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
@@ -583,6 +617,21 @@ default="eigenpro"
         call ``fit`` with the same data and parameters; each computes its shard's
         kernel columns, predictions and gradients are all-reduced, and every rank
         ends with the whole model.  ``device`` is then this rank's device.
+    feature_learning : {"diagonal", "full"} or None, default=None
+        Learn a metric of the features from the average gradient outer product
+        (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
+        (see ``skgpu_kernel.solvers.feature_learning``): ``"diagonal"`` learns one
+        scale per feature, ``"full"`` a Mahalanobis metric.  ``validation_fraction``
+        of the rows (stratified for the classifier) score each iteration; iteration
+        0 is the model without learning, kept unless a learnt metric scores better,
+        and the chosen one is fitted again on every row.  Each iteration is a whole
+        fit (bandwidth and ``alpha`` chosen again by their rules) with any solver.
+        Needs a kernel that declares its gradient (the radial kernels).  None: no
+        learning (the default until the real-data benchmark has measured an
+        ``"auto"`` rule).
+    feature_learning_iter : int, default=5
+        The most metric updates; the loop also stops after two iterations without a
+        better held-out score.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -708,6 +757,21 @@ _COMMON_ATTRIBUTES = """
         projection's cost.
     n_projections_ : int
         Projections made by the last fit (0 for EigenPro 2).
+    metric_ : ndarray of shape (n_features_in_, n_features_in_) or None
+        The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` (the identity where
+        iteration 0 was kept); None without ``feature_learning``.
+    metric_transform_ : ndarray of shape (n_features_in_,) or (n_features_in_, n_features_in_), or None
+        ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
+        plain kernel machine on the rows ``X L``, in which ``centers_``,
+        ``X_offset_`` and ``dual_coef_`` are expressed; None where no metric is
+        applied.
+    feature_importances_ : ndarray of shape (n_features_in_,)
+        ``diag(M)`` normalised to sum to 1 (for ``SelectFromModel``); defined only
+        with ``feature_learning``.
+    feature_learning_scores_ : list of float or None
+        The held-out score (R^2 or accuracy) of each feature learning iteration.
+    feature_learning_iteration_ : int or None
+        The iteration kept (0: the plain kernel scored best).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Defined when ``X`` has string feature names.
@@ -884,6 +948,8 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         projection="auto",
         solver="auto",
         distributed=False,
+        feature_learning=None,
+        feature_learning_iter=5,
         class_weight=None,
     ):
         super().__init__(
@@ -915,6 +981,8 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
             projection=projection,
             solver=solver,
             distributed=distributed,
+            feature_learning=feature_learning,
+            feature_learning_iter=feature_learning_iter,
         )
         self.class_weight = class_weight
 

@@ -42,6 +42,9 @@ ESTIMATORS = [
     # alpha="loo": the leave-one-out penalty, then CG with every training point a center.
     AdaptiveKernelRegressor(alpha="loo", random_state=0),
     AdaptiveKernelClassifier(alpha="loo", random_state=0),
+    # Feature learning: a metric from the AGOP, chosen on held-out rows (issue 43).
+    AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=2, random_state=0),
+    AdaptiveKernelClassifier(feature_learning="full", feature_learning_iter=2, random_state=0),
     BufferedSGDRegressor(random_state=0),
     BufferedSGDClassifier(random_state=0),
 ]
