@@ -757,15 +757,15 @@ _COMMON_ATTRIBUTES = """
         projection's cost.
     n_projections_ : int
         Projections made by the last fit (0 for EigenPro 2).
-    metric_ : ndarray of shape (n_features_in_, n_features_in_) or None
+    metric_ : ndarray of shape (n_features, n_features) or None
         The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` (the identity where
         iteration 0 was kept); None without ``feature_learning``.
-    metric_transform_ : ndarray of shape (n_features_in_,) or (n_features_in_, n_features_in_), or None
+    metric_transform_ : ndarray of shape (n_features,) or (n_features, n_features), or None
         ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
         plain kernel machine on the rows ``X L``, in which ``centers_``,
         ``X_offset_`` and ``dual_coef_`` are expressed; None where no metric is
         applied.
-    feature_importances_ : ndarray of shape (n_features_in_,)
+    feature_importances_ : ndarray of shape (n_features,)
         ``diag(M)`` normalised to sum to 1 (for ``SelectFromModel``); defined only
         with ``feature_learning``.
     feature_learning_scores_ : list of float or None

@@ -93,7 +93,7 @@ class OperatorMeasurements:
         Euclidean distances (``Kernel.from_distances``); None otherwise.
     integer_speedup : float
         How many times faster int8 products run than float ones at the operator's
-        blocks (:func:`~skgpu_kernel.device.integer_matmul_speedup`); measured only
+        blocks (``skgpu_kernel.device.integer_matmul_speedup``); measured only
         where there is a grid (0 otherwise).
     """
 
