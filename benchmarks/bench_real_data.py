@@ -37,6 +37,9 @@ Rows per data set, each fit in its own child process (its peak memory is its own
   the 16-bit storage; the same as the defaults where
   no cache is used (CG, EigenPro 3);
 * ``ours alpha='loo'``: the same with the ridge penalty chosen by leave-one-out;
+* ``ours feature_learning='diagonal'`` and ``'full'``: the defaults with a metric
+  learnt from the average gradient outer product (one scale per feature, or a full
+  Mahalanobis metric), chosen on the package's own held-out split;
 * ``ours n_centers=10000`` for the data sets with n >= 20000 rows (n counts the rows
   as loaded, before the split; at most half the training rows when ``--max-train``
   leaves fewer): the defaults pick CG with a leave-one-out penalty where its factors
@@ -336,6 +339,9 @@ def _our_notes(model, n_train):
         notes += f" ({model.bandwidth_ / search.scale:.3g} x rule, search {search.seconds:.1f} s of the fit)"
     notes += f", batch {model.batch_size_}, alpha_ {model.alpha_:.3g}"
     notes += f", early_stopping_ {model.early_stopping_}"
+    if getattr(model, "feature_learning_scores_", None) is not None:
+        scores = ", ".join(f"{score:.4g}" for score in model.feature_learning_scores_)
+        notes += f", feature learning kept iteration {model.feature_learning_iteration_} (held-out {scores})"
     if model.kernel_cached_:
         notes += f", kernel cached in {model.kernel_cache_dtype_}"
         if getattr(model, "kernel_grid_step_", None) is not None:
@@ -626,6 +632,8 @@ def _our_variants(name, n, centers):
         ("ours_scale", "ours bandwidth='scale' (the rule of 2026-11-25)", {"bandwidth": "scale"}),
         ("ours_cache32", "ours, kernel cache in float32", {"kernel_cache_dtype": "float32"}),
         ("ours_loo", "ours alpha='loo'", {"alpha": "loo"}),
+        ("ours_fl_diagonal", "ours feature_learning='diagonal'", {"feature_learning": "diagonal"}),
+        ("ours_fl_full", "ours feature_learning='full'", {"feature_learning": "full"}),
     ]
     if n >= LARGE_N:
         variants.append(("ours_centers", f"ours n_centers={centers}", {"n_centers": centers}))
@@ -816,6 +824,8 @@ def main():
             "ours",
             "ours_cache32",
             "ours_loo",
+            "ours_fl_diagonal",
+            "ours_fl_full",
             "ours_centers",
             "ours_centers_alpha0",
             "ours_bandwidth5",
