@@ -161,6 +161,8 @@ TEST_FRACTION = 0.2
 LARGE_N = 20_000  # data sets with at least this many rows get the n_centers rows and the time target
 VERY_LARGE_N = 100_000  # ... and from this many rows on, the stricter time target
 N_CENTERS = 10_000
+# xRFM's leaf defaults (xrfm.py, default_rfm_params): the Laplace kernel at bandwidth 10, reg 1e-3.
+XRFM_SETTINGS = {"kernel": "laplacian", "bandwidth": 10.0, "alpha": 1e-3}
 NYSTROEM_COMPONENTS = 2000
 RIDGE_ALPHAS = np.logspace(-6, 3, 10)
 FASHION_BANDWIDTH = 5.0
@@ -298,6 +300,10 @@ def run_ours(name, max_train, device, params):
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
     params = dict(params)
+    if "agop_power" in params:  # a measurement of the metric's power (M = G^power), not an estimator parameter
+        import skgpu_kernel.solvers.feature_learning as feature_learning
+
+        feature_learning.AGOP_POWER = params.pop("agop_power")
     model = our_estimator(task, device=device, **params)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -634,6 +640,21 @@ def _our_variants(name, n, centers):
         ("ours_loo", "ours alpha='loo'", {"alpha": "loo"}),
         ("ours_fl_diagonal", "ours feature_learning='diagonal'", {"feature_learning": "diagonal"}),
         ("ours_fl_full", "ours feature_learning='full'", {"feature_learning": "full"}),
+        (
+            "ours_fl_power1",
+            "ours feature_learning='diagonal', M = G",
+            {"feature_learning": "diagonal", "agop_power": 1.0},
+        ),
+        (
+            "ours_fl_xrfm_diagonal",
+            "ours feature_learning='diagonal', M = G, laplacian, bandwidth 10, alpha 1e-3",
+            {"feature_learning": "diagonal", "agop_power": 1.0, **XRFM_SETTINGS},
+        ),
+        (
+            "ours_fl_xrfm_full",
+            "ours feature_learning='full', M = G, laplacian, bandwidth 10, alpha 1e-3",
+            {"feature_learning": "full", "agop_power": 1.0, **XRFM_SETTINGS},
+        ),
     ]
     if n >= LARGE_N:
         variants.append(("ours_centers", f"ours n_centers={centers}", {"n_centers": centers}))
@@ -826,6 +847,9 @@ def main():
             "ours_loo",
             "ours_fl_diagonal",
             "ours_fl_full",
+            "ours_fl_power1",
+            "ours_fl_xrfm_diagonal",
+            "ours_fl_xrfm_full",
             "ours_centers",
             "ours_centers_alpha0",
             "ours_bandwidth5",
