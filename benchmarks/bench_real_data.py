@@ -295,16 +295,26 @@ def our_estimator(task, **params):
     return estimator(random_state=0, **params)
 
 
+def set_measured_constants(params):
+    """``params`` without the keys that set feature learning's constants for a measurement, which are set.
+
+    ``agop_power``: the metric's power (``M = G^power``); ``keep_first_tuning``: whether the
+    iterations keep the first fit's bandwidth and alpha.  Not estimator parameters.
+    """
+    import skgpu_kernel.solvers.feature_learning as feature_learning
+
+    params = dict(params)
+    for key, constant in (("agop_power", "AGOP_POWER"), ("keep_first_tuning", "KEEP_FIRST_TUNING")):
+        if key in params:
+            setattr(feature_learning, constant, params.pop(key))
+    return params
+
+
 def run_ours(name, max_train, device, params):
     """Our estimator with package defaults plus ``params``; divergence warnings counted."""
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
-    params = dict(params)
-    if "agop_power" in params:  # a measurement of the metric's power (M = G^power), not an estimator parameter
-        import skgpu_kernel.solvers.feature_learning as feature_learning
-
-        feature_learning.AGOP_POWER = params.pop("agop_power")
-    model = our_estimator(task, device=device, **params)
+    model = our_estimator(task, device=device, **set_measured_constants(params))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tic = time.perf_counter()
@@ -655,6 +665,16 @@ def _our_variants(name, n, centers):
             "ours feature_learning='full', M = G, laplacian, bandwidth 10, alpha 1e-3",
             {"feature_learning": "full", "agop_power": 1.0, **XRFM_SETTINGS},
         ),
+        (
+            "ours_fl_kept",
+            "ours feature_learning='diagonal', M = G, the first fit's bandwidth and alpha kept",
+            {"feature_learning": "diagonal", "agop_power": 1.0, "keep_first_tuning": True},
+        ),
+        (
+            "ours_fl_kept_laplacian",
+            "ours feature_learning='diagonal', M = G, laplacian, the first fit's bandwidth and alpha kept",
+            {"feature_learning": "diagonal", "agop_power": 1.0, "keep_first_tuning": True, "kernel": "laplacian"},
+        ),
     ]
     if n >= LARGE_N:
         variants.append(("ours_centers", f"ours n_centers={centers}", {"n_centers": centers}))
@@ -850,6 +870,8 @@ def main():
             "ours_fl_power1",
             "ours_fl_xrfm_diagonal",
             "ours_fl_xrfm_full",
+            "ours_fl_kept",
+            "ours_fl_kept_laplacian",
             "ours_centers",
             "ours_centers_alpha0",
             "ours_bandwidth5",

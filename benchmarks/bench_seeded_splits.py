@@ -38,6 +38,7 @@ column: the table of before), ``--xrfm-max-rows``.
 
 import argparse
 import functools
+import json
 import time
 
 import numpy as np
@@ -56,6 +57,7 @@ from bench_real_data import (
     build_xrfm,
     our_estimator,
     prepare,
+    set_measured_constants,
     xrfm_standardizes,
     xrfm_unavailable,
 )
@@ -63,18 +65,26 @@ from bench_real_data import (
 SMALL_SETS = ["Glass", "Sonar", "Ionosphere", "Vowel", "Vehicle", "DigitsImbalanced"]
 
 
-def build_ours(X_train, task):
-    """``AdaptiveKernelRegressor`` / ``AdaptiveKernelClassifier(random_state=0)``: the package defaults."""
-    return our_estimator(task), lambda fitted: f"bandwidth_ {fitted.bandwidth_:.3g}, alpha_ {fitted.alpha_:.3g}"
+def build_ours(X_train, task, params=None):
+    """``AdaptiveKernelRegressor`` / ``AdaptiveKernelClassifier(random_state=0)``: the defaults, or with ``params``."""
+    model = our_estimator(task, **set_measured_constants(params or {}))
+    return model, lambda fitted: f"bandwidth_ {fitted.bandwidth_:.3g}, alpha_ {fitted.alpha_:.3g}"
 
 
 OURS = "ours (defaults)"
 
 
-def models(task, tuned):
-    """The rows of a task: method name -> builder, ours first; ``tuned`` adds the gamma-tuned Nystroem."""
+def models(task, tuned, variant=None):
+    """The rows of a task: method name -> builder, ours first; ``tuned`` adds the gamma-tuned Nystroem.
+
+    ``variant``: parameters of a second row of ours (``--ours-params``), reported beside
+    the defaults, not a baseline.
+    """
     ridge = "RidgeCV" if task == "regression" else "RidgeClassifierCV"
-    rows = {OURS: build_ours, f"Nystroem(2000) + {ridge}": build_nystroem}
+    rows = {OURS: build_ours}
+    if variant:
+        rows[_variant_name(variant)] = functools.partial(build_ours, params=variant)
+    rows[f"Nystroem(2000) + {ridge}"] = build_nystroem
     if tuned:
         rows["Nystroem(2000) + ridge, gamma tuned (3-fold)"] = build_nystroem_tuned
     if task == "classification":
@@ -83,12 +93,16 @@ def models(task, tuned):
     return rows
 
 
-def split_errors(name, seed, tuned_max_train, xrfm_max_rows=None):
+def _variant_name(params):
+    return "ours " + ", ".join(f"{key}={value!r}" for key, value in params.items())
+
+
+def split_errors(name, seed, tuned_max_train, xrfm_max_rows=None, variant=None):
     """Every model's (test error, fit seconds) on one seeded split of ``name``; xRFM last, up to ``xrfm_max_rows``."""
     X_train, y_train, X_test, y_test, info = prepare(name, seed=seed)
     task = _task(name)
     scores = {}
-    builders = models(task, X_train.shape[0] <= tuned_max_train)
+    builders = models(task, X_train.shape[0] <= tuned_max_train, variant)
     if xrfm_max_rows is not None and X_train.shape[0] <= xrfm_max_rows:
         builders[XRFM] = functools.partial(build_xrfm, standardize=xrfm_standardizes(name))
     for method, build in builders.items():
@@ -117,7 +131,8 @@ def summarize(name, per_split, info, xrfm_skipped=False):
     errors = {method: np.array([split[method][0] for split in per_split]) for method in methods}
     seconds = {method: np.mean([split[method][1] for split in per_split]) for method in methods}
     k = len(per_split)
-    baselines = [method for method in methods if method not in (OURS, XRFM)]  # xRFM is reported, not a baseline
+    ours = [method for method in methods if method.startswith("ours")]
+    baselines = [method for method in methods if method not in (*ours, XRFM)]  # xRFM is reported, not a baseline
     best = min(baselines, key=lambda method: errors[method].mean())
     difference = errors[OURS] - errors[best]
     size = f"{info['n']} ({info['n_train']} / {info['n_test']}, {info['n_features']})"
@@ -125,12 +140,14 @@ def summarize(name, per_split, info, xrfm_skipped=False):
     for method in methods:
         se = errors[method].std(ddof=1) / np.sqrt(k) if k > 1 else float("nan")
         paired = f"{_paired(difference)} vs {best}" if method == OURS else "-"
+        if method in ours and method != OURS:  # a variant of ours: against the defaults, paired
+            paired = f"{_paired(errors[method] - errors[OURS])} vs {OURS}"
         ratio = errors[OURS].mean() / errors[best].mean() if method == OURS and errors[best].mean() > 0 else None
         versus_xrfm = ""
         if xrfm_skipped is not False:
             versus_xrfm = " - |"
-            if method == OURS:
-                versus_xrfm = f" {_paired(errors[OURS] - errors[XRFM]) if XRFM in errors else '-'} |"
+            if method in ours:
+                versus_xrfm = f" {_paired(errors[method] - errors[XRFM]) if XRFM in errors else '-'} |"
         lines.append(
             f"| {name} | {size} | {method} | {seconds[method]:.2f} | {errors[method].mean():.5g} ± {se:.2g} | "
             f"{'-' if ratio is None else f'{ratio:.3f}'} | {paired} |{versus_xrfm}"
@@ -157,6 +174,12 @@ def main():
         default=XRFM_MAX_ROWS,
         help=f"largest training set for xRFM, skipped above ({XRFM_TOO_SLOW})",
     )
+    parser.add_argument(
+        "--ours-params",
+        type=json.loads,
+        default=None,
+        help='JSON of a second row of ours, e.g. \'{"feature_learning": "diagonal"}\' (paired with the defaults)',
+    )
     parser.add_argument("--write", help="append the table to this markdown file")
     args = parser.parse_args()
     unavailable = None if args.no_xrfm else xrfm_unavailable()
@@ -172,7 +195,8 @@ def main():
     for name in args.datasets:
         per_split = []
         for seed in range(args.splits):
-            scores, info = split_errors(name, seed, args.tuned_max_train, args.xrfm_max_rows if xrfm else None)
+            xrfm_rows = args.xrfm_max_rows if xrfm else None
+            scores, info = split_errors(name, seed, args.tuned_max_train, xrfm_rows, args.ours_params)
             per_split.append(scores)
             print(name, seed, {method: f"{error:.5g}" for method, (error, _) in scores.items()}, flush=True)
         xrfm_skipped = False
@@ -189,6 +213,8 @@ def main():
         options = " --no-xrfm"
     elif args.xrfm_max_rows != XRFM_MAX_ROWS:
         options = f" --xrfm-max-rows {args.xrfm_max_rows}"
+    if args.ours_params:
+        options += f" --ours-params '{json.dumps(args.ours_params)}'"
     if xrfm:
         import xrfm as xrfm_package
 

@@ -27,7 +27,6 @@ from .process_group import default_process_group
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.feature_learning import (
     FEATURE_LEARNING_MODES,
-    FeatureLearningRequest,
     fit_with_feature_learning,
     transformed_rows,
 )
@@ -152,18 +151,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         data = KernelFitInput(X, Y, weights, stratify, *self._validated_centers(X), self._continuation())
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
-        request = self._feature_learning_request(data.continuation is not None)
-        learnt = fit_with_feature_learning(data, runtime, parameters, request)
+        learnt = fit_with_feature_learning(data, runtime, parameters)
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
-        if not request.continues:  # a warm start keeps the features, and the record, of the fit that learnt them
+        if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt)
         return self
-
-    def _feature_learning_request(self, continues):
-        """What feature learning is asked; a warm start continues in the features the fit it continues learnt."""
-        transform = getattr(self, "metric_transform_", None) if continues else None
-        mode, n_iter = self.feature_learning, self.feature_learning_iter
-        return FeatureLearningRequest(mode, n_iter, self.validation_fraction, continues, transform)
 
     def _store_features(self, learnt):
         """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
@@ -193,7 +185,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """The previous fit when ``warm_start`` continues it, else None."""
         if not (self.warm_start and hasattr(self, "dual_coef_")):
             return None
-        return KernelContinuation(self.dual_coef_, self.centers_, self._training_order, self.bandwidth_)
+        transform = getattr(self, "metric_transform_", None)
+        return KernelContinuation(self.dual_coef_, self.centers_, self._training_order, self.bandwidth_, transform)
 
     def _resolve_runtime(self, uses_centers):
         """Devices, dtype, memory budget, random state and process group of this fit."""
@@ -241,6 +234,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
             validation_score=self._validation_score,
             name=type(self).__name__,
             cache_dtype=self.kernel_cache_dtype,
+            feature_learning=self.feature_learning,
+            feature_learning_iter=self.feature_learning_iter,
         )
 
     def _resolve_devices(self):
@@ -272,7 +267,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.centers_ = fit.centers.astype(self.dtype_, copy=False)
         self.n_centers_ = fit.centers.shape[0]
         self.n_projections_ = loop.n_projections
-        for name, value in _eigenpro_decisions(fit.plan, fit.spectrum, fit.operator).items():
+        for name, value in fit.decisions.items():
             setattr(self, name, value)
         self._training_order = fit.order
         self._device_cache = fit.device_cache
@@ -318,43 +313,6 @@ class _BaseAdaptiveKernel(BaseEstimator):
         # check_estimator does not exercise it here: tests/test_dtype.py does.
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
-
-
-def _eigenpro_decisions(plan, spectrum, operator):
-    """The spectrum, layout and operator attributes; None where the CG solver has no such decision.
-
-    CG on every point beyond Falkon's factors has a plan (EigenPro 2's subsample and
-    kernel cache) but no spectrum.  The grid is the operator plan's, whatever the solver.
-    """
-    grid_step = None if operator is None else operator.grid_step
-    if plan is None or spectrum is None:
-        names = ("subsample_size_", "top_eigenvalues_", "n_components_", "batch_capacity_")
-        decisions = dict.fromkeys((*names, "critical_batch_size_", "projection_"))
-        decisions.update(kernel_cached_=False, kernel_cache_dtype_=None, kernel_grid_step_=grid_step)
-        if plan is not None:
-            decisions.update(
-                subsample_size_=plan.subsample_size,
-                kernel_cached_=plan.cached,
-                kernel_cache_dtype_=_CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-            )
-        return {**decisions, "streamed_": False, "n_temporary_centers_": 0}
-    n_components = spectrum.preconditioner.n_components
-    return {
-        "subsample_size_": plan.subsample_size,
-        "top_eigenvalues_": spectrum.eigenvalues[: n_components + 1].copy(),
-        "n_components_": n_components,
-        "batch_capacity_": plan.capacity,
-        "critical_batch_size_": (spectrum.critical_batch, spectrum.critical_batch_preconditioned),
-        "projection_": plan.projection,
-        "kernel_cached_": plan.cached,
-        "kernel_cache_dtype_": _CACHE_DTYPE_NAMES.get(plan.cache_itemsize),
-        "kernel_grid_step_": grid_step,
-        "streamed_": plan.streamed,
-        "n_temporary_centers_": plan.n_temporary,
-    }
-
-
-_CACHE_DTYPE_NAMES = {2: "float16", 4: "float32", 8: "float64"}
 
 
 def _drop_zero_weights(X, Y, sample_weight, stratify):
@@ -735,9 +693,10 @@ _COMMON_ATTRIBUTES = """
     projection_ : {"exact", "iterative"} or None
         How EigenPro 3 projected onto the centers (None for EigenPro 2).
     kernel_cached_ : bool
-        Whether the kernel rows the steps read (``K(X, X)`` for EigenPro 2, with the
-        validation rows' ``K(X_val, X)``; ``K(X, centers_)`` for EigenPro 3) were
-        computed once and reused, see ``cache_kernel``.
+        Whether the kernel rows the solver read (``K(X, X)`` for EigenPro 2 and CG on
+        every point, with the validation rows' ``K(X_val, X)``; ``K(X, centers_)``
+        for EigenPro 3 and CG on centers) were computed once and reused, see
+        ``cache_kernel`` (the operator plan's storage, whatever the solver).
     kernel_cache_dtype_ : {"float64", "float32", "float16"} or None
         How the cached kernel was stored (None when not cached).
     kernel_grid_step_ : float or None

@@ -40,6 +40,7 @@ def test_cg_storing_k_xz_equals_cg_evaluating_it(capsys):
     assert "K(X, Z): kernel evaluated per product" in log_evaluated
     assert "K(X, Z): kernel cached in float64" in log_stored
     assert evaluated.solver_ == stored.solver_ == "cg"
+    assert stored.kernel_cached_ and stored.kernel_cache_dtype_ == "float64" and not evaluated.kernel_cached_
     np.testing.assert_allclose(stored.dual_coef_, evaluated.dual_coef_, rtol=0, atol=1e-8)
     assert stored.n_epochs_ == evaluated.n_epochs_
 

@@ -46,7 +46,6 @@ __all__ = [
     "AGOP_POWER",
     "FEATURE_LEARNING_MODES",
     "FEATURE_LEARNING_PATIENCE",
-    "FeatureLearningRequest",
     "FeatureLearningResult",
     "fit_with_feature_learning",
     "transformed_rows",
@@ -57,31 +56,10 @@ FEATURE_LEARNING_MODES = ("diagonal", "full")
 AGOP_POWER = 0.5
 # Iterations without a better held-out score after which the loop stops.
 FEATURE_LEARNING_PATIENCE = 2
-
-
-@dataclass(frozen=True)
-class FeatureLearningRequest:
-    """What the estimator asks of feature learning.
-
-    Attributes
-    ----------
-    mode : {"diagonal", "full"} or None
-        None: no learning (the plain kernel fit).
-    n_iter : int
-        The most metric updates.
-    validation_fraction : float
-        The held-out share that scores each iteration.
-    continues : bool
-        A warm start: the fit continues in the features ``transform`` (None: the
-        input's) of the fit it continues, and learns nothing new.
-    transform : ndarray or None
-    """
-
-    mode: str | None
-    n_iter: int
-    validation_fraction: float
-    continues: bool = False
-    transform: np.ndarray | None = None
+# Whether the iterations after the first keep the bandwidth and alpha the rules chose
+# for it (xRFM keeps one bandwidth and one penalty for every iteration) instead of
+# choosing them again for each metric.
+KEEP_FIRST_TUNING = False
 
 
 @dataclass(frozen=True)
@@ -117,24 +95,28 @@ def transformed_rows(X, transform):
     return np.asarray(scaled, dtype=X.dtype)
 
 
-def fit_with_feature_learning(data, runtime, parameters, request):
-    """The kernel fit, with the metric learnt from its AGOP where ``request.mode`` asks.
+def fit_with_feature_learning(data, runtime, parameters):
+    """The kernel fit, with the metric learnt from its AGOP where ``parameters.feature_learning`` asks.
+
+    A warm start (``data.continuation``) continues in the features the fit it
+    continues was fitted in (``continuation.transform``) and learns nothing new: the
+    coefficients belong to those features.
 
     Parameters
     ----------
     data : KernelFitInput
     runtime : KernelRuntime
     parameters : KernelFitParameters
-    request : FeatureLearningRequest
 
     Returns
     -------
     FeatureLearningResult
     """
-    if request.continues:  # a warm start: the coefficients belong to the features they were fitted in
-        fit = fit_kernel_model(_transformed_input(data, request.transform), runtime, parameters)
-        return FeatureLearningResult(fit, request.transform)
-    if request.mode is None:
+    if data.continuation is not None:
+        transform = data.continuation.transform
+        return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
+    mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
+    if mode is None:
         return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
     _check_learnable(data, parameters)
     if data.X.shape[0] < 2:
@@ -143,28 +125,31 @@ def fit_with_feature_learning(data, runtime, parameters, request):
             f"n_samples={data.X.shape[0]}. Set feature_learning=None to fit one sample."
         )
     train, held_out = holdout_split(
-        data.X.shape[0], request.validation_fraction, copy.deepcopy(runtime.rng), data.stratify
+        data.X.shape[0], parameters.validation_fraction, copy.deepcopy(runtime.rng), data.stratify
     )
     training = _rows(data, train)
     X_val, Y_val = np.asarray(data.X[held_out]), data.Y[held_out]
-    transforms, scores = [None], []
-    for iteration in range(request.n_iter + 1):
+    transforms, scores, tuned = [None], [], parameters
+    for iteration in range(n_iter + 1):
         transform = transforms[iteration]
-        fit = fit_kernel_model(_transformed_input(training, transform), _fresh(runtime), parameters)
+        fit = fit_kernel_model(_transformed_input(training, transform), _fresh(runtime), tuned)
+        if KEEP_FIRST_TUNING and iteration == 0 and fit.bandwidth is not None:
+            tuned = dataclasses.replace(parameters, bandwidth=fit.bandwidth, alpha=fit.alpha)
         scores.append(_held_out_score(fit, transformed_rows(X_val, transform), Y_val, parameters, runtime))
         best = int(np.argmax(scores))  # the first of equal scores: a learnt metric must beat iteration 0
         _log(runtime, parameters, f"feature learning iteration {iteration}: held-out score {scores[-1]:.6g}")
-        if iteration == request.n_iter or iteration - best >= FEATURE_LEARNING_PATIENCE:
+        if iteration == n_iter or iteration - best >= FEATURE_LEARNING_PATIENCE:
             break
-        agop = torch.as_tensor(_input_space_agop(fit, training, transform, request.mode, runtime))
+        agop = torch.as_tensor(_input_space_agop(fit, training, transform, mode, runtime))
         if not bool(agop.any()):
             _log(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
-        metric = metric_from_agop(agop, request.mode == "diagonal", AGOP_POWER)
+        metric = metric_from_agop(agop, mode == "diagonal", AGOP_POWER)
         transforms.append(np.asarray(metric_transform(torch.as_tensor(metric))))
     chosen = transforms[best]
     _log(runtime, parameters, f"feature learning keeps iteration {best} of {len(scores) - 1}; refit on every row")
-    final = fit_kernel_model(_transformed_input(data, chosen), runtime, parameters)
+    # The chosen metric is fitted as it was scored; iteration 0 as the plain fit is.
+    final = fit_kernel_model(_transformed_input(data, chosen), runtime, tuned if best > 0 else parameters)
     return FeatureLearningResult(final, chosen, _metric(chosen, data.X.shape[1]), tuple(scores), best)
 
 

@@ -69,13 +69,16 @@ class KernelContinuation:
     """What a warm start continues from: the previous fit's coefficients, centers, shuffle and bandwidth.
 
     ``bandwidth`` (None for kernels without one) is kept instead of searched again:
-    the coefficients belong to that kernel.
+    the coefficients belong to that kernel; so is ``transform``, the learnt features'
+    ``L`` (None: the input's features), see
+    ``skgpu_kernel.solvers.feature_learning``.
     """
 
     dual_coef: np.ndarray
     centers: np.ndarray
     training_order: np.ndarray
     bandwidth: float | None = None
+    transform: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class KernelFitParameters:
     validation_score: Callable
     name: str
     cache_dtype: str = "auto"
+    feature_learning: str | None = None
+    feature_learning_iter: int = 5
 
     def request(self, weighted):
         """What the policy planner reads; ``weighted``: the sample weights are not all equal."""
@@ -216,6 +221,40 @@ class KernelFitResult:
     throughputs: dict
     device_cache: object
     attempts: list
+
+    @property
+    def decisions(self):
+        """The fitted attributes of what the fit decided: its operator, layout and spectrum.
+
+        Stated by what each solver produced, not inferred from which solver ran: the
+        operator plan (every solver) gives the cache and the grid, a batch plan
+        (EigenPro, and CG on every point's subsample and cache) the layout, a
+        spectrum (EigenPro) the preconditioner; None (or 0) where the solver has no
+        such decision.
+        """
+        operator, plan, spectrum = self.operator, self.plan, self.spectrum
+        decisions = {
+            "kernel_cached_": operator is not None and operator.cached,
+            "kernel_cache_dtype_": None if operator is None else operator.cache_dtype,
+            "kernel_grid_step_": None if operator is None else operator.grid_step,
+            "subsample_size_": None if plan is None else plan.subsample_size,
+            "projection_": None if plan is None else plan.projection,
+            "streamed_": plan is not None and plan.streamed,
+            "n_temporary_centers_": 0 if plan is None else plan.n_temporary,
+            "batch_capacity_": None,
+            "top_eigenvalues_": None,
+            "n_components_": None,
+            "critical_batch_size_": None,
+        }
+        if spectrum is not None:
+            n_components = spectrum.preconditioner.n_components
+            decisions.update(
+                batch_capacity_=plan.capacity,
+                top_eigenvalues_=spectrum.eigenvalues[: n_components + 1].copy(),
+                n_components_=n_components,
+                critical_batch_size_=(spectrum.critical_batch, spectrum.critical_batch_preconditioned),
+            )
+        return decisions
 
 
 def fit_kernel_model(data, runtime, parameters):
