@@ -298,13 +298,13 @@ def our_estimator(task, **params):
 def set_measured_constants(params):
     """``params`` without the keys that set feature learning's constants for a measurement, which are set.
 
-    ``agop_power``: the metric's power (``M = G^power``); ``keep_first_tuning``: whether the
-    iterations keep the first fit's bandwidth and alpha.  Not estimator parameters.
+    ``agop_power``: the metric's power (``M = G^power``); ``learning_kernel``: the learning
+    path's kernel for a named kernel.  Not estimator parameters.
     """
     import skgpu_kernel.solvers.feature_learning as feature_learning
 
     params = dict(params)
-    for key, constant in (("agop_power", "AGOP_POWER"), ("keep_first_tuning", "KEEP_FIRST_TUNING")):
+    for key, constant in (("agop_power", "AGOP_POWER"), ("learning_kernel", "LEARNING_KERNEL")):
         if key in params:
             setattr(feature_learning, constant, params.pop(key))
     return params

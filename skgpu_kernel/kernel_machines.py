@@ -578,18 +578,20 @@ default="eigenpro"
     feature_learning : {"diagonal", "full"} or None, default=None
         Learn a metric of the features from the average gradient outer product
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
-        (see ``skgpu_kernel.solvers.feature_learning``): ``"diagonal"`` learns one
-        scale per feature, ``"full"`` a Mahalanobis metric.  ``validation_fraction``
-        of the rows (stratified for the classifier) score each iteration; iteration
-        0 is the model without learning, kept unless a learnt metric scores better,
-        and the chosen one is fitted again on every row.  Each iteration is a whole
-        fit (bandwidth and ``alpha`` chosen again by their rules) with any solver.
-        Needs a kernel that declares its gradient (the radial kernels).  None: no
-        learning (the default until the real-data benchmark has measured an
-        ``"auto"`` rule).
+        (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
+        ``"diagonal"`` learns one scale per feature, ``"full"`` a Mahalanobis
+        metric.  ``validation_fraction`` of the rows (stratified for the classifier)
+        score the plain model (candidate 0) and the learning path's models (the
+        Laplacian kernel for a named kernel, your own kernel instance otherwise,
+        with ``M = I`` and then each learnt metric, at the bandwidth and ``alpha``
+        its rules chose for the first); a learnt model is kept only where its
+        held-out losses are lower beyond their noise, and the chosen one is fitted
+        again on every row.  Each fit runs through any solver.  Needs a kernel that
+        declares its gradient (the radial kernels).  None: no learning (the default
+        until the whole real-data benchmark has measured an ``"auto"`` rule).
     feature_learning_iter : int, default=5
-        The most metric updates; the loop also stops after two iterations without a
-        better held-out score.
+        The most metric updates; the path also stops after two fits without a lower
+        held-out loss.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -718,7 +720,7 @@ _COMMON_ATTRIBUTES = """
         Projections made by the last fit (0 for EigenPro 2).
     metric_ : ndarray of shape (n_features, n_features) or None
         The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` (the identity where
-        iteration 0 was kept); None without ``feature_learning``.
+        a model without a learnt metric was kept); None without ``feature_learning``.
     metric_transform_ : ndarray of shape (n_features,) or (n_features, n_features), or None
         ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
         plain kernel machine on the rows ``X L``, in which ``centers_``,
@@ -728,9 +730,10 @@ _COMMON_ATTRIBUTES = """
         ``diag(M)`` normalised to sum to 1 (for ``SelectFromModel``); defined only
         with ``feature_learning``.
     feature_learning_scores_ : list of float or None
-        The held-out score (R^2 or accuracy) of each feature learning iteration.
+        The held-out score (R^2 or accuracy) of each candidate: 0 the plain model,
+        then the learning path's (its kernel with ``M = I``, then each learnt metric).
     feature_learning_iteration_ : int or None
-        The iteration kept (0: the plain kernel scored best).
+        The candidate kept (0: the plain model).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Defined when ``X`` has string feature names.
