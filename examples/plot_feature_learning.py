@@ -12,16 +12,17 @@ gradient outer product (AGOP) of the fitted function over the training rows,
 
     ``G = (1/n) sum_i grad f(x_i) grad f(x_i)^T``,
 
-and fit again with ``M = G^(1/2)`` (normalised), a few times.  The directions the
-function changes along grow; the others shrink.  Which iteration to keep is
-decided on rows the estimator holds out itself (``validation_fraction``);
-iteration 0 is the plain kernel machine, kept unless a learnt metric scores
-better, and the chosen one is fitted again on every row.
+and fit again with ``M = G`` (normalised), a few times, on the Laplacian kernel as
+xRFM does.  The directions the function changes along grow; the others shrink.
+Which model to keep is decided on rows the estimator holds out itself
+(``validation_fraction``): candidate 0 is the plain kernel machine, kept unless a
+learnt model scores better beyond the noise of those rows, and the chosen one is
+fitted again on every row.
 
 This example fits ``y = sin(3 x_0) + x_1 x_2`` with 20 more features the target
 does not depend on, with and without feature learning, and plots the learnt
 importances (the diagonal of ``M``, ``feature_importances_``) and the held-out
-score of each iteration.
+score of each candidate.
 """
 
 # %%
@@ -52,8 +53,8 @@ learnt = AdaptiveKernelRegressor(feature_learning="diagonal", random_state=0).fi
 for name, model in [("plain kernel", plain), ("learnt metric", learnt)]:
     mse = np.mean((model.predict(X_test) - y_test) ** 2)
     print(f"{name}: test MSE {mse:.3g} (target variance {y_test.var():.3g})")
-print("held-out R^2 per iteration:", np.round(learnt.feature_learning_scores_, 4))
-print("iteration kept:", learnt.feature_learning_iteration_)
+print("held-out R^2 per candidate:", np.round(learnt.feature_learning_scores_, 4))
+print("candidate kept:", learnt.feature_learning_iteration_)
 
 # %%
 # The picture
@@ -67,9 +68,9 @@ ax_importance.set_title("Learnt importances")
 iterations = np.arange(len(learnt.feature_learning_scores_))
 ax_scores.plot(iterations, learnt.feature_learning_scores_, "o-")
 ax_scores.axvline(learnt.feature_learning_iteration_, color="tab:green", linestyle="--", label="kept")
-ax_scores.set_xlabel("iteration (0: the plain kernel)")
+ax_scores.set_xlabel("candidate (0: the plain model; 1: the Laplacian, M = I; then each learnt M)")
 ax_scores.set_ylabel("held-out R^2")
-ax_scores.set_title("Held-out score per iteration")
+ax_scores.set_title("Held-out score per candidate")
 ax_scores.legend(frameon=False)
 fig.tight_layout()
 
@@ -86,12 +87,12 @@ if out:
 # -------------------
 # The first fit sees 23 features alike and fits the target only roughly.  Its
 # gradients already lean towards ``x_0``, ``x_1`` and ``x_2``; the metric built
-# from them shrinks the other 20, and each further fit sees the three features
-# more clearly.  The importances end on the three features the target depends on,
-# and the test error falls by orders of magnitude.  On a target that depends on
-# every feature alike, the learnt metric brings nothing and iteration 0, the
-# plain kernel machine, is kept: learning then costs time (one fit per
-# iteration), not accuracy.
+# from them shrinks the other 20 to nearly nothing, and each further fit sees the
+# three features more clearly.  The importances end on the three features the
+# target depends on, and the test error falls by orders of magnitude.  On a target
+# that depends on every feature alike, the learnt metric brings nothing and
+# candidate 0, the plain kernel machine, is kept: learning then costs time (one
+# fit per candidate), not accuracy.
 #
 # The learnt importances work with :class:`~sklearn.feature_selection.SelectFromModel`.
 #
