@@ -666,14 +666,9 @@ def _our_variants(name, n, centers):
             {"feature_learning": "full", "agop_power": 1.0, **XRFM_SETTINGS},
         ),
         (
-            "ours_fl_kept",
-            "ours feature_learning='diagonal', M = G, the first fit's bandwidth and alpha kept",
-            {"feature_learning": "diagonal", "agop_power": 1.0, "keep_first_tuning": True},
-        ),
-        (
-            "ours_fl_kept_laplacian",
-            "ours feature_learning='diagonal', M = G, laplacian, the first fit's bandwidth and alpha kept",
-            {"feature_learning": "diagonal", "agop_power": 1.0, "keep_first_tuning": True, "kernel": "laplacian"},
+            "ours_fl_gaussian_path",
+            "ours feature_learning='diagonal', learning path on the Gaussian",
+            {"feature_learning": "diagonal", "learning_kernel": "gaussian"},
         ),
     ]
     if n >= LARGE_N:
@@ -870,8 +865,7 @@ def main():
             "ours_fl_power1",
             "ours_fl_xrfm_diagonal",
             "ours_fl_xrfm_full",
-            "ours_fl_kept",
-            "ours_fl_kept_laplacian",
+            "ours_fl_gaussian_path",
             "ours_centers",
             "ours_centers_alpha0",
             "ours_bandwidth5",
