@@ -42,7 +42,7 @@ from ..agop import average_gradient_outer_product, metric_from_agop, metric_tran
 from ..kernels import make_kernel
 from ..planning.agop import plan_agop
 from ..splits import holdout_split
-from .kernel_fit import fit_kernel_model
+from .kernel_fit import fit_kernel_model, log_fit
 
 __all__ = [
     "AGOP_POWER",
@@ -145,13 +145,13 @@ def fit_with_feature_learning(data, runtime, parameters):
     training = _rows(data, train)
     rows = _HeldOutRows(np.asarray(data.X[held_out]), data.Y[held_out], parameters, runtime)
     plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), parameters), None, parameters)
-    _log(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
+    log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
     path = _learning_path(training, rows, runtime, parameters)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
-    _log(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
+    log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     final = fit_kernel_model(_transformed_input(data, chosen.transform), runtime, chosen.parameters)
     scores = tuple(candidate.score for candidate in candidates)
     return FeatureLearningResult(final, chosen.transform, _metric(chosen.transform, data.X.shape[1]), scores, iteration)
@@ -179,12 +179,9 @@ class _HeldOutRows:
     def candidate(self, fit, transform, parameters):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
         X = transformed_rows(self.X, transform)
-        predictions = self.fit_predictions(fit, X)
+        predictions = fit.device_cache.predict(fit.kernel, X, self.runtime.budget) + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(self.Y)))
         return _Candidate(transform, parameters, _row_losses(predictions, self.Y, self.parameters.classifier), score)
-
-    def fit_predictions(self, fit, X):
-        return fit.device_cache.predict(fit.kernel, X, self.runtime.budget) + fit.intercept
 
 
 def _row_losses(predictions, Y, classifier):
@@ -210,13 +207,13 @@ def _learning_path(training, rows, runtime, parameters):
         if step == 0 and fit.bandwidth is not None:
             tuned = dataclasses.replace(tuned, bandwidth=fit.bandwidth, alpha=fit.alpha)
         path.append(rows.candidate(fit, transform, tuned))
-        _log(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
+        log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
         agop = torch.as_tensor(_input_space_agop(fit, training, transform, mode, runtime))
         if not bool(agop.any()):
-            _log(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
+            log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
         metric = metric_from_agop(agop, mode == "diagonal", AGOP_POWER)
         transform = np.asarray(metric_transform(torch.as_tensor(metric)))
@@ -314,8 +311,3 @@ def _metric(transform, n_features=None):
     if transform is None:
         return np.eye(n_features)
     return np.diag(transform**2) if transform.ndim == 1 else transform @ transform.T
-
-
-def _log(runtime, parameters, message):
-    if runtime.log is not None:
-        runtime.log(f"[{parameters.name}] {message}")

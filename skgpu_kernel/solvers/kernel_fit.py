@@ -352,7 +352,7 @@ def _tune(data, kernel, policy, runtime, parameters):
         if searched and continued is None:
             search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0])
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
-            _log(runtime, parameters, search.describe())
+            log_fit(runtime, parameters, search.describe())
         if policy.alpha is None:
             scored = scored.head(LOO_MAX_ROWS)
             # Where the search scored every row, each of them a feature, its own selection is the criterion's.
@@ -394,11 +394,12 @@ def _resolve_auto_centers(data, runtime, parameters, kernel):
     problem = _problem(dataclasses.replace(data, n_centers=None), runtime, kernel, streamed)
     count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters.planning)
     chosen = "every training point" if count.n_centers is None else str(count.n_centers)
-    _log(runtime, parameters, f"n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
+    log_fit(runtime, parameters, f"n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
     return dataclasses.replace(data, n_centers=count.n_centers)
 
 
-def _log(runtime, parameters, message):
+def log_fit(runtime, parameters, message):
+    """``verbose``: ``message`` with the estimator's name, where the runtime logs."""
     if runtime.log is not None:
         runtime.log(f"[{parameters.name}] {message}")
 
