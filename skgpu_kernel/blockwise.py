@@ -1,21 +1,27 @@
-"""Host rows to the device in blocks: predictions, linear scores, the batch capacity probe.
+"""Predictions of host rows, linear scores, the batch capacity probe.
 
-The kernel products themselves are :mod:`skgpu_kernel.operators`'; this module moves
-host rows (dense, memory-mapped or sparse) to the device in fixed-size blocks and
-applies a product to each, so that a row's result does not depend on how many rows
-come with it.
+The kernel products themselves are :mod:`skgpu_kernel.operators`': host rows (dense,
+memory-mapped or sparse) reach the device through a
+:class:`~skgpu_kernel.operators.StreamedOperator` (or, for linear scores,
+:func:`~skgpu_kernel.operators.map_row_blocks`) in fixed-size blocks, so that a
+row's result does not depend on how many rows come with it.
 """
 
 import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse
 import torch
 
 from .device import column_block_size, integer_matmul_speedup, rows_within_budget, throughput_saturation_batch
 from .grid import Grid, GridCodes, encode_on_grid, find_grid, integer_products_pay, padded_features
-from .operators import EvaluatedOperator, GridOperator, OperatorBlocks
+from .operators import (
+    EvaluatedOperator,
+    GridOperator,
+    OperatorBlocks,
+    StreamedOperator,
+    map_row_blocks,
+)
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
 # large on CUDA (the device needs wide products to be busy).
@@ -24,12 +30,10 @@ PREDICT_ROWS = {"cpu": 256, "cuda": 4096}
 __all__ = [
     "DeviceCopier",
     "PredictionTensors",
-    "csr_to_torch",
     "kernel_diagonal_max",
     "kernel_predict",
     "linear_predict",
     "linear_scores",
-    "map_row_blocks",
     "measure_batch_capacity",
     "prediction_blocks",
 ]
@@ -136,28 +140,30 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
     """
     device, dtype = centers.device, centers.dtype
     blocks = prediction_blocks(kernel, centers, coef, X.shape[1], budget)
-    row_block = blocks.rows
+    n_centers = centers.shape[0]
     if on_grid is None:
-        return map_row_blocks(
+        operator = StreamedOperator(
             X,
-            lambda rows: EvaluatedOperator(kernel, rows, centers, blocks).matmul(coef),
-            coef.shape[1],
-            row_block,
+            lambda rows: EvaluatedOperator(kernel, rows, centers, blocks),
+            n_centers,
+            blocks.rows,
             device,
             dtype,
             offset=offset,
         )
+        return operator.matmul(coef).numpy()
 
-    def on_grid_products(rows):
+    def on_grid_operator(rows):
         codes = encode_on_grid(rows, on_grid.grid)
         if codes is None:
             raise _OffGrid
-        return GridOperator(kernel, codes, on_grid.center_codes, dtype, blocks).matmul(coef)
+        return GridOperator(kernel, codes, on_grid.center_codes, dtype, blocks)
 
+    operator = StreamedOperator(
+        X, on_grid_operator, n_centers, blocks.rows, device, dtype, offset=offset, pad=on_grid.grid.origin
+    )
     try:
-        return map_row_blocks(
-            X, on_grid_products, coef.shape[1], row_block, device, dtype, offset=offset, pad=on_grid.grid.origin
-        )
+        return operator.matmul(coef).numpy()
     except _OffGrid:
         return None
 
@@ -198,61 +204,6 @@ def linear_predict(rows, coef_matrix, intercept, device, dtype):
         device,
         dtype,
     )
-
-
-def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None, pad=None):
-    """Apply ``function`` to host rows moved to the device in fixed-size blocks.
-
-    Dense rows go in blocks of exactly ``row_block`` rows, the last one padded with
-    zeros: every product then has the same shape, so a row's result does not depend
-    on which or how many rows come with it (BLAS libraries pick different summation
-    orders for different shapes).  Sparse rows (scipy CSR) become torch sparse COO
-    blocks, whose products are row by row anyway.
-
-    Parameters
-    ----------
-    X : ndarray, row-sliceable array-like or scipy CSR matrix of shape (n, d)
-    function : callable
-        ``function(rows) -> Tensor of shape (len(rows), n_outputs)``.
-    n_outputs : int
-    row_block : int
-    device : torch.device
-    dtype : torch.dtype
-    offset : Tensor of shape (d,) or None
-        Subtracted from each dense row first.
-    pad : Tensor of shape (d,) or None
-        The padding rows of the last block (None: zeros).
-
-    Returns
-    -------
-    ndarray of shape (n, n_outputs), in ``dtype``
-    """
-    sparse = scipy.sparse.issparse(X)
-    padded = None if sparse else torch.zeros(row_block, X.shape[1], dtype=dtype, device=device)
-    outputs = []
-    for start in range(0, X.shape[0], row_block):
-        if sparse:
-            outputs.append(function(csr_to_torch(X[start : start + row_block], dtype, device)).cpu())
-            continue
-        # A copy: the rows may come from a read-only memory map, which torch cannot share.
-        rows = torch.tensor(np.asarray(X[start : start + row_block]), dtype=dtype).to(device)
-        if pad is None:
-            padded.zero_()
-        else:
-            padded.copy_(pad.expand_as(padded))
-        padded[: rows.shape[0]] = rows if offset is None else rows - offset
-        outputs.append(function(padded)[: rows.shape[0]].cpu())
-    if not outputs:
-        return torch.zeros(0, n_outputs, dtype=dtype).numpy()
-    return torch.cat(outputs).numpy()
-
-
-def csr_to_torch(matrix, dtype, device):
-    """A scipy sparse matrix as a coalesced torch sparse COO tensor on ``device``."""
-    coo = scipy.sparse.coo_matrix(matrix)
-    indices = torch.as_tensor(np.vstack([coo.row, coo.col]).astype(np.int64))
-    values = torch.as_tensor(coo.data, dtype=dtype)
-    return torch.sparse_coo_tensor(indices, values, coo.shape, check_invariants=False).coalesce().to(device)
 
 
 def kernel_diagonal_max(kernel, X, block=4096):

@@ -295,8 +295,8 @@ def _projection_problem(p=600, subsample=60, n_components=30, seed=5):
     import torch
 
     from skgpu_kernel.kernels import Gaussian
+    from skgpu_kernel.operators import CenterShards
     from skgpu_kernel.preconditioner import EigenProPreconditioner, nystrom_eigensystem
-    from skgpu_kernel.solvers.eigenpro3 import CenterShards
 
     rng = np.random.RandomState(seed)
     Z = torch.as_tensor(rng.randn(p, 3))

@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.planning.kernel import shard_bounds
+from skgpu_kernel.operators import shard_bounds
 
 BANDWIDTH = 2.0
 # Fixed epochs on all the data: these tests compare layouts of the same iteration.

@@ -244,3 +244,61 @@ def test_whole_cache_products_read_views_in_pieces_where_a_batch_is_gathered(mon
     expected = values.to(torch.float16).to(torch.float64)[rows] @ V
     torch.testing.assert_close(cache.matmul(V, rows=rows), expected, rtol=1e-12, atol=1e-12)
     assert gathers == ([] if rows.step is None else [13])
+
+
+def _operator_problem(seed=0, m=301, n=157, d=4):
+    rng = np.random.RandomState(seed)
+    X = torch.as_tensor(rng.randn(m, d))
+    Z = torch.as_tensor(rng.randn(n, d))
+    V = torch.as_tensor(rng.randn(n, 3))
+    kernel = Gaussian(bandwidth=1.5)
+    return kernel, X, Z, V, kernel(X, Z) @ V
+
+
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_sharded_operator_products_equal_the_whole_kernel_matrix(n_shards, cached):
+    kernel, X, Z, V, expected = _operator_problem()
+    shards = operators.CenterShards(kernel, Z, [torch.device("cpu")] * n_shards, column_block=40)
+    if cached:
+        shards.cache(X, row_block=64)
+    operator = shards.cached if cached else shards.operator(X, row_block=64)
+    assert operator.kind == "sharded" and operator.shape == (X.shape[0], Z.shape[0])
+    torch.testing.assert_close(operator.matmul(V), expected, rtol=0, atol=1e-12)
+    rows = torch.tensor([5, 6, 7, 100, 3])
+    torch.testing.assert_close(operator.matmul(V, rows), expected[rows], rtol=0, atol=1e-12)
+    block = operator.sharded_block(slice(10, 50))
+    torch.testing.assert_close(block.matmul(V), expected[10:50], rtol=0, atol=1e-12)
+    values = torch.as_tensor(np.random.RandomState(1).randn(40, 2))
+    torch.testing.assert_close(block.transpose_matmul(values), kernel(Z, X[10:50]) @ values, rtol=0, atol=1e-12)
+    torch.testing.assert_close(operator.block(slice(10, 50)), kernel(X[10:50], Z), rtol=0, atol=1e-12)
+    assert operator.nbytes == (X.shape[0] * Z.shape[0] * 8 if cached else 0)
+    # The cache is read where there is one, and evaluated from the rows otherwise: the same values.
+    torch.testing.assert_close(
+        shards.rows_block(X[10:50], slice(10, 50)).matmul(V), expected[10:50], atol=1e-12, rtol=0
+    )
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 255, 256, 700])
+def test_streamed_operator_equals_the_evaluated_products_whatever_the_rows_it_streams(n_rows):
+    kernel, _, Z, V, _ = _operator_problem()
+    X = np.random.RandomState(2).randn(n_rows, Z.shape[1])
+    offset = torch.full((Z.shape[1],), 0.25, dtype=torch.float64)
+    centers = kernel.prepare_centers(Z)
+    blocks = OperatorBlocks(256, 64)
+
+    def on_device(rows):
+        return EvaluatedOperator(kernel, rows, centers, blocks)
+
+    streamed = operators.StreamedOperator(X, on_device, Z.shape[0], 256, torch.device("cpu"), torch.float64, offset)
+    assert streamed.kind == "streamed" and streamed.shape == (n_rows, Z.shape[0])
+    scores = streamed.matmul(V)
+    expected = kernel(torch.as_tensor(X) - offset, Z) @ V
+    torch.testing.assert_close(scores, expected, rtol=0, atol=1e-12)
+    if n_rows > 1:  # each row's score is the same whichever rows are streamed with it (blocks of one shape)
+        alone = operators.StreamedOperator(
+            X[1:2], on_device, Z.shape[0], 256, torch.device("cpu"), torch.float64, offset
+        )
+        assert torch.equal(alone.matmul(V), scores[1:2])
+    with pytest.raises(NotImplementedError, match="all its rows"):
+        streamed.matmul(V, rows=slice(0, 1))

@@ -16,14 +16,13 @@ Nothing allocates a tensor or reads a clock.
 """
 
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass
 
 from .._warnings import warn_user
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..grid import padded_features
-from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS
+from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, shard_bounds
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 
@@ -89,12 +88,6 @@ _MINIMAL_BATCH = 64
 def auto_subsample_size(n_samples):
     """Nystrom subsample of ``subsample_size="auto"``: 2000 points up to 100k samples, 5000 beyond."""
     return min(n_samples, 2000 if n_samples <= 100_000 else 5000)
-
-
-def shard_bounds(n_centers, n_shards):
-    """Contiguous ``(start, stop)`` row ranges splitting ``n_centers`` into ``n_shards`` near-equal shards."""
-    edges = [round(i * n_centers / n_shards) for i in range(n_shards + 1)]
-    return list(itertools.pairwise(edges))
 
 
 # With the kernel cached, an epoch costs one read of the cache whatever the batch, so

@@ -26,7 +26,9 @@ on the centers solving ``K(Z, Z) theta = h`` (:class:`IterativeProjection`: memo
 O(p) plus blocks, no p x p matrix unless its cache fits the budget).
 
 The centers and their kernel blocks can be split across devices of one process or
-across the ranks of a ``torch.distributed`` group (:class:`CenterShards`): each
+across the ranks of a ``torch.distributed`` group
+(:class:`~skgpu_kernel.operators.CenterShards`, one
+:class:`~skgpu_kernel.operators.ShardedOperator` per set of rows): each
 shard evaluates its own columns of ``K(X_B, Z)``, predictions are summed (an
 all-reduce across ranks) and the coefficients are kept whole and identical on
 every rank.
@@ -35,7 +37,6 @@ The loop only sees tensors; the caller validates, plans memory and decides
 whether ``K(X, Z)`` is cached.
 """
 
-import dataclasses
 import math
 
 import numpy as np
@@ -43,141 +44,17 @@ import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
-from ..grid import encode_on_grid
-from ..operators import CachedOperator, EvaluatedOperator, GridOperator, OperatorBlocks
-from ..planning.kernel import shard_bounds
+from ..operators import EvaluatedOperator, OperatorBlocks
 from .eigenpro import KernelLoopResult
 from .epochs import halved_batch
 
 __all__ = [
-    "CenterShards",
     "ExactProjection",
     "InMemoryBatches",
     "IterativeProjection",
     "StreamedBatches",
     "fit_eigenpro3",
 ]
-
-
-class CenterShards:
-    """The centers split in contiguous row shards, each evaluated on its own device.
-
-    In one process, shard ``i`` lives on ``devices[i]``.  With a ``group`` (an
-    initialised ``torch.distributed`` process group of ``W`` ranks), the centers are
-    split in ``W`` shards and this rank holds only its own, on ``devices[0]``;
-    products over the centers are completed by an all-reduce.  Coefficient-sized
-    tensors (p x l) stay whole on the main device ``devices[0]``.  With a ``grid``
-    (the operator plan's), each shard's blocks come from exact int8 distances of
-    rows on that grid (:class:`~skgpu_kernel.operators.GridOperator`), and from
-    float blocks for rows off it.
-
-    Parameters
-    ----------
-    kernel : Kernel
-    centers : Tensor of shape (p, d)
-        Raw (not prepared) centers, on any device.
-    devices : list of torch.device
-    column_block : int
-        Columns of a kernel block evaluated at once.
-    group : ProcessGroup or None
-    grid : Grid or None
-        The common grid of the centers and the training rows, where the products take it.
-    """
-
-    def __init__(self, kernel, centers, devices, column_block, group=None, grid=None):
-        self.kernel, self.devices, self.group = kernel, list(devices), group
-        self.main = self.devices[0]
-        self.n_centers = centers.shape[0]
-        if group is not None:
-            import torch.distributed as dist
-
-            rank, world = dist.get_rank(group), dist.get_world_size(group)
-            bounds = [shard_bounds(self.n_centers, world)[rank]]
-            shard_devices = [self.main]
-        else:
-            bounds = shard_bounds(self.n_centers, len(self.devices))
-            shard_devices = self.devices
-        self.bounds, self.shard_devices = bounds, shard_devices
-        self.prepared = [
-            kernel.prepare_centers(centers[start:stop].to(device))
-            for (start, stop), device in zip(bounds, shard_devices, strict=True)
-        ]
-        self.column_block = max(int(column_block), 1)
-        self.caches = None
-        self.grid, self.center_codes = grid, None
-        if grid is not None:  # the plan measured that the centers lie on the grid
-            self.center_codes = [
-                encode_on_grid(centers[start:stop].to(device), grid, checked=True)
-                for (start, stop), device in zip(bounds, shard_devices, strict=True)
-            ]
-
-    def operators(self, rows, row_block=None, on_grid=False):
-        """The operators ``K(rows, Z_i)`` of the local shards (``row_block`` rows prepared at once).
-
-        ``on_grid``: ``rows`` are training rows, which the plan found on the grid
-        (they are encoded unchecked); other rows are checked, and evaluated in float
-        blocks when off the grid.
-        """
-        blocks = OperatorBlocks.whole(row_block or rows.shape[0], self.column_block)
-        codes = None
-        if self.grid is not None:
-            codes = encode_on_grid(rows.to(self.main), self.grid, checked=on_grid)
-        if codes is None:
-            return [
-                EvaluatedOperator(self.kernel, rows.to(device, non_blocking=True), prepared, blocks)
-                for prepared, device in zip(self.prepared, self.shard_devices, strict=True)
-            ]
-        dtype = self.prepared[0].dtype
-        return [
-            GridOperator(self.kernel, _codes_on(codes, device), center_codes, dtype, blocks)
-            for center_codes, device in zip(self.center_codes, self.shard_devices, strict=True)
-        ]
-
-    def blocks(self, rows, on_grid=False):
-        """``K(rows, Z_i)`` for every local shard ``i`` (on its device); ``on_grid`` as in :meth:`operators`."""
-        return [operator.block() for operator in self.operators(rows, on_grid=on_grid)]
-
-    def cache(self, rows, row_block):
-        """Compute and keep ``K(rows, Z_i)`` for every local shard (training ``rows`` on the main device)."""
-        self.caches = [
-            CachedOperator.fill(operator, rows.dtype, row_block, self.column_block).values
-            for operator in self.operators(rows, row_block, on_grid=True)
-        ]
-
-    def cached_blocks(self, rows):
-        """Rows of the cached blocks: views for a slice, copies for an index tensor."""
-        if isinstance(rows, slice):
-            return [cache[rows] for cache in self.caches]
-        return [cache[rows.to(cache.device)] for cache in self.caches]
-
-    def apply(self, blocks, coef):
-        """``K(rows, Z) @ coef`` (rows x l on the main device) from :meth:`blocks`."""
-        out = None
-        for block, (start, stop) in zip(blocks, self.bounds, strict=True):
-            part = (block @ coef[start:stop].to(block.device, non_blocking=True)).to(self.main)
-            out = part if out is None else out.add_(part)
-        return self._all_reduce(out)
-
-    def apply_transpose(self, blocks, values):
-        """``K(Z, rows) @ values`` (p x l on the main device) from :meth:`blocks`."""
-        out = torch.zeros(self.n_centers, values.shape[1], dtype=values.dtype, device=self.main)
-        for block, (start, stop) in zip(blocks, self.bounds, strict=True):
-            out[start:stop] = (block.T @ values.to(block.device, non_blocking=True)).to(self.main)
-        return self._all_reduce(out)
-
-    def _all_reduce(self, tensor):
-        if self.group is not None:
-            import torch.distributed as dist
-
-            dist.all_reduce(tensor, group=self.group)
-        return tensor
-
-
-def _codes_on(codes, device):
-    """``codes`` (a :class:`~skgpu_kernel.grid.GridCodes`) on ``device``."""
-    if codes.codes_t.device == device:
-        return codes
-    return dataclasses.replace(codes, codes_t=codes.codes_t.to(device), sq_norms=codes.sq_norms.to(device))
 
 
 class ExactProjection:
@@ -254,7 +131,7 @@ class IterativeProjection:
     a 12000-point subsample on Fashion-MNIST, a step taken from that estimate made
     the projection diverge (its residual grew by 1e12 in 100 iterations).
 
-    ``K(Z, Z)`` is never formed unless :meth:`CenterShards.cache` was called on the
+    ``K(Z, Z)`` is never formed unless :meth:`~skgpu_kernel.operators.CenterShards.cache` was called on the
     shards it receives (then its first ``p`` cached rows are read: the shards of
     the training data serve when the centers are its first ``p`` rows).  It stops
     when the residual at the centers falls to ``tol`` times ``||h||`` and returns
@@ -263,7 +140,7 @@ class IterativeProjection:
 
     Parameters
     ----------
-    shards : CenterShards
+    shards : ~skgpu_kernel.operators.CenterShards
         The centers as the data of the regression (with or without their cache).
     centers : Tensor of shape (p, d)
         Raw centers on the main device.
@@ -298,16 +175,12 @@ class IterativeProjection:
         at_subsample = torch.zeros_like(theta) if self.correct else None
         for start in range(0, p, self.row_block):
             rows = slice(start, min(start + self.row_block, p))
-            blocks = (
-                shards.cached_blocks(rows)
-                if shards.caches is not None
-                else shards.blocks(self.centers[rows], on_grid=True)
-            )
-            residual[rows] = shards.apply(blocks, theta)
+            block = shards.rows_block(self.centers[rows], rows)
+            residual[rows] = block.matmul(theta)
             if h is not None:
                 residual[rows] -= h[rows]
             if self.correct:
-                at_subsample += shards.apply_transpose(blocks, residual[rows])
+                at_subsample += block.transpose_matmul(residual[rows])
         direction = residual.clone()
         if self.correct:
             direction[: self.preconditioner.subsample_size] -= _flatten(self.preconditioner, at_subsample)
@@ -481,14 +354,14 @@ class _Projector:
 def _residual_and_gradient(shards, temporary, coef, batch):
     """``(r, w * r, K(Z, X_B) (w * r))`` of a batch ``(X_B, Y_B, w_B, indices)``; changes no state."""
     X_batch, Y_batch, w_batch, indices = batch
-    blocks = shards.cached_blocks(indices) if shards.caches is not None else shards.blocks(X_batch, on_grid=True)
-    predictions = shards.apply(blocks, coef)
+    block = shards.rows_block(X_batch, indices)
+    predictions = block.matmul(coef)
     from_temporary = temporary.predict(X_batch)
     if from_temporary is not None:
         predictions += from_temporary
     residual = predictions.sub_(Y_batch)
     weighted = residual if w_batch is None else residual * w_batch[:, None]
-    return residual, weighted, shards.apply_transpose(blocks, weighted)
+    return residual, weighted, block.transpose_matmul(weighted)
 
 
 def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loop, n_temporary):
@@ -499,9 +372,9 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
     kernel : Kernel
     batches : InMemoryBatches or StreamedBatches
         The training rows; ``batches.epoch(m)`` yields ``(X_B, Y_B, w_B, indices)``.
-    shards : CenterShards
-        The centers (with their cached ``K(X, Z)`` when ``shards.caches`` is set,
-        looked up by ``indices``).
+    shards : ~skgpu_kernel.operators.CenterShards
+        The centers (with their cached ``K(X, Z)`` after ``shards.cache``, looked
+        up by ``indices``).
     coef : Tensor of shape (p, l)
         Initial coefficients on the main device, updated in place.
     preconditioner : EigenProPreconditioner or None

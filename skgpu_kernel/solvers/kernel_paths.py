@@ -30,6 +30,7 @@ from ..device import is_out_of_memory, matmul_gflops, synchronize
 from ..grid import encode_on_grid
 from ..operators import (
     CachedOperator,
+    CenterShards,
     EvaluatedOperator,
     GridOperator,
     OperatorBlocks,
@@ -70,14 +71,7 @@ from ..process_group import agree, agree_on_object
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_operator, fit_centers_cg
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
-from .eigenpro3 import (
-    CenterShards,
-    ExactProjection,
-    InMemoryBatches,
-    IterativeProjection,
-    StreamedBatches,
-    fit_eigenpro3,
-)
+from .eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
 from .full_kernel_cg import fit_full_kernel_cg
 
 # CG that rounding breaks down above its stated residual (a curvature was not
@@ -803,12 +797,7 @@ class _EigenPro3Path(_EigenProPath):
             X_val, Y_val = validation
 
             def score(coef):
-                predictions = torch.cat(
-                    [
-                        shards.apply(shards.blocks(X_val[start : start + plan.row_block]), coef)
-                        for start in range(0, X_val.shape[0], plan.row_block)
-                    ]
-                )
+                predictions = shards.operator(X_val, plan.row_block).matmul(coef)
                 return self.settings.validation_score(predictions, Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
