@@ -72,7 +72,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "projection": [StrOptions({"auto", "exact", "iterative"})],
         "solver": [StrOptions({"auto", "cg", "eigenpro"})],
         "distributed": ["boolean"],
-        "feature_learning": [None, StrOptions(set(FEATURE_LEARNING_MODES))],
+        "feature_learning": [None, StrOptions({"auto", *FEATURE_LEARNING_MODES})],
         "feature_learning_iter": [Interval(Integral, 1, None, closed="left")],
     }
 
@@ -107,7 +107,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         projection="auto",
         solver="auto",
         distributed=False,
-        feature_learning=None,
+        feature_learning="auto",
         feature_learning_iter=5,
     ):
         self.kernel = kernel
@@ -160,6 +160,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def _store_features(self, learnt):
         """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
         learning = learnt.metric is not None
+        self.feature_learning_ = learnt.mode
         self.metric_transform_ = learnt.transform
         self.metric_ = learnt.metric
         self.feature_learning_scores_ = list(learnt.scores) if learning else None
@@ -575,20 +576,24 @@ default="eigenpro"
         call ``fit`` with the same data and parameters; each computes its shard's
         kernel columns, predictions and gradients are all-reduced, and every rank
         ends with the whole model.  ``device`` is then this rank's device.
-    feature_learning : {"diagonal", "full"} or None, default=None
+    feature_learning : {"auto", "diagonal", "full"} or None, default="auto"
         Learn a metric of the features from the average gradient outer product
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
         (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
         ``"diagonal"`` learns one scale per feature, ``"full"`` a Mahalanobis
-        metric.  ``validation_fraction`` of the rows (stratified for the classifier)
+        metric.  ``"auto"`` is ``"diagonal"`` from 2000 to 30000 rows for a kernel
+        that declares its gradient, and no learning otherwise: measured on the
+        real-data benchmark, learning paid there (Computers, VietNamI,
+        LetterRecognition) and never below or above, where it cost 1.3-6.6x the
+        fit time (:func:`~skgpu_kernel.planning.agop.plan_feature_learning`); the
+        choice is ``feature_learning_``.  ``validation_fraction`` of the rows (stratified for the classifier)
         score the plain model (candidate 0) and the learning path's models (the
         Laplacian kernel for a named kernel, your own kernel instance otherwise,
         with ``M = I`` and then each learnt metric, at the bandwidth and ``alpha``
         its rules chose for the first); a learnt model is kept only where its
         held-out losses are lower beyond their noise, and the chosen one is fitted
         again on every row.  Each fit runs through any solver.  Needs a kernel that
-        declares its gradient (the radial kernels).  None: no learning (the default
-        until the whole real-data benchmark has measured an ``"auto"`` rule).
+        declares its gradient (the radial kernels).  None: no learning.
     feature_learning_iter : int, default=5
         The most metric updates; the path also stops after two fits without a lower
         held-out loss.
@@ -718,9 +723,11 @@ _COMMON_ATTRIBUTES = """
         projection's cost.
     n_projections_ : int
         Projections made by the last fit (0 for EigenPro 2).
+    feature_learning_ : {"diagonal", "full"} or None
+        The feature learning the fit ran (``"auto"`` resolved); None: none.
     metric_ : ndarray of shape (n_features, n_features) or None
         The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` (the identity where
-        a model without a learnt metric was kept); None without ``feature_learning``.
+        a model without a learnt metric was kept); None where no learning ran.
     metric_transform_ : ndarray of shape (n_features,) or (n_features, n_features), or None
         ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
         plain kernel machine on the rows ``X L``, in which ``centers_``,
@@ -728,7 +735,7 @@ _COMMON_ATTRIBUTES = """
         applied.
     feature_importances_ : ndarray of shape (n_features,)
         ``diag(M)`` normalised to sum to 1 (for ``SelectFromModel``); defined only
-        with ``feature_learning``.
+        where feature learning ran (``feature_learning_`` not None).
     feature_learning_scores_ : list of float or None
         The held-out score (R^2 or accuracy) of each candidate: 0 the plain model,
         then the learning path's (its kernel with ``M = I``, then each learnt metric).
@@ -910,7 +917,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         projection="auto",
         solver="auto",
         distributed=False,
-        feature_learning=None,
+        feature_learning="auto",
         feature_learning_iter=5,
         class_weight=None,
     ):

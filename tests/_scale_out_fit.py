@@ -18,6 +18,7 @@ from skgpu_kernel.parallel import Parle
 EIGENPRO3 = dict(
     bandwidth=2.0,
     n_centers=301,
+    feature_learning=None,  # these fits compare layouts of one iteration
     n_epochs=2,
     batch_size=100,
     early_stopping=False,

@@ -316,31 +316,37 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
     # Low-dimensional data: 2000 points span the kernel, the leave-one-out penalty is used
     # (and with it CG on every point, up to 10000 rows).
     X, y, _ = _smooth_problem(n=2600)
-    covered = AdaptiveKernelRegressor(bandwidth="scale", random_state=0).fit(X, y)
+    covered = AdaptiveKernelRegressor(feature_learning=None, bandwidth="scale", random_state=0).fit(X, y)
     assert covered.alpha_selection_.scored and covered.alpha_selection_.coverage > 0.99
     assert covered.alpha_ == covered.alpha_selection_.alpha > 0 and covered.solver_ == "cg"
     # 60 dimensions at the scale bandwidth: 2000 points capture a fraction of the kernel's
     # trace, the criterion is not evaluated and EigenPro 2 stops early, unpenalised.
     X, y = _high_dimensional_problem()
-    uncovered = AdaptiveKernelRegressor(bandwidth="scale", random_state=0).fit(X, y)
+    uncovered = AdaptiveKernelRegressor(feature_learning=None, bandwidth="scale", random_state=0).fit(X, y)
     selection = uncovered.alpha_selection_
     assert not selection.scored and selection.coverage < LOO_MIN_COVERAGE and selection.loo_errors is None
     assert uncovered.alpha_ == 0 and uncovered.solver_ == "eigenpro" and uncovered.early_stopping_
     # Declining draws nothing from the fit's generator: the same model as alpha=0 (fixed batch,
     # since the throughput probe's choice is timed).
-    declined = AdaptiveKernelRegressor(bandwidth="scale", batch_size=64, n_epochs=3, random_state=0).fit(X, y)
-    unpenalised = AdaptiveKernelRegressor(bandwidth="scale", alpha=0.0, batch_size=64, n_epochs=3, random_state=0).fit(
-        X, y
-    )
+    declined = AdaptiveKernelRegressor(
+        feature_learning=None, bandwidth="scale", batch_size=64, n_epochs=3, random_state=0
+    ).fit(X, y)
+    unpenalised = AdaptiveKernelRegressor(
+        feature_learning=None, bandwidth="scale", alpha=0.0, batch_size=64, n_epochs=3, random_state=0
+    ).fit(X, y)
     np.testing.assert_array_equal(declined.dual_coef_, unpenalised.dual_coef_)
     # The classifier's penalty is chosen by leave-one-out misclassifications, under the same coverage rule.
     X_small, y_small, _ = _smooth_problem(n=1200)
-    classifier = AdaptiveKernelClassifier(bandwidth="scale", n_epochs=3, random_state=0).fit(X_small, y_small > 0)
+    classifier = AdaptiveKernelClassifier(feature_learning=None, bandwidth="scale", n_epochs=3, random_state=0).fit(
+        X_small, y_small > 0
+    )
     selection = classifier.alpha_selection_
     assert selection.scored and selection.loo_misclassification is not None
     assert classifier.alpha_ == selection.alpha > 0 and not classifier.early_stopping_
     # alpha="loo" asks for the criterion whatever the coverage.
-    asked = AdaptiveKernelRegressor(bandwidth="scale", alpha="loo", n_epochs=2, random_state=0).fit(X, y)
+    asked = AdaptiveKernelRegressor(
+        feature_learning=None, bandwidth="scale", alpha="loo", n_epochs=2, random_state=0
+    ).fit(X, y)
     assert asked.alpha_selection_.scored and asked.alpha_ == asked.alpha_selection_.alpha > 0
 
 

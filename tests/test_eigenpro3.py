@@ -40,6 +40,7 @@ def test_converges_to_the_nystrom_least_squares_solution_on_given_centers():
     # 500 epochs it is within 0.2% (measured), so 1% leaves margin while a solver that
     # converged elsewhere (the published correction with these centers: 50%) fails.
     model = AdaptiveKernelRegressor(
+        feature_learning=None,
         solver="eigenpro",
         bandwidth=BANDWIDTH,
         centers=centers,
@@ -152,14 +153,16 @@ def test_iterative_projection_tracks_the_exact_one(budget):
     params.update(n_components=200, random_state=0)
     # 2.5 MB leaves no room for the 2.56 MB Gram matrix and factor (nor for K(Z, Z)):
     # "auto" then projects iteratively with kernel rows recomputed per iteration.
-    iterative = AdaptiveKernelRegressor(solver="eigenpro", projection="iterative", memory_budget=budget, **params).fit(
-        X, y
-    )
-    exact = AdaptiveKernelRegressor(solver="eigenpro", projection="exact", **params).fit(X, y)
+    iterative = AdaptiveKernelRegressor(
+        feature_learning=None, solver="eigenpro", projection="iterative", memory_budget=budget, **params
+    ).fit(X, y)
+    exact = AdaptiveKernelRegressor(feature_learning=None, solver="eigenpro", projection="exact", **params).fit(X, y)
     assert iterative.projection_ == "iterative" and exact.projection_ == "exact"
     if budget is not None:
         assert (
-            AdaptiveKernelRegressor(solver="eigenpro", memory_budget=budget, **params).fit(X, y).projection_
+            AdaptiveKernelRegressor(feature_learning=None, solver="eigenpro", memory_budget=budget, **params)
+            .fit(X, y)
+            .projection_
             == "iterative"
         )
     # Same iteration, same batches: the epoch losses agree within 1% (measured 0.4%; a

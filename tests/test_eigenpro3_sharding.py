@@ -18,6 +18,7 @@ BANDWIDTH = 2.0
 PARAMS = dict(
     bandwidth=BANDWIDTH,
     n_centers=301,
+    feature_learning=None,  # these fits compare layouts of one iteration
     n_epochs=2,
     batch_size=100,
     early_stopping=False,

@@ -99,9 +99,56 @@ def test_a_kernel_without_a_gradient_cannot_learn_features_and_says_so():
 
 def test_without_feature_learning_no_metric_attributes_are_claimed():
     X, y = _few_relevant(200, 6, n_noise=2)
-    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)  # "auto" below its rows: no learning
+    assert model.feature_learning_ is None
     assert model.metric_ is None and model.feature_learning_scores_ is None
     assert not hasattr(model, "feature_importances_")
+
+
+@pytest.mark.parametrize(
+    ("requested", "n_samples", "learnable", "expected", "in_memory"),
+    [
+        ("auto", 1999, True, None, True),
+        ("auto", 2000, True, "diagonal", True),
+        ("auto", 30000, True, "diagonal", True),
+        ("auto", 30001, True, None, True),
+        ("auto", 5000, False, None, True),
+        ("auto", 5000, True, None, False),
+        ("full", 100, True, "full", True),
+        ("diagonal", 10**6, True, "diagonal", True),
+        (None, 5000, True, None, True),
+    ],
+)
+def test_auto_learns_a_diagonal_metric_within_its_rows_for_a_kernel_with_a_gradient(
+    requested, n_samples, learnable, expected, in_memory
+):
+    from skgpu_kernel.planning.agop import plan_feature_learning
+
+    assert plan_feature_learning(requested, n_samples, learnable, in_memory) == expected
+
+
+def test_auto_by_default_learns_where_it_pays_and_passes_over_a_kernel_without_a_gradient(monkeypatch):
+    import skgpu_kernel.planning.agop as agop_planning
+
+    # The rule's bounds lowered so that a small problem falls inside them.
+    monkeypatch.setattr(agop_planning, "AUTO_LEARNING_MIN_ROWS", 500)
+    X, y = _few_relevant(1500, 0)
+    X_test, y_test = _few_relevant(2000, 1)
+    plain = AdaptiveKernelRegressor(feature_learning=None, random_state=0, dtype="float64").fit(X, y)
+    auto = AdaptiveKernelRegressor(random_state=0, dtype="float64").fit(X, y)
+    assert auto.feature_learning_ == "diagonal" and auto.feature_learning_iteration_ > 0
+    assert _mse(auto, X_test, y_test) <= 0.5 * _mse(plain, X_test, y_test)
+
+    def linear(A, B):
+        return A @ B.T
+
+    params = {"kernel": linear, "random_state": 0, "dtype": "float64"}
+    passed_over = AdaptiveKernelRegressor(**params).fit(X[:600], y[:600])
+    assert passed_over.feature_learning_ is None and passed_over.metric_ is None
+    np.testing.assert_array_equal(
+        passed_over.predict(X_test),
+        AdaptiveKernelRegressor(feature_learning=None, **params).fit(X[:600], y[:600]).predict(X_test),
+    )
 
 
 def test_warm_start_continues_in_the_learnt_features():

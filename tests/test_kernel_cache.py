@@ -151,7 +151,9 @@ def test_kernels_of_unknown_range_are_cached_in_the_training_dtype():
 def test_required_cache_that_does_not_fit_names_the_sizes():
     X, y = _regression(3000)
     with pytest.raises(ValueError, match=r"cache_kernel=True: K\(X, X\) for 3000 training rows needs 18000000"):
-        AdaptiveKernelRegressor(cache_kernel=True, alpha=0.0, early_stopping=False, memory_budget="10MB").fit(X, y)
+        AdaptiveKernelRegressor(
+            feature_learning=None, cache_kernel=True, alpha=0.0, early_stopping=False, memory_budget="10MB"
+        ).fit(X, y)
 
 
 def _fit_in_fresh_process(n, budget):
@@ -161,11 +163,11 @@ def _fit_in_fresh_process(n, budget):
     y = np.sin(X.sum(1)).astype(np.float32)
     params = {"alpha": 0.0, "early_stopping": False, "memory_budget": budget, "batch_size": 256, "random_state": 0}
     # A first small fit loads torch's kernels and thread pools, which are not the fit's memory.
-    AdaptiveKernelRegressor(n_epochs=1, **params).fit(X[:500], y[:500])
+    AdaptiveKernelRegressor(feature_learning=None, n_epochs=1, **params).fit(X[:500], y[:500])
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # the peak RSS restarts from the current RSS
     before = status_bytes("VmRSS")
-    model = AdaptiveKernelRegressor(n_epochs=2, **params).fit(X, y)
+    model = AdaptiveKernelRegressor(feature_learning=None, n_epochs=2, **params).fit(X, y)
     return {"growth": status_bytes("VmHWM") - before, "cached": model.kernel_cache_dtype_}
 
 

@@ -61,7 +61,14 @@ def test_cg_with_a_tiny_alpha_converges_to_the_solution_on_the_centers_or_warns(
     X, y = _regression(2000, 3)
     alpha = 1e-9  # K(Z, Z) of 150 Gaussian centers on [0, 1]^3 at bandwidth 1 is singular in float64
     model = AdaptiveKernelRegressor(
-        n_centers=150, solver="cg", alpha=alpha, bandwidth=1.0, dtype="float64", n_epochs=25, random_state=0
+        feature_learning=None,
+        n_centers=150,
+        solver="cg",
+        alpha=alpha,
+        bandwidth=1.0,
+        dtype="float64",
+        n_epochs=25,
+        random_state=0,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -96,17 +103,19 @@ def test_drawn_centers_are_distinct_rows():
     levels = rng.rand(40, 4)
     X = levels[rng.randint(0, 40, 3000)]  # 3000 rows, 40 distinct
     y = X.sum(1) + 0.1 * rng.randn(3000)
-    model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(feature_learning=None, n_centers=100, random_state=0).fit(X, y)
     assert model.n_centers_ == 40
     assert np.unique(model.centers_, axis=0).shape[0] == 40
     # Every row's value is a center: the centers' shares make CG's preconditioner exact.
-    exact = AdaptiveKernelRegressor(n_centers=100, solver="cg", alpha=1e-6, dtype="float64", random_state=0)
+    exact = AdaptiveKernelRegressor(
+        feature_learning=None, n_centers=100, solver="cg", alpha=1e-6, dtype="float64", random_state=0
+    )
     exact.fit(X, y)
     assert exact.n_centers_ == 40 and exact.n_epochs_ <= 3
     assert exact.history_[-1]["relative_residual"] <= 1e-6
     # Continuous data: the first p shuffled rows, as before.
     X_continuous = rng.rand(3000, 4)
-    model = AdaptiveKernelRegressor(n_centers=100, random_state=0).fit(X_continuous, y)
+    model = AdaptiveKernelRegressor(feature_learning=None, n_centers=100, random_state=0).fit(X_continuous, y)
     # Continuous data: 100 distinct training rows (the first 100 shuffled ones, as before
     # distinct draws: benchmarks/check_unchanged.py's EigenPro 3 and CG fits are bitwise the same).
     assert model.n_centers_ == 100 and np.unique(model.centers_, axis=0).shape[0] == 100
@@ -116,12 +125,12 @@ def test_drawn_centers_are_distinct_rows():
 
 def test_auto_keeps_every_point_on_small_data_and_draws_centers_beyond_the_budget(capsys):
     X, y = _regression(1500, 4)
-    small = AdaptiveKernelRegressor(random_state=0, n_epochs=2, verbose=1).fit(X, y)
+    small = AdaptiveKernelRegressor(feature_learning=None, random_state=0, n_epochs=2, verbose=1).fit(X, y)
     assert small.n_centers_ == 1500  # every point: CG with K(X, X)'s factor for its penalty, as before
     assert "n_centers='auto' on 1500 rows: every training point (K(X, X) fits" in capsys.readouterr().out
     X, y = _regression(21_000, 3)
     # K(X, X) would take 0.88 GB in float16; K(X, Z) of 2000 centers 168 MB in float32.
-    large = AdaptiveKernelRegressor(random_state=0, memory_budget="400MB", verbose=1).fit(X, y)
+    large = AdaptiveKernelRegressor(feature_learning=None, random_state=0, memory_budget="400MB", verbose=1).fit(X, y)
     log = capsys.readouterr().out
     assert "n_centers='auto' on 21000 rows: 2000 (max(2000, 10 sqrt(n)) = 2000)" in log
     assert large.n_centers_ == 2000 and large.solver_ == "cg"
@@ -135,7 +144,9 @@ def test_auto_counts_the_float16_cache_of_bounded_kernels(capsys):
     # 1.2 GB budget every point stays a center for the Gaussian kernel (bounded by 1,
     # so its cache may be float16).
     X, y = _regression(21_000, 3)
-    bounded = AdaptiveKernelRegressor(memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0).fit(X, y)
+    bounded = AdaptiveKernelRegressor(
+        feature_learning=None, memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0
+    ).fit(X, y)
     assert "every training point (K(X, X) fits memory_budget in 16-bit entries)" in capsys.readouterr().out
     assert bounded.kernel_cache_dtype_ == "float16"
 
@@ -166,7 +177,9 @@ def _fit_with_breakdowns(monkeypatch, n_breakdowns, **params):
     """``(X, y, model, calls, messages)`` of a float64 CG fit whose first runs break down."""
     X, y = _regression(2000, 3)
     calls = _breaking_down(monkeypatch, n_breakdowns)
-    model = AdaptiveKernelRegressor(n_centers=150, solver="cg", dtype="float64", random_state=0, **params)
+    model = AdaptiveKernelRegressor(
+        feature_learning=None, n_centers=150, solver="cg", dtype="float64", random_state=0, **params
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, y)

@@ -1,8 +1,9 @@
-"""Planning the average gradient outer product (AGOP): how many rows it is estimated on, in which blocks.
+"""Planning feature learning: whether a fit learns a metric, and on how many rows its AGOP is estimated.
 
-:func:`plan_agop` is a pure function of the problem's sizes, the memory budget and
-the device type; :func:`skgpu_kernel.agop.average_gradient_outer_product` runs the
-plan it returns.  Nothing here allocates a tensor or reads a clock.
+:func:`plan_feature_learning` resolves ``feature_learning="auto"`` from the number
+of rows; :func:`plan_agop` is a pure function of the problem's sizes, the memory
+budget and the device type; :func:`skgpu_kernel.agop.average_gradient_outer_product`
+runs the plan it returns.  Nothing here allocates a tensor or reads a clock.
 """
 
 import math
@@ -14,7 +15,28 @@ from ..device import column_block_size, rows_within_budget
 from ..operators import OperatorBlocks
 from ._account import MemoryAccount
 
-__all__ = ["AGOP_MAX_ROWS", "AGOP_MIN_ROWS", "AGOPPlan", "agop_rows", "plan_agop"]
+__all__ = [
+    "AGOP_MAX_ROWS",
+    "AGOP_MIN_ROWS",
+    "AUTO_LEARNING_MAX_ROWS",
+    "AUTO_LEARNING_MIN_ROWS",
+    "AGOPPlan",
+    "agop_rows",
+    "plan_agop",
+    "plan_feature_learning",
+]
+
+# feature_learning="auto" learns a diagonal metric from this many rows up to the next
+# bound (benchmarks/RESULTS.md, "The auto rule of feature learning").  Below: a tenth
+# held out is under 200 rows, and the paired test that keeps a learnt model has the
+# power to see only large gains; over 5 seeded splits of the 6 sets below (214 to
+# 1475 rows) it never kept one, so learning cost 1.3-3x the time for nothing.
+# Above: on the 4 sets measured (CPSSW8, 61k rows; Fashion-MNIST, 70k; Fertility and
+# FertilityMorekids, 254k) the plain model was kept every time, at 2.1-6.6x its fit
+# time (Fashion-MNIST 30 s -> 200 s), while in between the learnt metric was kept on
+# Computers (-25% MSE), VietNamI (-20%) and LetterRecognition (-5% error).
+AUTO_LEARNING_MIN_ROWS = 2_000
+AUTO_LEARNING_MAX_ROWS = 30_000
 
 # At most this many rows estimate the AGOP: xRFM's default sample for it
 # (``total_points_to_sample``), enough for the d x d matrix of tabular data.
@@ -147,3 +169,34 @@ def plan_agop(n_rows, n_features, n_centers, n_outputs, itemsize, budget, device
     row_block = min(rows_within_budget(budget, fixed_bytes, row_bytes), nominal, max(n_sample, 1))
     memory = MemoryAccount(budget, (*fixed, ("row block", row_block * row_bytes)))
     return AGOPPlan(n_sample, row_block, column_block, memory)
+
+
+def plan_feature_learning(requested, n_samples, learnable, in_memory=True):
+    """The feature learning a fit runs: ``requested`` itself, or what ``"auto"`` resolves to.
+
+    Parameters
+    ----------
+    requested : {"auto", "diagonal", "full"} or None
+        The estimator's ``feature_learning``.
+    n_samples : int
+        Rows of the fit (after rows of zero weight are dropped).
+    learnable : bool
+        Whether the kernel declares its gradient (a kernel that does not cannot
+        learn features; an explicit request then fails where it is checked).
+    in_memory : bool, default=True
+        Whether the rows are an array in memory.  Memory-mapped rows are the user's
+        way of saying they need not fit: the held-out split and the path's
+        transformed rows would copy them.
+
+    Returns
+    -------
+    {"diagonal", "full"} or None
+        ``"auto"``: ``"diagonal"`` for a learnable kernel on
+        ``AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS`` rows in
+        memory, else None.
+    """
+    if requested != "auto":
+        return requested
+    if learnable and in_memory and AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS:
+        return "diagonal"
+    return None

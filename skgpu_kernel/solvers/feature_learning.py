@@ -40,7 +40,7 @@ import torch
 
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
 from ..kernels import make_kernel
-from ..planning.agop import plan_agop
+from ..planning.agop import plan_agop, plan_feature_learning
 from ..splits import holdout_split
 from .kernel_fit import fit_kernel_model, log_fit
 
@@ -85,6 +85,8 @@ class FeatureLearningResult:
     ----------
     fit : KernelFitResult
         The model on every row, in the learnt features ``X L``.
+    mode : {"diagonal", "full"} or None
+        The feature learning that ran (``"auto"`` resolved); None: none ran.
     transform : ndarray of shape (d,) or (d, d), or None
         ``L`` (a diagonal as a vector); None without learning.
     metric : ndarray of shape (d, d) or None
@@ -97,6 +99,7 @@ class FeatureLearningResult:
     """
 
     fit: object
+    mode: str | None = None
     transform: np.ndarray | None = None
     metric: np.ndarray | None = None
     scores: tuple = ()
@@ -114,7 +117,8 @@ def transformed_rows(X, transform):
 def fit_with_feature_learning(data, runtime, parameters):
     """The kernel fit, with the metric learnt from its AGOP where ``parameters.feature_learning`` asks.
 
-    A warm start (``data.continuation``) continues in the features the fit it
+    ``"auto"`` is resolved by :func:`~skgpu_kernel.planning.agop.plan_feature_learning`
+    from the number of rows.  A warm start (``data.continuation``) continues in the features the fit it
     continues was fitted in (``continuation.transform``) and learns nothing new: the
     coefficients belong to those features.
 
@@ -131,9 +135,14 @@ def fit_with_feature_learning(data, runtime, parameters):
     if data.continuation is not None:
         transform = data.continuation.transform
         return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
-    if parameters.feature_learning is None:
+    requested = parameters.feature_learning
+    learnable = requested != "auto" or _learnable(data, parameters)  # an explicit request is checked below
+    in_memory = not isinstance(data.X, np.memmap)
+    mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory)
+    if mode is None:
         return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
     _check_learnable(data, parameters)
+    parameters = dataclasses.replace(parameters, feature_learning=mode)
     if data.X.shape[0] < 2:
         raise ValueError(
             "feature_learning chooses the metric on held-out rows and needs at least 2 samples; got "
@@ -154,7 +163,8 @@ def fit_with_feature_learning(data, runtime, parameters):
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     final = fit_kernel_model(_transformed_input(data, chosen.transform), runtime, chosen.parameters)
     scores = tuple(candidate.score for candidate in candidates)
-    return FeatureLearningResult(final, chosen.transform, _metric(chosen.transform, data.X.shape[1]), scores, iteration)
+    metric = _metric(chosen.transform, data.X.shape[1])
+    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration)
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,6 +222,7 @@ def _learning_path(training, rows, runtime, parameters):
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
         agop = torch.as_tensor(_input_space_agop(fit, training, transform, mode, runtime))
+        del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
@@ -244,6 +255,15 @@ def _check_learnable(data, parameters):
     """Fail before any fit when the kernel declares no gradient (it cannot learn features)."""
     kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X[:256])
     kernel.gradient_kernel()
+
+
+def _learnable(data, parameters):
+    """Whether the kernel declares its gradient (:meth:`~skgpu_kernel.kernels.RadialKernel.gradient_kernel`)."""
+    try:
+        _check_learnable(data, parameters)
+    except (ValueError, AttributeError, NotImplementedError):
+        return False
+    return True
 
 
 def _rows(data, indices):
