@@ -82,6 +82,19 @@ CHANGED_ON_PURPOSE = {
         "jointly whatever the solver (CG on centers here: solver='auto' takes CG in the ep3_* fits; EigenPro 2 "
         "with alpha > 0 in ep2_penalised)",
     ),
+    **dict.fromkeys(
+        ("ep3_sharded", "ep2_grid_cached", "ep2_grid_uncached_validation", "ep3_eigenpro_exact"),
+        "issue 43, feature_learning='auto': on these 2000 rows, whose target depends on 4 of the 8 features, "
+        "the default learns a diagonal metric and keeps it (bitwise the old fit with feature_learning=None)",
+    ),
+    "ep3_eigenpro_iterative_cached": "issue 43, feature_learning='auto' (as ep3_sharded)",
+}
+
+# Fitted attributes whose value changed on purpose in every fit, with the reason; their
+# differences are printed beside an OK.
+ATTRIBUTES_CHANGED_ON_PURPOSE = {
+    "kernel_cached_": "issue 42 item 5 (39dd921): the operator plan's decision, true where CG stores K(X, X) "
+    "or K(X, Z), which the old attribute, inferred from the solver that ran, called false",
 }
 
 # History keys renamed by the refactor: compared under their new name.
@@ -487,8 +500,11 @@ def compare(baseline, current):
             continue
         else:
             found = differences(name, baseline[name], current[name])
+        on_purpose = [line for line in found if line.split(" ")[0] in ATTRIBUTES_CHANGED_ON_PURPOSE]
+        found = [line for line in found if line not in on_purpose]
         all_same = all_same and not found
-        print(f"OK {name}" if not found else f"DIFF {name}: " + "; ".join(found), flush=True)
+        note = "".join(f" ({line}: on purpose)" for line in on_purpose)
+        print(f"OK {name}{note}" if not found else f"DIFF {name}: " + "; ".join(found), flush=True)
     return all_same
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
+from ..buffer import is_out_of_core
 from ..kernels import make_kernel
 from ..planning.agop import plan_agop, plan_feature_learning
 from ..splits import holdout_split
@@ -137,7 +138,7 @@ def fit_with_feature_learning(data, runtime, parameters):
         return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
     requested = parameters.feature_learning
     learnable = requested != "auto" or _learnable(data, parameters)  # an explicit request is checked below
-    in_memory = not isinstance(data.X, np.memmap)
+    in_memory = not is_out_of_core(data.X)
     mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory)
     if mode is None:
         return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
