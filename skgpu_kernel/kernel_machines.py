@@ -581,8 +581,9 @@ default="eigenpro"
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
         (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
         ``"diagonal"`` learns one scale per feature, ``"full"`` a Mahalanobis
-        metric.  ``"auto"`` is ``"diagonal"`` from 2000 to 30000 rows for a kernel
-        that declares its gradient, and no learning otherwise: measured on the
+        metric.  ``"auto"`` is ``"diagonal"`` from 2000 to 30000 rows in memory,
+        in one process, for a kernel that declares its gradient, and no learning
+        otherwise: measured on the
         real-data benchmark, learning paid there (Computers, VietNamI,
         LetterRecognition) and never below or above, where it cost 1.3-6.6x the
         fit time (:func:`~skgpu_kernel.planning.agop.plan_feature_learning`); the

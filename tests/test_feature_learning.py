@@ -125,6 +125,10 @@ def test_auto_learns_a_diagonal_metric_within_its_rows_for_a_kernel_with_a_gradi
     from skgpu_kernel.planning.agop import plan_feature_learning
 
     assert plan_feature_learning(requested, n_samples, learnable, in_memory) == expected
+    # A fit over the ranks of a process group learns only where asked.
+    assert plan_feature_learning(requested, n_samples, learnable, in_memory, distributed=True) == (
+        None if requested == "auto" else expected
+    )
 
 
 def test_auto_by_default_learns_where_it_pays_and_passes_over_a_kernel_without_a_gradient(monkeypatch):

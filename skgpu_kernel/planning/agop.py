@@ -171,7 +171,7 @@ def plan_agop(n_rows, n_features, n_centers, n_outputs, itemsize, budget, device
     return AGOPPlan(n_sample, row_block, column_block, memory)
 
 
-def plan_feature_learning(requested, n_samples, learnable, in_memory=True):
+def plan_feature_learning(requested, n_samples, learnable, in_memory=True, distributed=False):
     """The feature learning a fit runs: ``requested`` itself, or what ``"auto"`` resolves to.
 
     Parameters
@@ -187,16 +187,19 @@ def plan_feature_learning(requested, n_samples, learnable, in_memory=True):
         Whether the rows are an array in memory.  Memory-mapped rows are the user's
         way of saying they need not fit: the held-out split and the path's
         transformed rows would copy them.
+    distributed : bool, default=False
+        Whether the fit runs over the ranks of a process group (data that one
+        process is not meant to hold); ``"auto"`` then does not learn.
 
     Returns
     -------
     {"diagonal", "full"} or None
         ``"auto"``: ``"diagonal"`` for a learnable kernel on
         ``AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS`` rows in
-        memory, else None.
+        memory, in one process, else None.
     """
     if requested != "auto":
         return requested
-    if learnable and in_memory and AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS:
+    if learnable and in_memory and not distributed and AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS:
         return "diagonal"
     return None

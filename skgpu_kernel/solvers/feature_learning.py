@@ -139,7 +139,7 @@ def fit_with_feature_learning(data, runtime, parameters):
     requested = parameters.feature_learning
     learnable = requested != "auto" or _learnable(data, parameters)  # an explicit request is checked below
     in_memory = not is_out_of_core(data.X)
-    mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory)
+    mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory, runtime.group is not None)
     if mode is None:
         return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
     _check_learnable(data, parameters)
