@@ -140,18 +140,6 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
     """
     device, dtype = centers.device, centers.dtype
     blocks = prediction_blocks(kernel, centers, coef, X.shape[1], budget)
-    n_centers = centers.shape[0]
-    if on_grid is None:
-        operator = StreamedOperator(
-            X,
-            lambda rows: EvaluatedOperator(kernel, rows, centers, blocks),
-            n_centers,
-            blocks.rows,
-            device,
-            dtype,
-            offset=offset,
-        )
-        return operator.matmul(coef).numpy()
 
     def on_grid_operator(rows):
         codes = encode_on_grid(rows, on_grid.grid)
@@ -159,12 +147,14 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
             raise _OffGrid
         return GridOperator(kernel, codes, on_grid.center_codes, dtype, blocks)
 
-    operator = StreamedOperator(
-        X, on_grid_operator, n_centers, blocks.rows, device, dtype, offset=offset, pad=on_grid.grid.origin
-    )
+    if on_grid is None:
+        on_device, pad = (lambda rows: EvaluatedOperator(kernel, rows, centers, blocks)), None
+    else:
+        on_device, pad = on_grid_operator, on_grid.grid.origin
+    operator = StreamedOperator(X, on_device, centers.shape[0], blocks.rows, device, dtype, offset=offset, pad=pad)
     try:
         return operator.matmul(coef).numpy()
-    except _OffGrid:
+    except _OffGrid:  # only the grid's operator refuses a block
         return None
 
 

@@ -137,12 +137,13 @@ def fit_with_feature_learning(data, runtime, parameters):
         transform = data.continuation.transform
         return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
     requested = parameters.feature_learning
-    learnable = requested != "auto" or _learnable(data, parameters)  # an explicit request is checked below
+    if requested in FEATURE_LEARNING_MODES:
+        _check_learnable(data, parameters)  # an explicit request fails before any fit
+    learnable = requested != "auto" or _learnable(data, parameters)
     in_memory = not is_out_of_core(data.X)
     mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory, runtime.group is not None)
     if mode is None:
         return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
-    _check_learnable(data, parameters)
     parameters = dataclasses.replace(parameters, feature_learning=mode)
     if data.X.shape[0] < 2:
         raise ValueError(
@@ -262,7 +263,7 @@ def _learnable(data, parameters):
     """Whether the kernel declares its gradient (:meth:`~skgpu_kernel.kernels.RadialKernel.gradient_kernel`)."""
     try:
         _check_learnable(data, parameters)
-    except (ValueError, AttributeError, NotImplementedError):
+    except ValueError:  # Kernel.gradient_kernel's refusal
         return False
     return True
 
