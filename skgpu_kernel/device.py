@@ -299,7 +299,10 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
     key = (str(device), "int8", rows, inner, columns)
     if key not in _MATMUL_RATES:
         left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
-        right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
+        # Column-major on CUDA, as the grid's products pass it: cuBLASLt refuses a row-major one.
+        shape = (columns, inner) if device.type == "cuda" else (inner, columns)
+        right = torch.randint(-128, 128, shape, dtype=torch.int8, device=device)
+        right = right.T if device.type == "cuda" else right
         try:
             seconds = _best_seconds(lambda: torch._int_mm(left, right), device)
         except (RuntimeError, NotImplementedError):

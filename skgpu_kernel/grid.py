@@ -196,18 +196,19 @@ def _int8_product(left, right, out, pad=None):
     """``left @ right`` summed exactly in int32, into ``out``.
 
     ``pad`` (by default on CUDA) pads the outer sizes to the shapes CUDA's
-    ``torch._int_mm`` takes, and makes ``right`` contiguous (cuBLAS reads a matrix
-    or its transpose, not a column slice); the inner size is a multiple of 8
-    already (:class:`GridCodes`).
+    ``torch._int_mm`` takes and copies ``right`` column-major: cuBLASLt's int8
+    product reads its right factor transposed, and refuses a row-major one
+    (CUBLAS_STATUS_NOT_SUPPORTED on an H200 at 1400 x 64 by 64 x 56, for one).
+    The inner size is a multiple of 8 already (:class:`GridCodes`).
     """
     m, n = left.shape[0], right.shape[1]
     if not (left.device.type == "cuda" if pad is None else pad):
         return torch._int_mm(left, right, out=out)
     rows = max(_round_up(m), _round_up(_CUDA_MIN_ROWS))
-    columns = _round_up(n)
     padded_left = torch.nn.functional.pad(left, (0, 0, 0, rows - m)) if rows > m else left
-    padded_right = torch.nn.functional.pad(right, (0, columns - n)) if columns > n else right.contiguous()
-    out.copy_(torch._int_mm(padded_left, padded_right)[:m, :n])
+    right_t = right.new_zeros(_round_up(n), right.shape[0])  # row-major right.T: right column-major
+    right_t[:n] = right.T
+    out.copy_(torch._int_mm(padded_left, right_t.T)[:m, :n])
     return out
 
 

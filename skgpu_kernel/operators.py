@@ -144,6 +144,11 @@ def measure_operator(kernel, rows, block_shape, centers=None):
     return OperatorMeasurements(grid, speedup)
 
 
+def _indices_on(rows, device):
+    """Row indices (a slice, or a tensor moved) on ``device``: a shard may sit on another device than the batch."""
+    return rows.to(device) if isinstance(rows, torch.Tensor) else rows
+
+
 class KernelOperator:
     """``K(X, Z)`` for fixed rows ``X`` (m) and centers ``Z`` (n): products and row blocks.
 
@@ -251,7 +256,7 @@ class EvaluatedOperator(KernelOperator):
         return self.kernel.block(self.X, self.centers[indices])
 
     def _select(self, rows):
-        return self.X if rows is None else self.X[rows]
+        return self.X if rows is None else self.X[_indices_on(rows, self.X.device)]
 
     def _count(self, selected):
         return selected.shape[0]
@@ -302,7 +307,7 @@ class GridOperator(EvaluatedOperator):
         raise NotImplementedError("a grid operator evaluates contiguous blocks of centers only")
 
     def _select(self, rows):
-        return self.X if rows is None else self.X.take(rows)
+        return self.X if rows is None else self.X.take(_indices_on(rows, self.X.codes_t.device))
 
     def _count(self, selected):
         return len(selected)
@@ -481,7 +486,7 @@ class CachedOperator(KernelOperator):
         return self.values.nbytes
 
     def block(self, rows=None):
-        values = self.values if rows is None else self.values[rows]
+        values = self.values if rows is None else self.values[_indices_on(rows, self.values.device)]
         return values.to(self.dtype)
 
     def matmul(self, V, rows=None, leading=0):

@@ -41,6 +41,30 @@ def _assert_close_predictions(first, second, X_test):
     np.testing.assert_allclose(first.predict(X_test), reference, rtol=0, atol=RTOL_DEVICES * scale)
 
 
+def _blocks_left(before):
+    """Which allocations the CUDA memory above ``before`` is: size and where each was made.
+
+    Read from the allocator's history (recorded by :func:`_no_cuda_memory_left`), so
+    that a leak found on a lent GPU names its source in the failure message itself.
+    """
+    left = torch.cuda.memory_allocated() - before
+    if not left:
+        return ""
+    lines = [f"{left} bytes left allocated, by:"]
+    for segment in torch.cuda.memory._snapshot()["segments"]:
+        for block in segment["blocks"]:
+            frames = block.get("frames", [])
+            ours = [
+                f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}"
+                for f in frames
+                if "skgpu_kernel/" in f["filename"] or "tests/" in f["filename"]
+            ][:8]
+            if block["state"] == "active_allocated" and frames:
+                where = ours or [f"{f['filename']}:{f['line']} {f['name']}" for f in frames[:4]]
+                lines.append(f"  {block['size']} bytes at " + " <- ".join(where))
+    return "\n".join(lines)
+
+
 @pytest.fixture(autouse=True)
 def _no_cuda_memory_left():
     """Each test ends with the CUDA memory it started with, once its models are gone."""
@@ -49,9 +73,12 @@ def _no_cuda_memory_left():
     torch.ones(2, 2, device="cuda") @ torch.ones(2, 2, device="cuda")
     gc.collect()
     before = torch.cuda.memory_allocated()
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=100_000)
     yield
     gc.collect()
-    assert torch.cuda.memory_allocated() == before
+    left = _blocks_left(before)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    assert not left, left
 
 
 @pytest.mark.parametrize(
@@ -288,7 +315,7 @@ def test_fit_leaves_only_the_prediction_cache_on_cuda_and_nothing_after_a_failur
     assert kept <= cache_bytes + 2**20
     del model
     gc.collect()
-    assert torch.cuda.memory_allocated() == before
+    assert torch.cuda.memory_allocated() == before, _blocks_left(before)
 
     def failing_step(*args):
         raise RuntimeError("a bug in a step")
@@ -303,4 +330,4 @@ def test_fit_leaves_only_the_prediction_cache_on_cuda_and_nothing_after_a_failur
     else:
         pytest.fail("the fit should have raised")
     gc.collect()
-    assert torch.cuda.memory_allocated() == before
+    assert torch.cuda.memory_allocated() == before, _blocks_left(before)

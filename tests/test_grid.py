@@ -111,8 +111,16 @@ def test_integer_squared_distances_are_exact():
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (20, 9), (33, 41)])
-def test_padded_int8_product_equals_the_plain_one(shape):
-    """The padding CUDA's ``torch._int_mm`` needs (checked on the CPU, which takes any shape)."""
+def test_padded_int8_product_equals_the_plain_one(shape, monkeypatch):
+    """The padding and layout CUDA's ``torch._int_mm`` needs (checked on the CPU, which takes any)."""
+    int_mm, layouts = torch._int_mm, []
+
+    def recording_int_mm(left, right, **kwargs):
+        layouts.append((left.shape[0], left.stride(1), right.shape[1] % 8, right.stride(0)))
+        return int_mm(left, right, **kwargs)
+
+    # cuBLASLt (an H200, torch 2.11) refuses a row-major right factor: CUBLAS_STATUS_NOT_SUPPORTED.
+    monkeypatch.setattr(torch, "_int_mm", recording_int_mm)
     generator = torch.Generator().manual_seed(0)
     left = torch.randint(-128, 128, (shape[0], 16), dtype=torch.int8, generator=generator)
     right = torch.randint(-128, 128, (16, shape[1]), dtype=torch.int8, generator=generator)
@@ -123,6 +131,8 @@ def test_padded_int8_product_equals_the_plain_one(shape):
     column_slice, out = wide[:, 8:24], torch.empty(shape[0], 16, dtype=torch.int32)
     _int8_product(left, column_slice, out, pad=True)
     assert torch.equal(out, left.long().mm(column_slice.long()).int())
+    # Left row-major with more than 16 rows, right column-major with a multiple of 8 columns.
+    assert layouts == [(max(-(-shape[0] // 8) * 8, 24), 1, 0, 1)] * 2
 
 
 @pytest.mark.parametrize("kernel", [Gaussian(0.8), Laplacian(1.5), Cauchy(0.5), Matern(1.0, nu=2.5)], ids=repr)

@@ -232,6 +232,25 @@ def test_verbose_reports_the_rates_of_the_fill_and_of_an_epoch(capsys, cache_ker
     assert ("GB/s" if cache_kernel else "of torch.mm's") in epoch[0]
 
 
+def test_a_verbose_report_out_of_memory_leaves_the_fit_as_it_is(monkeypatch, capsys):
+    # On an H200 with 2 GB allowed, timing torch.mm at the plan's blocks for the
+    # report ran out of memory after the fit itself had halved its batch to fit.
+    from skgpu_kernel.solvers import kernel_paths
+
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.20 GiB.")
+
+    rng = np.random.RandomState(0)
+    X, y = rng.randn(600, 4), rng.randn(600)
+    params = dict(solver="eigenpro", alpha=0.0, bandwidth=1.0, n_epochs=3, cache_kernel=False, random_state=0)
+    quiet = AdaptiveKernelRegressor(**params).fit(X, y)
+    monkeypatch.setattr(kernel_paths, "matmul_gflops", out_of_memory)
+    model = AdaptiveKernelRegressor(verbose=1, **params).fit(X, y)
+    epoch = [line for line in capsys.readouterr().out.splitlines() if "a typical epoch" in line]
+    assert len(epoch) == 1 and "torch.mm not timed at these blocks: out of memory" in epoch[0]
+    np.testing.assert_array_equal(model.dual_coef_, quiet.dual_coef_)
+
+
 @pytest.mark.parametrize("rows", [slice(None), slice(3, 41), slice(2, 40, 3)])
 def test_whole_cache_products_read_views_in_pieces_where_a_batch_is_gathered(monkeypatch, rows):
     # As on CUDA (read_rows None): a slice of rows is read as views of at most

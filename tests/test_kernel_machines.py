@@ -476,7 +476,15 @@ def test_cuda_fit_matches_cpu_and_pickles_to_numpy(digits):
     gpu = AdaptiveKernelClassifier(alpha=0.0, device="cuda", **params).fit(X[:800], y[:800])
     cpu = AdaptiveKernelClassifier(alpha=0.0, device="cpu", **params).fit(X[:800], y[:800])
     assert gpu.device_.startswith("cuda")
-    np.testing.assert_allclose(gpu.decision_function(X[800:]), cpu.decision_function(X[800:]), rtol=1e-8, atol=1e-10)
+    # Named in the failure: the resolved choices (plain fitted values) that the two devices made differently.
+    differing = {
+        name: (value, getattr(cpu, name, None))
+        for name, value in vars(gpu).items()
+        if name.endswith("_") and isinstance(value, (bool, int, float, str)) and value != getattr(cpu, name, None)
+    }
+    np.testing.assert_allclose(
+        gpu.decision_function(X[800:]), cpu.decision_function(X[800:]), rtol=1e-8, atol=1e-10, err_msg=str(differing)
+    )
     state = gpu.__getstate__()
     assert not any(isinstance(value, torch.Tensor) for value in state.values())
     restored = pickle.loads(pickle.dumps(gpu))

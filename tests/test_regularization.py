@@ -42,7 +42,7 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
 
 def kernel_features(kernel, X):
     """``Phi`` with ``Phi Phi^T = K(X, X)`` to rounding: the kernel's eigenvectors times root eigenvalues."""
-    values, vectors = np.linalg.eigh(kernel(X, X).numpy())
+    values, vectors = np.linalg.eigh(kernel(X, X).cpu().numpy())  # the scored rows may be on CUDA
     return vectors * np.sqrt(np.clip(values, 0.0, None))
 
 
@@ -65,8 +65,8 @@ def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_fe
     assert scored["X"].shape[0] == 1200  # every row scored
     assert scored["s"] == 1200  # the subsample is every scored row: kernel ridge on them
     features = kernel_features(scored["kernel"], scored["X"])
-    w = scored["w"].numpy()
-    reference = RidgeCV(alphas=PENALTY_GRID * w.sum()).fit(features, scored["Y"].numpy(), sample_weight=w)
+    w = scored["w"].cpu().numpy()
+    reference = RidgeCV(alphas=PENALTY_GRID * w.sum()).fit(features, scored["Y"].cpu().numpy(), sample_weight=w)
     assert model.alpha_ == pytest.approx(reference.alpha_, rel=1e-12)
     assert model.alpha_selection_.n_features <= 1200 and model.alpha_selection_.coverage == 1.0
 

@@ -545,11 +545,14 @@ class _EveryPointRows(_Path):
         n_features, seconds = self.X_dev.shape[1], max(seconds, 1e-9)
         rate = 2.0 * entries * n_features / seconds / 1e9
         rows, columns = (min(size, self.problem.n_rows) for size in block_shape)
-        peak = matmul_gflops(self.device, self.runtime.dtype, rows, n_features, columns)
-        return (
-            f"{entries / seconds / 1e9:.2g} G entries/s, {rate:.3g} GFLOP/s = {rate / peak:.0%} "
-            f"of torch.mm's {peak:.3g} at these blocks"
-        )
+        achieved = f"{entries / seconds / 1e9:.2g} G entries/s, {rate:.3g} GFLOP/s"
+        try:
+            peak = matmul_gflops(self.device, self.runtime.dtype, rows, n_features, columns)
+        except (torch.OutOfMemoryError, RuntimeError) as error:  # a report never stops the fit
+            if not is_out_of_memory(error):
+                raise
+            return f"{achieved} (torch.mm not timed at these blocks: out of memory)"
+        return f"{achieved} = {rate / peak:.0%} of torch.mm's {peak:.3g} at these blocks"
 
     def report_epochs(self, result, plan, operator):
         """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
@@ -562,7 +565,8 @@ class _EveryPointRows(_Path):
             rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
         else:
             n = self.problem.n_rows
-            rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (plan.batch_size, plan.column_block))}"
+            rows = min(result.batch_size, plan.batch_size)  # out of memory halves the plan's batch
+            rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
         self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
     def _caches(self, plan, operators):
