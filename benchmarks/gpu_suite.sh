@@ -11,6 +11,8 @@
 #                                                #   as they happen, so a cut run still says which)
 #   bash benchmarks/gpu_suite.sh large           # a third call where time is left: the 5M-row kernel run, BMGD out
 #                                                #   of core, parallel with a GPU and a CPU worker
+#   bash benchmarks/gpu_suite.sh centers         # the row this CPU cannot run: 1M x 20 rows on 100k centers
+#                                                #   (bench_kernel.py --parts large; time, peak memory, error)
 #   bash benchmarks/gpu_suite.sh --dry-run all   # a CPU machine: every step at toy sizes on the CPU, the GPU-only
 #                                                #   steps skipped (tests/test_gpu_suite.py runs this)
 #
@@ -118,12 +120,19 @@ part_large() {
     step 220 bench_parallel $PY benchmarks/bench_parallel.py "${parallel[@]}" --write "$OUT/RESULTS_gpu.md"
 }
 
+part_centers() {
+    # Three passes: one pass gives CG a single iteration (the H100 row of 2026-11-25).
+    local size=(--n-rows 1000000 --n-features 20 --n-centers 100000 --n-epochs 3)
+    [ $DRY -eq 1 ] && size=(--n-rows 20000 --n-features 20 --n-centers 2000 --n-epochs 3)
+    step 500 bench_centers $PY benchmarks/bench_kernel.py --parts large "${size[@]}" --write "$OUT/RESULTS_gpu.md"
+}
+
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(all)
-[ "${parts[*]}" = "all" ] && parts=(tests fashion large)
+[ "${parts[*]}" = "all" ] && parts=(tests fashion large centers)
 for part in "${parts[@]}"; do
     if ! declare -F "part_$part" > /dev/null; then
-        echo "unknown part '$part': choose from wheels, gpu, tests, fashion, large, all" >&2
+        echo "unknown part '$part': choose from wheels, gpu, tests, fashion, large, centers, all" >&2
         exit 2
     fi
 done

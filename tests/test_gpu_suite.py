@@ -31,7 +31,8 @@ def test_gpu_suite_dry_run_writes_every_table(tmp_path):
     tables = (tmp_path / "RESULTS_gpu.md").read_text()
     for title in ("### Fashion-MNIST", "Parallel strategies"):
         assert title in tables
-    assert tables.count("|---") >= 4, "the kernel (Fashion-MNIST, large), BMGD and parallel tables"
+    assert tables.count("|---") >= 5, "the kernel (Fashion-MNIST, large, centers), BMGD and parallel tables"
+    assert tables.count("### Large synthetic regression") == 2, "the 5M-row stream and the 1M-row row on 100k centers"
     assert "skipped" in (tmp_path / "pytest_gpu.log").read_text()
 
 
