@@ -3,7 +3,9 @@
 import multiprocessing
 import os
 import platform
+import queue as queue_module
 import resource
+import signal
 
 import torch
 
@@ -20,17 +22,48 @@ def _child(target, args, queue):
         queue.put(("error", f"{type(error).__name__}: {error}"))
 
 
+# How often the parent checks that its child is still alive while it waits for the result.
+_CHILD_POLL_SECONDS = 5.0
+
+
 def in_child(target, *args):
-    """Run ``target(*args)`` in a fresh spawned process (its own peak memory) and return its result."""
+    """Run ``target(*args)`` in a fresh spawned process (its own peak memory) and return its result.
+
+    Raises RuntimeError with the child's error, or with its exit code where it died
+    without a result (killed by the out-of-memory killer, say): the parent never waits
+    for a result that cannot come.
+    """
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_child, args=(target, args, queue))
     process.start()
-    status, payload = queue.get()
+    status, payload = _result_of(process, queue)
     process.join()
     if status != "ok":
         raise RuntimeError(payload)
     return payload
+
+
+def _result_of(process, queue):
+    """The child's ``(status, payload)``; ``("died", why)`` where it exited without putting one."""
+    while True:
+        try:
+            return queue.get(timeout=_CHILD_POLL_SECONDS)
+        except queue_module.Empty:
+            if process.is_alive():
+                continue
+        try:  # a result put just before the exit is still in the pipe
+            return queue.get(timeout=_CHILD_POLL_SECONDS)
+        except queue_module.Empty:
+            process.join()
+            return "died", _death(process.exitcode)
+
+
+def _death(exitcode):
+    """Why a child gave no result, from its exit code."""
+    if exitcode == -signal.SIGKILL:
+        return "the child process was killed (SIGKILL: on Linux, often the out-of-memory killer; see dmesg)"
+    return f"the child process exited without a result (exit code {exitcode})"
 
 
 def machine_description(device):

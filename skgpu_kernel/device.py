@@ -22,6 +22,7 @@ __all__ = [
     "available_memory",
     "batch_limit",
     "column_block_size",
+    "cuda_int8_shape",
     "exact_gram_row_block",
     "integer_matmul_speedup",
     "is_out_of_memory",
@@ -31,6 +32,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "resolve_memory_budget",
+    "round_up_multiple",
     "rows_within_budget",
     "synchronize",
     "throughput_saturation_batch",
@@ -289,6 +291,21 @@ def matmul_gflops(device, dtype, rows, inner, columns):
     return _MATMUL_RATES[key]
 
 
+# What CUDA's torch._int_mm takes: more than 16 rows, inner and column sizes in multiples
+# of 8 (the CPU takes any shape).
+CUDA_INT8_MULTIPLE, CUDA_INT8_MIN_ROWS = 8, 17
+
+
+def cuda_int8_shape(rows, columns):
+    """``(rows, columns)`` of an int8 product padded up to sizes CUDA's ``torch._int_mm`` takes."""
+    return max(round_up_multiple(rows), round_up_multiple(CUDA_INT8_MIN_ROWS)), round_up_multiple(columns)
+
+
+def round_up_multiple(size, multiple=CUDA_INT8_MULTIPLE):
+    """``size`` rounded up to a multiple of ``multiple``."""
+    return -(-size // multiple) * multiple
+
+
 def integer_matmul_speedup(device, dtype, rows, inner, columns):
     """How many times faster an int8 product (summed in int32) runs than ``torch.mm`` in ``dtype``.
 
@@ -298,11 +315,14 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
     """
     key = (str(device), "int8", rows, inner, columns)
     if key not in _MATMUL_RATES:
-        left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
-        # Column-major on CUDA, as the grid's products pass it: cuBLASLt refuses a row-major one.
-        shape = (columns, inner) if device.type == "cuda" else (inner, columns)
+        cuda = device.type == "cuda"
+        # On CUDA, as the grid's products run there: padded, the right factor column-major
+        # (cuBLASLt refuses a row-major one).
+        padded_rows, padded_columns = cuda_int8_shape(rows, columns) if cuda else (rows, columns)
+        left = torch.randint(-128, 128, (padded_rows, inner), dtype=torch.int8, device=device)
+        shape = (padded_columns, inner) if cuda else (inner, columns)
         right = torch.randint(-128, 128, shape, dtype=torch.int8, device=device)
-        right = right.T if device.type == "cuda" else right
+        right = right.T if cuda else right
         try:
             seconds = _best_seconds(lambda: torch._int_mm(left, right), device)
         except (RuntimeError, NotImplementedError):

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .device import CUDA_INT8_MULTIPLE, cuda_int8_shape, round_up_multiple
+
 __all__ = [
     "INTEGER_PRODUCTS_MIN_SPEEDUP",
     "Grid",
@@ -47,9 +49,6 @@ _CODE_SHIFT = 128
 # Rows of the sample whose sorted values propose the step, and rows checked at once.
 _STEP_SAMPLE_ROWS = 2048
 _CHECK_ROWS = 8192
-# torch._int_mm's shape rules on CUDA: inner size a multiple of 8, outer sizes too
-# and more than 16 rows (the CPU takes any shape).
-_CUDA_MULTIPLE, _CUDA_MIN_ROWS = 8, 17
 
 
 @dataclass(frozen=True)
@@ -204,21 +203,17 @@ def _int8_product(left, right, out, pad=None):
     m, n = left.shape[0], right.shape[1]
     if not (left.device.type == "cuda" if pad is None else pad):
         return torch._int_mm(left, right, out=out)
-    rows = max(_round_up(m), _round_up(_CUDA_MIN_ROWS))
+    rows, columns = cuda_int8_shape(m, n)
     padded_left = torch.nn.functional.pad(left, (0, 0, 0, rows - m)) if rows > m else left
-    right_t = right.new_zeros(_round_up(n), right.shape[0])  # row-major right.T: right column-major
+    right_t = right.new_zeros(columns, right.shape[0])  # row-major right.T: right column-major
     right_t[:n] = right.T
     out.copy_(torch._int_mm(padded_left, right_t.T)[:m, :n])
     return out
 
 
-def _round_up(size):
-    return -(-size // _CUDA_MULTIPLE) * _CUDA_MULTIPLE
-
-
 def padded_features(n_features):
     """The codes' width: ``n_features`` rounded up to a multiple of 8."""
-    return _round_up(n_features)
+    return round_up_multiple(n_features, CUDA_INT8_MULTIPLE)
 
 
 def _largest_sum(n_features):

@@ -12,6 +12,7 @@ from skgpu_kernel.device import (
     available_memory,
     batch_limit,
     column_block_size,
+    cuda_int8_shape,
     parse_memory_budget,
     resolve_device,
     resolve_dtype,
@@ -100,6 +101,14 @@ def test_rows_within_budget_and_batch_limit():
     assert batch_limit(10 + 3 * 20 + 20**2, 10, lambda m: 3 * m + m * m, max_batch=100) == 20
     assert batch_limit(10**9, 0, lambda m: m, max_batch=64) == 64
     assert batch_limit(0, 0, lambda m: m, max_batch=64) == 1
+
+
+@pytest.mark.parametrize(
+    ("shape", "padded"), [((5, 3), (24, 8)), ((17, 9), (24, 16)), ((24, 16), (24, 16)), ((1400, 56), (1400, 56))]
+)
+def test_cuda_int8_shape_pads_to_what_int_mm_takes_there(shape, padded):
+    # More than 16 rows, columns a multiple of 8: what the grid pads to and the speed probe times on CUDA.
+    assert cuda_int8_shape(*shape) == padded
 
 
 def test_column_block_size_is_cache_sized_on_cpu_and_bounded_by_budget():
