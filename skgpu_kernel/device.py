@@ -298,10 +298,11 @@ CUDA_INT8_MULTIPLE, CUDA_INT8_MIN_ROWS = 8, 17
 
 def cuda_int8_shape(rows, columns):
     """``(rows, columns)`` of an int8 product padded up to sizes CUDA's ``torch._int_mm`` takes."""
-    return max(round_up_multiple(rows), round_up_multiple(CUDA_INT8_MIN_ROWS)), round_up_multiple(columns)
+    rows = max(rows, CUDA_INT8_MIN_ROWS)
+    return round_up_multiple(rows, CUDA_INT8_MULTIPLE), round_up_multiple(columns, CUDA_INT8_MULTIPLE)
 
 
-def round_up_multiple(size, multiple=CUDA_INT8_MULTIPLE):
+def round_up_multiple(size, multiple):
     """``size`` rounded up to a multiple of ``multiple``."""
     return -(-size // multiple) * multiple
 
@@ -315,14 +316,13 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
     """
     key = (str(device), "int8", rows, inner, columns)
     if key not in _MATMUL_RATES:
-        cuda = device.type == "cuda"
-        # On CUDA, as the grid's products run there: padded, the right factor column-major
-        # (cuBLASLt refuses a row-major one).
-        padded_rows, padded_columns = cuda_int8_shape(rows, columns) if cuda else (rows, columns)
-        left = torch.randint(-128, 128, (padded_rows, inner), dtype=torch.int8, device=device)
-        shape = (padded_columns, inner) if cuda else (inner, columns)
-        right = torch.randint(-128, 128, shape, dtype=torch.int8, device=device)
-        right = right.T if cuda else right
+        if device.type == "cuda":  # as the grid runs it there: padded, the right factor column-major
+            padded_rows, padded_columns = cuda_int8_shape(rows, columns)
+            left = torch.randint(-128, 128, (padded_rows, inner), dtype=torch.int8, device=device)
+            right = torch.randint(-128, 128, (padded_columns, inner), dtype=torch.int8, device=device).T
+        else:
+            left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
+            right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
         try:
             seconds = _best_seconds(lambda: torch._int_mm(left, right), device)
         except (RuntimeError, NotImplementedError):

@@ -144,11 +144,6 @@ def measure_operator(kernel, rows, block_shape, centers=None):
     return OperatorMeasurements(grid, speedup)
 
 
-def _indices_on(rows, device):
-    """Row indices (a slice, or a tensor moved) on ``device``: a shard may sit on another device than the batch."""
-    return rows.to(device) if isinstance(rows, torch.Tensor) else rows
-
-
 class KernelOperator:
     """``K(X, Z)`` for fixed rows ``X`` (m) and centers ``Z`` (n): products and row blocks.
 
@@ -256,7 +251,7 @@ class EvaluatedOperator(KernelOperator):
         return self.kernel.block(self.X, self.centers[indices])
 
     def _select(self, rows):
-        return self.X if rows is None else self.X[_indices_on(rows, self.X.device)]
+        return self.X if rows is None else self.X[rows]
 
     def _count(self, selected):
         return selected.shape[0]
@@ -307,7 +302,7 @@ class GridOperator(EvaluatedOperator):
         raise NotImplementedError("a grid operator evaluates contiguous blocks of centers only")
 
     def _select(self, rows):
-        return self.X if rows is None else self.X.take(_indices_on(rows, self.X.codes_t.device))
+        return self.X if rows is None else self.X.take(rows)
 
     def _count(self, selected):
         return len(selected)
@@ -486,7 +481,7 @@ class CachedOperator(KernelOperator):
         return self.values.nbytes
 
     def block(self, rows=None):
-        values = self.values if rows is None else self.values[_indices_on(rows, self.values.device)]
+        values = self.values if rows is None else self.values[rows]
         return values.to(self.dtype)
 
     def matmul(self, V, rows=None, leading=0):
@@ -639,8 +634,15 @@ class ShardedOperator(KernelOperator):
         self.shape = (shards[0].shape[0], layout.n_centers)
 
     def sharded_block(self, rows=None):
-        """``K[rows, :]`` as one block per local shard (a :class:`ShardedBlock`)."""
-        return ShardedBlock([shard.block(rows) for shard in self.shards], self.layout)
+        """``K[rows, :]`` as one block per local shard (a :class:`ShardedBlock`).
+
+        Tensor ``rows`` (a batch's indices, on the main device) are moved to each
+        shard's device: a shard on the CPU beside a GPU cannot read CUDA indices.
+        """
+        if not isinstance(rows, torch.Tensor):
+            return ShardedBlock([shard.block(rows) for shard in self.shards], self.layout)
+        blocks = [shard.block(rows.to(device)) for shard, device in zip(self.shards, self.layout.devices, strict=True)]
+        return ShardedBlock(blocks, self.layout)
 
     def matmul(self, V, rows=None, leading=0):
         if leading:
