@@ -9,7 +9,13 @@ import pytest
 
 # Fits whose batch comes from the throughput probe (the kernel matrix is not cached),
 # for the kernel machine and for BMGD.  Prints each model's batch and a digest of its
-# predictions.
+# predictions.  The kernel machine's bandwidth, solver, subsample and no feature
+# learning are given: the default fit's eigendecompositions (bandwidth search, learning
+# path) are not what this checks, and under this load (three processes' threads on two
+# cores, each spinning while it waits) one eigh of 1500 x 1500 took 0.5 to 11 s against
+# 0.22 s alone, so that the default fit took 75 to 135 s here and over 240 s on CI.
+# As given, both processes see the probe's batch (512 or 1024 from one run to the
+# next); with SKGPU_KERNEL_PROBE_DIR="" (each process measures) 1 run in 6 differed.
 _FIT = textwrap.dedent(
     """
     import hashlib
@@ -20,7 +26,15 @@ _FIT = textwrap.dedent(
     X = rng.randn(4000, 20).astype(np.float32)
     y = np.sin(X[:, 0]) + 0.1 * rng.randn(4000)
     for model in (
-        AdaptiveKernelRegressor(cache_kernel=False, n_epochs=1, random_state=0),
+        AdaptiveKernelRegressor(
+            solver="eigenpro",
+            bandwidth=3.0,
+            feature_learning=None,
+            subsample_size=500,
+            cache_kernel=False,
+            n_epochs=1,
+            random_state=0,
+        ),
         BufferedSGDRegressor(n_epochs=1, random_state=0),
     ):
         predictions = np.ascontiguousarray(model.fit(X, y).predict(X[:500]))
