@@ -69,13 +69,20 @@ _RPCHOLESKY_RELATIVE_NOISE = 1e-10
 _RELATIVE_RESOLUTION = 1e3
 
 
-def nystrom_eigensystem(kernel, X_subsample):
-    """Eigenvalues and eigenfunction values of ``K_S / s``, in float64.
+def nystrom_eigensystem(kernel, X_subsample, precision=torch.float64):
+    """Eigenvalues and eigenfunction values of ``K_S / s``, returned in float64.
 
     Parameters
     ----------
     kernel : Kernel
     X_subsample : Tensor of shape (s, d)
+    precision : torch.dtype, default=torch.float64
+        The dtype ``K_S`` (evaluated in float64) is decomposed in.  The EigenPro
+        preconditioner of a float32 fit asks for float32: it applies the vectors in
+        float32 and uses only directions above ``1e3`` float32 rounding errors of
+        ``lambda_1`` (:func:`max_usable_components`), far above float32's error in
+        the eigenvalues, and the decomposition then takes half the time (2000
+        points on the 2-core CPU: 0.24 s against 0.50 s).
 
     Returns
     -------
@@ -89,10 +96,15 @@ def nystrom_eigensystem(kernel, X_subsample):
     gram = kernel(sample, sample)
     kernel.require_finite(gram, X_subsample.dtype)
     gram = (gram + gram.T) / (2.0 * s)
-    values, vectors = torch.linalg.eigh(gram)
-    values = torch.flip(values, dims=[0]).clamp_min_(0.0)
-    vectors = torch.flip(vectors, dims=[1]) / math.sqrt(s)
+    values, vectors = torch.linalg.eigh(gram.to(precision))
+    values = torch.flip(values, dims=[0]).to(torch.float64).clamp_min_(0.0)
+    vectors = torch.flip(vectors, dims=[1]).to(torch.float64) / math.sqrt(s)
     return values.cpu().numpy(), vectors
+
+
+def _eigensystem_precision(dtype):
+    """The dtype the preconditioner's subsample is decomposed in for a fit in ``dtype``: float32 or float64."""
+    return torch.float32 if torch.finfo(dtype).bits <= 32 else torch.float64
 
 
 def max_usable_components(eigenvalues, dtype):
@@ -355,7 +367,7 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     PreconditionerPlan
     """
     n_components, damping = spectral.n_components, spectral.damping
-    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size])
+    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size], _eigensystem_precision(X.dtype))
     usable = min(max_usable_components(eigenvalues, X.dtype), subsample_size - 1)
     eigenvalues = eigenvalues + spectral.eigenvalue_shift
     if n_components == "auto":

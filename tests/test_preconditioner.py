@@ -36,6 +36,38 @@ def test_nystrom_eigensystem_on_the_full_set_is_the_exact_spectrum(data):
     np.testing.assert_allclose((vectors.T @ vectors).numpy(), np.eye(120) / 120, atol=1e-10)
 
 
+def test_a_float32_fit_decomposes_its_subsample_in_float32_within_float32_rounding(rng, monkeypatch):
+    X = torch.as_tensor(rng.randn(400, 6), dtype=torch.float32)
+    kernel = Gaussian(bandwidth=2.0)
+    exact, _ = nystrom_eigensystem(kernel, X)
+    values, vectors = nystrom_eigensystem(kernel, X, torch.float32)
+    assert vectors.dtype == torch.float64
+    # The eigenvalues to tens of float32 rounding errors of lambda_1 (measured: up to 9),
+    # inside the 1e3 below which max_usable_components drops a direction.
+    np.testing.assert_allclose(values, exact, rtol=0, atol=50 * np.finfo(np.float32).eps * exact[0])
+    k = max_usable_components(exact, torch.float32)
+    assert max_usable_components(values, torch.float32) == k
+    # Each vector an eigenvector of K_S / s to float32's rounding: G u = lambda u.
+    gram = kernel(X.double(), X.double()).numpy() / X.shape[0]
+    units = vectors.numpy() * np.sqrt(X.shape[0])
+    residual = gram @ units - units * values
+    assert np.abs(residual).max() <= 50 * np.finfo(np.float32).eps * exact[0]
+    assert np.abs(residual).max() > 1e-3 * np.finfo(np.float32).eps * exact[0], "decomposed in float32"
+
+    # plan_preconditioner decomposes in the fit's dtype: float32 here, float64 for float64 rows.
+    asked = []
+    original = nystrom_eigensystem
+
+    def recorded(kernel, rows, precision=torch.float64):
+        asked.append(precision)
+        return original(kernel, rows, precision)
+
+    monkeypatch.setattr("skgpu_kernel.preconditioner.nystrom_eigensystem", recorded)
+    for rows in (X, X.double()):
+        plan_preconditioner(kernel, rows, 100, 30, SpectralSettings("auto", 0.95), column_block=64)
+    assert asked == [torch.float32, torch.float64]
+
+
 def test_preconditioned_top_eigenvalue_formula():
     values = np.array([1.0, 0.5, 0.1, 0.01])
     assert preconditioned_top_eigenvalue(values, 0, 0.95) == 1.0
