@@ -102,11 +102,6 @@ def nystrom_eigensystem(kernel, X_subsample, precision=torch.float64):
     return values.cpu().numpy(), vectors
 
 
-def _eigensystem_precision(dtype):
-    """The dtype the preconditioner's subsample is decomposed in for a fit in ``dtype``: float32 or float64."""
-    return torch.float32 if torch.finfo(dtype).bits <= 32 else torch.float64
-
-
 def max_usable_components(eigenvalues, dtype):
     """Largest ``k`` whose level ``lambda_{k+1}`` is resolvable in ``dtype``."""
     if eigenvalues.size == 0 or eigenvalues[0] <= 0:
@@ -367,7 +362,7 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     PreconditionerPlan
     """
     n_components, damping = spectral.n_components, spectral.damping
-    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size], _eigensystem_precision(X.dtype))
+    eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size], X.dtype)  # the training dtype
     usable = min(max_usable_components(eigenvalues, X.dtype), subsample_size - 1)
     eigenvalues = eigenvalues + spectral.eigenvalue_shift
     if n_components == "auto":
