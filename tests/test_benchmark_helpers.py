@@ -65,3 +65,34 @@ def test_a_child_that_dies_without_a_result_is_reported_not_waited_for(common):
     # parent then waited for its result for 30 minutes.
     assert "killed (SIGKILL" in _outcome(lambda: common.in_child(_kill_itself))
     assert "exit code 3" in _outcome(lambda: common.in_child(_exit_without_result))
+
+
+@pytest.fixture
+def real_data(monkeypatch):
+    """``benchmarks/bench_real_data.py`` imported as the script runs (beside ``_common``)."""
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    return importlib.import_module("bench_real_data")
+
+
+def _row(error, seconds):
+    return {"error": error, "fit_seconds": seconds, "diverged": 0, "peak_gb": 1.0, "notes": ""}
+
+
+def test_a_target_whose_baseline_did_not_run_is_not_judged_rather_than_missed(real_data):
+    against = real_data._Comparators
+    ours = _row(0.1, 10.0)
+    # --skip nystroem linear ...: neither target can be judged, and neither is a miss.
+    assert real_data._missed_targets("HI", 30_000, ours, against(None, None, None)) == (
+        [],
+        ["error (no target baseline ran)", "time (Nystroem did not run)"],
+    )
+    assert real_data._missed_targets("HI", 30_000, ours, against(0.09, _row(0.2, 4.0), None)) == (
+        ["error > 1.00 x best baseline", "time > 2 x Nystroem"],
+        [],
+    )
+    assert real_data._missed_targets("HI", 30_000, ours, against(0.1, _row(0.2, 5.0), None)) == ([], [])
+    # A perfect baseline is matched only by a perfect model.
+    assert real_data._missed_targets("Glass", 200, _row(0.0, 1.0), against(0.0, None, None)) == ([], [])
+    assert real_data._missed_targets("Glass", 200, ours, against(0.0, None, None))[0] == [
+        "error > 1.00 x best baseline"
+    ]
