@@ -36,6 +36,16 @@ PATHS = {
 VALIDATES = {"eigenpro2": True, "eigenpro3": True, "cg": False, "loo": False}
 
 
+def _fit_summary(model):
+    """What decides an iterative fit's path, for a failure message: solver, batch, step size, steps, scores."""
+    return (
+        f"solver {model.solver_}, batch {model.batch_size_}, learning rate {model.learning_rate_!r}, "
+        f"steps {[record['n_steps'] for record in model.history_]}, "
+        f"validation {[record.get('validation_score') for record in model.history_]}, "
+        f"train loss {[record.get('train_loss') for record in model.history_]}, attempts {model.fit_attempts_}"
+    )
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_adding_a_constant_to_y_shifts_predictions_by_it(path):
     X, y, X_test = _smooth_problem(n=1200)  # >= 1000 rows: "auto" holds out a validation split too
@@ -46,7 +56,11 @@ def test_adding_a_constant_to_y_shifts_predictions_by_it(path):
     assert shifted.alpha_ == base.alpha_  # "loo" scores centred targets
     assert shifted.intercept_ == pytest.approx(base.intercept_ + 1000.0, rel=1e-12)
     np.testing.assert_allclose(
-        shifted.dual_coef_, base.dual_coef_, rtol=1e-6, atol=1e-9 * np.abs(base.dual_coef_).max()
+        shifted.dual_coef_,
+        base.dual_coef_,
+        rtol=1e-6,
+        atol=1e-9 * np.abs(base.dual_coef_).max(),
+        err_msg=f"base: {_fit_summary(base)}; shifted: {_fit_summary(shifted)}",
     )
     predictions = base.predict(X_test)
     scale = np.linalg.norm(predictions)
