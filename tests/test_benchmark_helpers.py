@@ -11,11 +11,16 @@ import pytest
 _BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+def _benchmark_module(monkeypatch, name):
+    """``benchmarks/<name>.py`` imported as the scripts import each other (by bare name, from that folder)."""
+    monkeypatch.syspath_prepend(str(_BENCHMARKS))
+    return importlib.import_module(name)
+
+
 @pytest.fixture
 def common(monkeypatch):
     """``benchmarks/_common.py`` imported as the scripts import it (the spawned child imports it by that name)."""
-    monkeypatch.syspath_prepend(str(_BENCHMARKS))
-    module = importlib.import_module("_common")
+    module = _benchmark_module(monkeypatch, "_common")
     monkeypatch.setattr(module, "_CHILD_POLL_SECONDS", 0.2)
     return module
 
@@ -70,8 +75,7 @@ def test_a_child_that_dies_without_a_result_is_reported_not_waited_for(common):
 @pytest.fixture
 def real_data(monkeypatch):
     """``benchmarks/bench_real_data.py`` imported as the script runs (beside ``_common``)."""
-    monkeypatch.syspath_prepend(str(_BENCHMARKS))
-    return importlib.import_module("bench_real_data")
+    return _benchmark_module(monkeypatch, "bench_real_data")
 
 
 def _row(error, seconds):
