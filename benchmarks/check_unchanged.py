@@ -65,36 +65,9 @@ from skgpu_kernel.parallel import AdaptiveSGD, DataParallel, Parle
 ALLOWED_TO_CHANGE = {"sgd_parallel_parle": {"train_loss", "bytes_all_reduced"}}
 
 # Fits whose every figure may change, each for a stated reason (a fix on purpose), against a
-# baseline made from the commit before the change (d60ef58 for these).
-CHANGED_ON_PURPOSE = {
-    **dict.fromkeys(
-        (
-            "ep3_exact",
-            "ep3_iterative",
-            "ep3_cached",
-            "ep3_uncached",
-            "cg_centers",
-            "cg_centers_loo",
-            "ep2_penalised",
-            "cg_grid_centers",
-        ),
-        "issue 42 item 7, one model: a penalised fit without a held-out split fits the unpenalised intercept "
-        "jointly whatever the solver (CG on centers here: solver='auto' takes CG in the ep3_* fits; EigenPro 2 "
-        "with alpha > 0 in ep2_penalised)",
-    ),
-    **dict.fromkeys(
-        ("ep3_sharded", "ep2_grid_cached", "ep2_grid_uncached_validation", "ep3_eigenpro_exact"),
-        "issue 43, feature_learning='auto': on these 2000 rows, whose target depends on 4 of the 8 features, "
-        "the default learns a diagonal metric and keeps it (bitwise the old fit with feature_learning=None)",
-    ),
-    "ep3_eigenpro_iterative_cached": "issue 43, feature_learning='auto' (as ep3_sharded)",
-    **dict.fromkeys(
-        ("ep2_cached_unpenalised", "ep2_uncached_unpenalised", "ep3_streamed", "ep3_streamed_small_batch"),
-        "issue 43 (ed9fe67): a float32 fit's EigenPro preconditioner decomposes its subsample in float32 "
-        "(the step size and the critical batch move in their 5th digit; every float32 EigenPro fit changes so, "
-        "as do the fits named above for their own reasons)",
-    ),
-}
+# baseline made from the commit before the change.  Empty: the baseline was rebuilt after
+# the last such change (issue 50), so every fit must match it.
+CHANGED_ON_PURPOSE = {}
 
 # Fitted attributes whose value changed on purpose in every fit, with the reason; their
 # differences are printed beside an OK.

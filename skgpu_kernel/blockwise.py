@@ -22,6 +22,7 @@ from .operators import (
     StreamedOperator,
     map_row_blocks,
 )
+from .out_of_memory import MemoryEvents, ShrinkingStage, halvings
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
 # large on CUDA (the device needs wide products to be busy).
@@ -80,24 +81,35 @@ class PredictionTensors:
         """The same centers with ``coef`` (moved to this device and dtype)."""
         return dataclasses.replace(self, coef=coef.to(self.coef.device, self.coef.dtype))
 
-    def predict(self, kernel, X, budget):
+    def predict(self, kernel, X, budget, record=None, solver=None):
         """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
 
-        From exact int8 distances where the fit took them, the device's int8 products
-        pay at the prediction blocks (:func:`~skgpu_kernel.grid.integer_products_pay`,
-        measured: a fit's wide blocks may gain where 256-row blocks do not) and
-        every row of ``X`` lies on the centers' grid (after the offset); else from
-        float blocks.
+        From the grid's exact distances where the fit took them and every row of ``X``
+        lies on the centers' grid (after the offset), else from float blocks.  The
+        distances' products are int8 ones where these pay at the prediction blocks
+        (:func:`~skgpu_kernel.grid.integer_products_pay`, measured: a fit's wide
+        blocks may gain where 256-row blocks do not), else exact float32 ones: the
+        same predictions to the bit either way.
+
+        ``record`` (a fitted model's ``fit_attempts_``) receives an entry per
+        halving of the row block after the device ran out of memory, naming
+        ``solver`` (see :mod:`skgpu_kernel.out_of_memory`).
         """
+        events = None if record is None else MemoryEvents(record, solver)
         if self.center_codes is not None:
             blocks = prediction_blocks(kernel, self.centers, self.coef, X.shape[1], budget)
             inner = padded_features(X.shape[1])
-            speedup = integer_matmul_speedup(self.device, self.coef.dtype, blocks.rows, inner, blocks.columns)
-            if integer_products_pay(speedup):
-                scores = kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset, on_grid=self)
-                if scores is not None:
-                    return scores
-        return kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset)
+            speedup = integer_matmul_speedup(self.device, torch.float32, blocks.rows, inner, blocks.columns)
+            pays = integer_products_pay(speedup)
+            on_grid = dataclasses.replace(
+                self,
+                grid=dataclasses.replace(self.grid, integer_products=pays),
+                center_codes=dataclasses.replace(self.center_codes, integer_products=pays),
+            )
+            scores = kernel_predict(kernel, X, self.centers, self.coef, budget, self.offset, on_grid, events)
+            if scores is not None:
+                return scores
+        return kernel_predict(kernel, X, self.centers, self.coef, budget, self.offset, events=events)
 
 
 def prediction_blocks(kernel, centers, coef, n_features, budget):
@@ -110,13 +122,15 @@ def prediction_blocks(kernel, centers, coef, n_features, budget):
     return OperatorBlocks(min(rows_within_budget(budget // 2, 0, bytes_per_row), nominal_rows), column_block)
 
 
-def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
+def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None, events=None):
     """``K(X, centers) @ coef`` for a host array ``X``, in memory-planned blocks.
 
     Rows go to the device in blocks of a fixed size, the last one padded with
     zeros: every product then has the same shape, so a row's result does not
     depend on which or how many rows are predicted with it (BLAS libraries pick
-    different summation orders for different shapes).
+    different summation orders for different shapes).  Where the device runs out
+    of memory, the prediction starts again with half the rows per block (each
+    halving recorded in ``events``), down to one.
 
     Parameters
     ----------
@@ -132,14 +146,30 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
     on_grid : PredictionTensors or None
         Blocks from the exact squared distances of rows and centers on
         ``on_grid.grid`` (padding rows at the grid's origin, also on it).
+    events : MemoryEvents or None
+        Where each halving of the row block is recorded.
 
     Returns
     -------
     ndarray of shape (n_samples, n_outputs), in the dtype of ``centers``, or None
         None with ``on_grid`` when a row of ``X`` lies off the grid.
     """
+    planned = prediction_blocks(kernel, centers, coef, X.shape[1], budget)
+
+    def predict(row_block):
+        blocks = dataclasses.replace(planned, rows=row_block)
+        return _streamed_operator(kernel, X, centers, blocks, offset, on_grid).matmul(coef).numpy()
+
+    stage = ShrinkingStage("predict", "prediction row block", halvings(planned.rows), centers.device, events)
+    try:
+        return stage(predict)
+    except _OffGrid:  # only the grid's operator refuses a block
+        return None
+
+
+def _streamed_operator(kernel, X, centers, blocks, offset, on_grid):
+    """The :class:`StreamedOperator` of :func:`kernel_predict` at ``blocks``."""
     device, dtype = centers.device, centers.dtype
-    blocks = prediction_blocks(kernel, centers, coef, X.shape[1], budget)
 
     def on_grid_operator(rows):
         codes = encode_on_grid(rows, on_grid.grid)
@@ -151,11 +181,7 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None):
         on_device, pad = (lambda rows: EvaluatedOperator(kernel, rows, centers, blocks)), None
     else:
         on_device, pad = on_grid_operator, on_grid.grid.origin
-    operator = StreamedOperator(X, on_device, centers.shape[0], blocks.rows, device, dtype, offset=offset, pad=pad)
-    try:
-        return operator.matmul(coef).numpy()
-    except _OffGrid:  # only the grid's operator refuses a block
-        return None
+    return StreamedOperator(X, on_device, centers.shape[0], blocks.rows, device, dtype, offset=offset, pad=pad)
 
 
 class _OffGrid(Exception):

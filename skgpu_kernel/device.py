@@ -23,6 +23,7 @@ __all__ = [
     "batch_limit",
     "column_block_size",
     "cuda_int8_shape",
+    "default_memory_budget",
     "exact_gram_row_block",
     "integer_matmul_speedup",
     "is_out_of_memory",
@@ -38,8 +39,9 @@ __all__ = [
     "throughput_saturation_batch",
 ]
 
-# Fraction of the free memory used when no budget is given.  The host keeps more in
-# reserve because the caller's numpy copies and the Python process live there too.
+# Fraction of the free memory, rounded down to a power of two, used when no budget is
+# given.  The host keeps more in reserve because the caller's numpy copies and the
+# Python process live there too.
 _DEFAULT_BUDGET_FRACTION = {"cuda": 0.8, "cpu": 0.5}
 
 # On a CPU, blocks of about this many entries stay in the last-level cache, which
@@ -196,8 +198,33 @@ def available_memory(device):
     return _host_available_memory()
 
 
+def default_memory_budget(free, device_type):
+    """The budget without a given one: a fraction of ``free`` bytes rounded down to a power of two.
+
+    The budget sizes blocks (their summation order), caches and batches, so a
+    budget that followed the free memory byte by byte would make the model depend
+    on what else the machine held when the fit started.  Rounded down to a power of
+    two, it is the same for every fit while the free memory stays within one
+    octave (on a 24 GiB host with 23 GiB free: 8 GiB while 16 to 32 GiB are free),
+    and never more than the fraction of what is free.  Half of it on a CPU, 80% on
+    CUDA.
+
+    Parameters
+    ----------
+    free : int
+        Bytes free on the device (:func:`available_memory`).
+    device_type : {"cpu", "cuda"}
+
+    Returns
+    -------
+    int
+    """
+    octave = 2 ** (max(int(free), 1).bit_length() - 1)
+    return int(_DEFAULT_BUDGET_FRACTION[device_type] * octave)
+
+
 def resolve_memory_budget(spec, device):
-    """Bytes the estimator may use on ``device``: the given budget, or a safe fraction of free memory.
+    """Bytes the estimator may use on ``device``: the given budget, or :func:`default_memory_budget`.
 
     An explicit budget above the memory free on the device is kept (the caller may
     know better, e.g. about memory about to be released) but warned about.
@@ -205,7 +232,7 @@ def resolve_memory_budget(spec, device):
     budget = parse_memory_budget(spec)
     free = available_memory(device)
     if budget is None:
-        return int(_DEFAULT_BUDGET_FRACTION[device.type] * free)
+        return default_memory_budget(free, device.type)
     if budget > free:
         warn_user(
             f"memory_budget of {budget / 1e9:.2f} GB exceeds the {free / 1e9:.2f} GB free on {device}; "

@@ -11,13 +11,20 @@ times faster than a float32 one.  On the 2-core AMD EPYC we develop on,
 ``torch._int_mm`` at a cache fill's blocks (2048 x 784 by 784 x 512) ran at 710-840
 G multiply-adds x 2 per second against ``torch.mm``'s 160-200 GFLOP/s in float32.
 
-Whether the speed-up exists is measured on the device
-(``skgpu_kernel.device.integer_matmul_speedup``, through
-``skgpu_kernel.operators.measure_operator``) at the blocks a product evaluates,
-and :func:`integer_products_pay` is the one rule that reads it (the fit through
-``skgpu_kernel.planning.operator.plan_operator``, ``predict`` directly).
+Data found on a grid always take its exact distances, whatever the device, so that
+a model does not depend on a speed measurement: the integer product of the codes is
+computed either by ``torch._int_mm`` or by float32 products of the codes in chunks
+of at most :data:`FLOAT_EXACT_INNER` features, where every partial sum is an integer
+below ``2**24`` and so exact (:func:`integer_sq_distances`).  Both give the same
+int32 distances to the bit; which runs is a matter of speed only, measured on the
+device (``skgpu_kernel.device.integer_matmul_speedup``, through
+``skgpu_kernel.operators.measure_operator``) at the blocks a product evaluates, and
+:func:`integer_products_pay` is the one rule that reads it (the fit through
+``skgpu_kernel.planning.operator.plan_operator``, ``predict`` directly).  Processors
+without 8-bit dot-product instructions (AVX2 only) take the float32 products.
 """
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -27,6 +34,7 @@ import torch
 from .device import CUDA_INT8_MULTIPLE, cuda_int8_shape, round_up_multiple
 
 __all__ = [
+    "FLOAT_EXACT_INNER",
     "INTEGER_PRODUCTS_MIN_SPEEDUP",
     "Grid",
     "GridCodes",
@@ -42,6 +50,11 @@ __all__ = [
 # element-wise passes per block (on the 2-core AMD EPYC the products ran 4x faster, and
 # a 20000-row Fashion-MNIST fill took 0.8-0.9 s against 2.4-2.7 s).
 INTEGER_PRODUCTS_MIN_SPEEDUP = 2.0
+
+# Codes of at most this many features multiply exactly in float32: every partial sum
+# of products of codes in -128..127 stays within 1024 * 128**2 = 2**24, float32's
+# last exact integer, in any summation order (TF32 and bf16 inputs hold the codes too).
+FLOAT_EXACT_INNER = 1024
 
 # Codes c - 128 of the values origin + step * c, c in 0..CODE_LEVELS - 1, fill int8.
 CODE_LEVELS = 256
@@ -65,11 +78,15 @@ class GridCodes:
     sq_norms : Tensor of shape (m,) and dtype int32
         Each row's sum of squared codes.
     step : float
+    integer_products : bool, default=True
+        Products of the codes by ``torch._int_mm`` (else by exact float32 products:
+        the same bits, see :func:`integer_sq_distances`); the grid's choice.
     """
 
     codes_t: torch.Tensor
     sq_norms: torch.Tensor
     step: float
+    integer_products: bool = True
 
     def __len__(self):
         return self.codes_t.shape[1]
@@ -82,18 +99,23 @@ class GridCodes:
     def take(self, rows):
         """The ``GridCodes`` of ``rows`` (a slice, or a tensor of indices gathered once)."""
         if isinstance(rows, slice):
-            return GridCodes(self.codes_t[:, rows], self.sq_norms[rows], self.step)
+            return dataclasses.replace(self, codes_t=self.codes_t[:, rows], sq_norms=self.sq_norms[rows])
         # Gathered into (rows, d') order: the transposed view's row blocks are then free.
         codes = self.codes_t.index_select(1, rows).T.contiguous()
-        return GridCodes(codes.T, self.sq_norms.index_select(0, rows), self.step)
+        return dataclasses.replace(self, codes_t=codes.T, sq_norms=self.sq_norms.index_select(0, rows))
 
 
 @dataclass(frozen=True)
 class Grid:
-    """A common grid of the features: ``step`` and each feature's ``origin`` (a tensor)."""
+    """A common grid of the features: ``step`` and each feature's ``origin`` (a tensor).
+
+    ``integer_products``: how the codes' products are computed (``torch._int_mm``
+    where it pays, else exact float32 products); the distances are the same either way.
+    """
 
     step: float
     origin: torch.Tensor
+    integer_products: bool = True
 
 
 def find_grid(X):
@@ -166,11 +188,15 @@ def encode_on_grid(X, grid, checked=False):
         codes = (levels - _CODE_SHIFT).to(torch.int32)
         sq_norms[start : start + rows.shape[0]] = (codes * codes).sum(dim=1, dtype=torch.int32)
         codes_t[:n_features, start : start + rows.shape[0]] = codes.T
-    return GridCodes(codes_t, sq_norms, grid.step)
+    return GridCodes(codes_t, sq_norms, grid.step, grid.integer_products)
 
 
-def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out):
+def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out, float_products=None):
     """Exact squared distances, in grid steps squared, of rows to centers, into ``out``.
+
+    The product of the codes is exact either way, so the distances are the same to
+    the bit: by ``torch._int_mm`` summed in int32, or, given ``float_products``, by
+    float32 products over chunks of at most :data:`FLOAT_EXACT_INNER` features.
 
     Parameters
     ----------
@@ -181,14 +207,34 @@ def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out):
         The centers' codes, transposed (``codes_t`` of :class:`GridCodes`).
     center_sq_norms : Tensor of shape (n,), int32
     out : Tensor of shape (m, n), int32
+    float_products : Tensor of shape (m, n), float32, or None
+        Memory for the float32 products; None: ``torch._int_mm``.
 
     Returns
     -------
     Tensor
         ``out``.
     """
-    _int8_product(rows, centers_t, out)
+    if float_products is None:
+        _int8_product(rows, centers_t, out)
+    else:
+        _exact_float_product(rows, centers_t, out, float_products)
     return out.mul_(-2).add_(row_sq_norms[:, None]).add_(center_sq_norms[None, :])
+
+
+def _exact_float_product(left, right, out, products):
+    """``left @ right`` of int8 codes, exactly, into the int32 ``out``, through float32 ``products``."""
+    inner = left.shape[1]
+    for start in range(0, inner, FLOAT_EXACT_INNER):
+        stop = min(start + FLOAT_EXACT_INNER, inner)
+        torch.mm(left[:, start:stop].float(), right[start:stop].float(), out=products)
+        if start == 0:
+            out.copy_(products)
+        else:
+            out.add_(products.to(torch.int32))
+    if inner == 0:
+        out.zero_()
+    return out
 
 
 def _int8_product(left, right, out, pad=None):

@@ -20,6 +20,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
+from ._warnings import warn_user
 from .blockwise import DeviceCopier, PredictionTensors
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
@@ -284,7 +285,18 @@ class _BaseAdaptiveKernel(BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
         tensors = self._prediction_tensors()
-        scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
+        budget = resolve_memory_budget(self.memory_budget, tensors.device)
+        # Out of device memory, the prediction's row blocks shrink; predicting changes no fitted
+        # attribute, so each time is told in a warning rather than in fit_attempts_.
+        events = []
+        scores = tensors.predict(self.kernel_, X, budget, events, self.solver_)
+        if events:
+            halvings = ", ".join(f"{event['from']} -> {event['to']}" for event in events)
+            warn_user(
+                f"Out of memory on {tensors.device} while predicting ({events[0]['reason']}): the prediction row "
+                f"block went {halvings} rows; the predictions are those of the planned blocks.",
+                RuntimeWarning,
+            )
         # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
         # and the fitted coefficients are (a float32 fit), float64 otherwise.
         out = np.promote_types(output_dtype(X.dtype), self.dual_coef_.dtype)
@@ -646,13 +658,27 @@ _COMMON_ATTRIBUTES = """
         ended with ten times the penalty (at most three times, each with a
         ``ConvergenceWarning``), and ``alpha_`` is the penalty it ended with.
     fit_attempts_ : list of dict
-        Every solver run of the last ``fit``, in order, the one that made the model
-        last: ``{"solver": ..., "alpha": ..., "reason": ...}``, the reason being
-        ``"planned"`` for the first and, for each later one, why the one before gave
-        way (CG broken down by rounding and refitted with a larger penalty; CG on
-        every point too ill-conditioned and fitted by EigenPro 2; a kernel cache the
-        device refused, fitted without it).  ``solver_`` and ``alpha_`` are the last
-        attempt's.
+        The record of what the last ``fit`` tried, in order.  Every solver run, the
+        one that made the model last: ``{"solver": ..., "alpha": ..., "reason":
+        ...}``, the reason being ``"planned"`` for the first and, for each later
+        one, why the one before gave way (CG broken down by rounding and refitted
+        with a larger penalty; CG on every point too ill-conditioned and fitted by
+        EigenPro 2; a kernel cache the device refused, fitted without it).
+        ``solver_`` and ``alpha_`` are the last run's.  Entries with an ``"event"``
+        key are not solver runs: each time a stage ran out of device memory and
+        went on smaller, ``{"event": "out_of_memory", "stage": ..., "solver": ...,
+        "shrank": ..., "from": ..., "to": ..., "reason": ...}``, after the run it
+        happened in (before the first run for the fits and AGOP of feature
+        learning).  ``stage`` is ``"cache fill"`` (``shrank`` names the cache;
+        ``"cached"`` to ``"evaluated"``: its blocks computed per product, or the fit
+        planned again without it, the next entry), ``"preconditioner subsample"``
+        (``subsample_size`` halved), ``"agop"`` (its row block halved),
+        ``"validation"`` (the held-out rows' row block halved), ``"epoch batch"``
+        (``batch_size`` halved); ``reason`` is the error's first line.  A block
+        halved keeps the model, up to rounding; a smaller subsample or batch
+        changes the fit's path.  (Out of memory while predicting, the row block
+        is halved too and a ``RuntimeWarning`` says so: predicting changes no
+        fitted attribute.)
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the

@@ -86,10 +86,19 @@ _MIRROR_TILE = 1024
 
 @dataclass(frozen=True)
 class OperatorBlocks:
-    """How many rows an evaluated product prepares at once, and how many columns of ``K`` it evaluates at once."""
+    """How many rows an evaluated product prepares at once, and how many columns of ``K`` it evaluates at once.
+
+    ``rowwise``: each row's product is a matrix-vector product of its own (one per
+    column of ``V``), so that its bits do not depend on the rows beside it or on its
+    place in the block.  A matrix product need not give that: on an AMD EPYC,
+    MKL's float64 ``(256 x 1000) @ (1000 x 3)`` rounds a row differently at an odd
+    and at an even place.  It costs up to 3x the product's time with 10 columns of
+    ``V`` (the kernel's evaluation of the block costs about as much).
+    """
 
     rows: int
     columns: int
+    rowwise: bool = False
 
     @classmethod
     def whole(cls, n_rows, column_block):
@@ -107,9 +116,10 @@ class OperatorMeasurements:
         The common grid of the rows and the centers, for a kernel of their squared
         Euclidean distances (``Kernel.from_distances``); None otherwise.
     integer_speedup : float
-        How many times faster int8 products run than float ones at the operator's
+        How many times faster int8 products run than float32 ones at the operator's
         blocks (``skgpu_kernel.device.integer_matmul_speedup``); measured only
-        where there is a grid (0 otherwise).
+        where there is a grid (0 otherwise).  It chooses how the grid's exact
+        distances are computed, never whether: both ways give the same bits.
     """
 
     grid: Grid | None = None
@@ -140,7 +150,8 @@ def measure_operator(kernel, rows, block_shape, centers=None):
     if grid is None or (centers is not None and encode_on_grid(centers, grid) is None):
         return OperatorMeasurements()
     n_rows, n_columns = block_shape
-    speedup = integer_matmul_speedup(rows.device, rows.dtype, n_rows, padded_features(rows.shape[1]), n_columns)
+    # The grid's alternative to int8 products is exact float32 products, whatever the training dtype.
+    speedup = integer_matmul_speedup(rows.device, torch.float32, n_rows, padded_features(rows.shape[1]), n_columns)
     return OperatorMeasurements(grid, speedup)
 
 
@@ -224,7 +235,7 @@ class EvaluatedOperator(KernelOperator):
         outputs, leading_blocks = [], []
         for start in range(0, n_rows, self.blocks.rows):
             source = self._source(self._slice(selected, start, start + self.blocks.rows))
-            out, leading_block = _blocked_matmul(source, V, self.blocks.columns, leading)
+            out, leading_block = _blocked_matmul(source, V, self.blocks, leading)
             outputs.append(out)
             leading_blocks.append(leading_block)
         if len(outputs) == 1:
@@ -314,12 +325,12 @@ class GridOperator(EvaluatedOperator):
         return _GridBlocks(self.kernel, selected, self.centers, self.dtype)
 
 
-def _blocked_matmul(source, V, column_block, leading):
-    """``(K(rows, Z[:k]) @ V, K(rows, Z[:leading]) or None)`` summed over blocks of ``column_block`` columns.
+def _blocked_matmul(source, V, blocks, leading):
+    """``(K(rows, Z[:k]) @ V, K(rows, Z[:leading]) or None)`` summed over blocks of ``blocks.columns`` columns.
 
     With ``leading``, the first block is exactly ``Z[:leading]``, kept in memory of its own.
     """
-    n = V.shape[0]
+    n, column_block = V.shape[0], blocks.columns
     out = torch.zeros(source.n_rows, V.shape[1], dtype=source.dtype, device=source.device)
     starts = [0, *list(range(leading, n, column_block))] if leading > 0 else list(range(0, n, column_block))
     rows = source.rows(0, source.n_rows)
@@ -330,7 +341,11 @@ def _blocked_matmul(source, V, column_block, leading):
         # The leading block is returned to the caller: it gets memory of its own.
         keeps_block = leading > 0 and start == 0
         block = source.block(rows, start, stop, fresh=keeps_block)
-        out.addmm_(block, V[start:stop])
+        if blocks.rowwise:
+            for column in range(V.shape[1]):
+                out[:, column].addmv_(block, V[start:stop, column])
+        else:
+            out.addmm_(block, V[start:stop])
         if keeps_block:
             leading_block = block
     if leading > 0 and leading_block is None:
@@ -383,11 +398,16 @@ class _PreparedBlocks:
 
 
 class _GridBlocks:
-    """Blocks of ``K(X, Z)`` from the exact squared distances of rows and centers on a grid."""
+    """Blocks of ``K(X, Z)`` from the exact squared distances of rows and centers on a grid.
+
+    Where the grid's products are float32 ones, they are computed into the block's
+    own memory (a float32 fit) or into a float32 buffer beside the int32 distances
+    (a float64 fit: the two together take one float64 block, as the planner counts).
+    """
 
     def __init__(self, kernel, row_codes, center_codes, dtype):
         self.kernel, self.row_codes, self.centers, self.dtype = kernel, row_codes, center_codes, dtype
-        self.distances, self.values = BlockBuffer(kernel), BlockBuffer(kernel)
+        self.distances, self.values, self.products = BlockBuffer(kernel), BlockBuffer(kernel), BlockBuffer(kernel)
         self.n_rows, self.device = len(row_codes), center_codes.codes_t.device
 
     def rows(self, top, bottom):
@@ -396,16 +416,21 @@ class _GridBlocks:
     def block(self, rows, left, right, fresh=False):
         centers = self.centers
         shape, device = (rows[0].shape[0], right - left), centers.codes_t.device
+        if fresh:
+            out = torch.empty(shape, dtype=self.dtype, device=device)
+        else:
+            out = self.values.take(*shape, self.dtype, device)
+        float_products = None
+        if not centers.integer_products:
+            float32 = self.dtype == torch.float32
+            float_products = out if float32 else self.products.take(*shape, torch.float32, device)
         sq_dists = integer_sq_distances(
             *rows,
             centers.codes_t[:, left:right],
             centers.sq_norms[left:right],
             self.distances.take(*shape, torch.int32, device),
+            float_products,
         )
-        if fresh:
-            out = torch.empty(shape, dtype=self.dtype, device=device)
-        else:
-            out = self.values.take(*shape, self.dtype, device)
         return self.kernel.block_from_sq_distances(sq_dists, centers.step * centers.step, out)
 
 
@@ -763,9 +788,10 @@ class StreamedOperator(KernelOperator):
     """``K(X, Z)`` for host rows ``X`` that never sit on the device whole (an array, a memory map, a CSR matrix).
 
     Rows go to the device in blocks of exactly ``row_block`` rows (:func:`map_row_blocks`:
-    the last one padded, so that a row's result does not depend on how many rows come
-    with it), and each block is multiplied by its own device operator
-    ``on_device(rows)``.  Products are host tensors.
+    the last one padded), and each block is multiplied by its own device operator
+    ``on_device(rows)``, row by row (``OperatorBlocks.rowwise``), so that a row's
+    result does not depend on which or how many rows come with it.  Products are
+    host tensors.
 
     Parameters
     ----------
@@ -795,7 +821,7 @@ class StreamedOperator(KernelOperator):
             raise NotImplementedError("a streamed operator multiplies all its rows, in order")
         scores = map_row_blocks(
             self.X,
-            lambda block: self.on_device(block).matmul(V),
+            lambda block: _rowwise(self.on_device(block)).matmul(V),
             V.shape[1],
             self.row_block,
             self.device,
@@ -807,6 +833,14 @@ class StreamedOperator(KernelOperator):
 
     def block(self, rows=None):
         raise NotImplementedError("a streamed operator's rows are not held: multiply them with matmul")
+
+
+def _rowwise(operator):
+    """``operator`` (evaluated or on a grid, the kinds ``on_device`` gives) multiplying row by row."""
+    blocks = getattr(operator, "blocks", None)
+    if blocks is None or blocks.rowwise:
+        return operator
+    return operator.with_blocks(dataclasses.replace(blocks, rowwise=True))
 
 
 def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None, pad=None):

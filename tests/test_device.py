@@ -13,6 +13,7 @@ from skgpu_kernel.device import (
     batch_limit,
     column_block_size,
     cuda_int8_shape,
+    default_memory_budget,
     parse_memory_budget,
     resolve_device,
     resolve_dtype,
@@ -83,15 +84,24 @@ def test_resolve_dtype():
         resolve_dtype("float16")
 
 
-def test_memory_budget_defaults_to_a_fraction_of_available_memory():
+def test_memory_budget_defaults_to_a_fraction_of_available_memory_rounded_down_to_a_power_of_two():
     cpu = torch.device("cpu")
     free = available_memory(cpu)
     assert free > 0
     budget = resolve_memory_budget(None, cpu)
-    assert 0.3 * free <= budget <= 0.7 * free
+    assert 0.25 * free < budget <= 0.5 * free
     assert resolve_memory_budget("1GB", cpu) == 10**9
     with pytest.warns(RuntimeWarning, match="exceeds the"):
         assert resolve_memory_budget(100 * free, cpu) == 100 * free
+
+
+def test_the_default_budget_does_not_move_with_the_free_memory_within_an_octave():
+    gib = 2**30
+    budgets = {default_memory_budget(free, "cpu") for free in (16 * gib, 20 * gib, 23 * gib + 12345, 32 * gib - 1)}
+    assert budgets == {8 * gib}
+    assert default_memory_budget(15 * gib, "cpu") == 4 * gib
+    assert default_memory_budget(20 * gib, "cuda") == int(0.8 * 16 * gib)
+    assert default_memory_budget(0, "cpu") == 0
 
 
 def test_rows_within_budget_and_batch_limit():

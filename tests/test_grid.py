@@ -175,20 +175,41 @@ def test_integer_products_are_measured_against_torch_mm():
     assert np.isfinite(speedup) and speedup > 0
 
 
-def test_the_operator_plan_takes_the_grid_where_int8_products_pay_and_reserves_its_memory_only_then():
+def test_the_operator_plan_takes_the_grid_wherever_the_rows_lie_on_one_and_the_speed_picks_only_the_products():
     problem = KernelProblem(700, 40, 1, 4)
     grid = find_grid(_centred(_images()))
     fast = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP)
     slow = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP * 0.99)
     assert plan_operator(problem, fast).grid_step == pytest.approx(1 / 255, rel=1e-6)
-    assert not plan_operator(problem, slow).on_grid
+    assert plan_operator(problem, fast).grid.integer_products
+    assert plan_operator(problem, slow).grid_step == plan_operator(problem, fast).grid_step
+    assert not plan_operator(problem, slow).grid.integer_products
     assert not plan_operator(problem, OperatorMeasurements()).on_grid
     streamed = KernelProblem(700, 40, 1, 4, n_centers=100, streamed=True)
     assert not plan_operator(streamed, fast).on_grid, "streamed rows are never checked against a grid"
     assert operator_problem(problem, fast).grid_codes and operator_problem(problem, fast).extra_blocks == 1
-    assert operator_problem(problem, slow) == problem
+    assert operator_problem(problem, slow) == operator_problem(problem, fast), "the memory plan ignores the speed"
+    assert operator_problem(problem, OperatorMeasurements()) == problem
     cached = plan_operator(problem, fast, cache_itemsize=2)
     assert cached.cached and cached.cache_dtype == "float16" and "grid" in cached.describe()
+
+
+@pytest.mark.parametrize("n_features", [40, 1024, 1030, 2100])
+def test_exact_float32_products_of_the_codes_give_the_int8_products_bits(rng, n_features):
+    """Beyond 1024 features the float32 products go in chunks: every partial sum stays an exact integer."""
+    rows = torch.as_tensor(rng.randint(-128, 128, (37, n_features)), dtype=torch.int8)
+    centers = torch.as_tensor(rng.randint(-128, 128, (n_features, 29)), dtype=torch.int8)
+    # The extreme codes make the largest sums: a row and a center of all -128.
+    rows[0], centers[:, 0] = -128, -128
+    norms_rows = (rows.int() ** 2).sum(1, dtype=torch.int32)
+    norms_centers = (centers.int() ** 2).sum(0, dtype=torch.int32)
+    shape = (rows.shape[0], centers.shape[1])
+    by_int8 = integer_sq_distances(rows, norms_rows, centers, norms_centers, torch.empty(shape, dtype=torch.int32))
+    by_float = integer_sq_distances(
+        rows, norms_rows, centers, norms_centers, torch.empty(shape, dtype=torch.int32), torch.empty(shape)
+    )
+    exact = ((rows.long()[:, None, :] - centers.long().T[None, :, :]) ** 2).sum(-1)
+    assert torch.equal(by_int8.long(), exact) and torch.equal(by_float, by_int8)
 
 
 def test_measurements_find_the_grid_only_for_kernels_of_distances_and_centers_on_it():
@@ -201,7 +222,12 @@ def test_measurements_find_the_grid_only_for_kernels_of_distances_and_centers_on
 
 
 def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):
-    monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: speedup)
+    """Fit with the int8 products' speed measured as ``speedup``; None: as if the rows lay on no grid."""
+    if speedup is None:
+        monkeypatch.setattr(operators, "find_grid", lambda rows: None)
+    else:
+        monkeypatch.setattr(operators, "find_grid", find_grid)
+        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: speedup)
     return estimator.fit(X, y)
 
 
@@ -210,16 +236,19 @@ def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):
 def test_fit_on_a_grid_equals_the_float_fill(monkeypatch, dtype, cache_kernel):
     """Same data, same decisions: only the kernel's rounding differs, and the grid's is smaller.
 
-    Cached, the fill takes the integer path; not cached, every step's blocks and the
-    validation scores do.
+    Cached, the fill takes the grid's distances; not cached, every step's blocks and the
+    validation scores do.  Whether int8 products pay changes no bit of the model.
     """
     X, y = load_digits(return_X_y=True)
     X, y = X[:1400] / 16.0, y[:1400]
     params = {"bandwidth": 2.0, "dtype": dtype, "batch_size": 96, "random_state": 0, "solver": "eigenpro"}
     params["cache_kernel"] = cache_kernel
     grid = _fit_with_speedup(monkeypatch, 100.0, AdaptiveKernelClassifier(**params), X, y)
-    floats = _fit_with_speedup(monkeypatch, 0.0, AdaptiveKernelClassifier(**params), X, y)
+    slow_int8 = _fit_with_speedup(monkeypatch, 0.0, AdaptiveKernelClassifier(**params), X, y)
+    floats = _fit_with_speedup(monkeypatch, None, AdaptiveKernelClassifier(**params), X, y)
     assert grid.kernel_grid_step_ == pytest.approx(1 / 16) and floats.kernel_grid_step_ is None
+    assert slow_int8.kernel_grid_step_ == grid.kernel_grid_step_
+    np.testing.assert_array_equal(slow_int8.dual_coef_, grid.dual_coef_)
     assert grid.kernel_cached_ == floats.kernel_cached_ == (cache_kernel == "auto")
     assert grid.n_epochs_ == floats.n_epochs_
     scale = np.abs(floats.dual_coef_).max()
@@ -297,13 +326,14 @@ def test_predictions_of_a_grid_fit_take_the_grid_and_equal_float64(monkeypatch):
 
     monkeypatch.setattr(blockwise, "kernel_predict", recording)
     X_test = X[1200:]
-    monkeypatch.setattr(blockwise, "integer_matmul_speedup", lambda *args: 1.9)  # int8 does not pay: floats
+    monkeypatch.setattr(blockwise, "integer_matmul_speedup", lambda *args: 1.9)  # int8 does not pay: float32
     slow_int8 = model.predict(X_test)
-    assert on_grid_calls == [False]
+    assert on_grid_calls == [True]
     on_grid_calls.clear()
     monkeypatch.setattr(blockwise, "integer_matmul_speedup", lambda *args: 100.0)
     predictions = model.predict(X_test)
     assert on_grid_calls == [True]
+    np.testing.assert_array_equal(slow_int8, predictions)  # the same distances, whichever products
     # The same model in float64 arithmetic.  Both ways sum K(x, Z) c in float32, whose
     # rounding (up to eps * sum_j |K_ij c_j|, 5e-4 here: coefficients up to 77)
     # dominates the predictions' error, so the distances are compared on kernel blocks.

@@ -12,6 +12,7 @@ import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.kernel as planning_kernel
 import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel.grid import find_grid
 from skgpu_kernel.solvers.kernel_paths import SOLVER_PATHS
 
 
@@ -44,28 +45,35 @@ SOLVER_CASES = {
     "eigenpro3": {"solver": "eigenpro", "n_centers": 120, "batch_size": 64, "n_epochs": 3},
     "cg centers": {"solver": "cg", "alpha": 0.5, "n_centers": 120, "n_epochs": 60},
 }
+# The int8 products' measured speed-up; None: the rows treated as on no grid (float blocks).
 EVERY_POINT_KINDS = [
-    ("evaluated", False, 0.0),
-    ("cached", True, 0.0),
+    ("evaluated", False, None),
+    ("cached", True, None),
     ("grid", False, 100.0),
     ("grid cached", True, 100.0),
+    ("grid float32 products", False, 1.0),
 ]
 OPERATOR_KINDS = {
     "eigenpro2": EVERY_POINT_KINDS,
     "cg every point": EVERY_POINT_KINDS,
     "eigenpro3": EVERY_POINT_KINDS,
-    "cg centers": [("evaluated", "auto", 0.0), ("grid", "auto", 100.0)],
+    "cg centers": [("evaluated", "auto", None), ("grid", "auto", 100.0), ("grid float32 products", "auto", 1.0)],
 }
 
 
 @pytest.mark.parametrize("case", SOLVER_CASES)
 def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(beyond_factors, monkeypatch, case):
-    """float64: each kind of ``K @ V`` (evaluated, cached, from a grid's int8 products): the same fit within 1e-10."""
+    """float64: each kind of ``K @ V`` (evaluated, cached, from a grid's distances): the same fit within 1e-10.
+
+    The grid's distances by int8 or by float32 products: the same model to the bit.
+    """
     X, y = _on_grid()
     X_test = X[::7] + 0.5
     predictions = {}
     for kind, cache_kernel, speedup in OPERATOR_KINDS[case]:
-        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup)
+        on_grid = speedup is not None
+        monkeypatch.setattr(operators, "find_grid", find_grid if on_grid else lambda rows: None)
+        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup or 0.0)
         params = dict(SOLVER_CASES[case], bandwidth=2.0, dtype="float64", random_state=0, tol=None)
         model = AdaptiveKernelRegressor(cache_kernel=cache_kernel, **params).fit(X, y)
         assert model.solver_ == params["solver"], kind
@@ -78,6 +86,7 @@ def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(bey
     reference = predictions["evaluated"]
     for kind, values in predictions.items():
         np.testing.assert_allclose(values, reference, rtol=1e-10, atol=1e-10 * np.abs(reference).max(), err_msg=kind)
+    np.testing.assert_array_equal(predictions["grid float32 products"], predictions["grid"])
 
 
 def test_a_staged_cg_breakdown_is_refitted_and_recorded(monkeypatch):
@@ -131,6 +140,8 @@ def test_a_refused_kernel_cache_is_planned_again_without_it(monkeypatch):
     monkeypatch.setattr(kernel_paths.CachedOperator, "fill", refuse)
     with pytest.warns(RuntimeWarning, match="planned again with kernel blocks computed per batch"):
         model = AdaptiveKernelRegressor(n_epochs=3, **params).fit(X, y)
-    assert [a["reason"].startswith("the kernel cache") for a in model.fit_attempts_] == [False, True]
+    # The run, the cache fill's out-of-memory event (tests/test_out_of_memory.py), the run planned again.
+    assert [a["reason"].startswith("the kernel cache") for a in model.fit_attempts_] == [False, False, True]
+    assert model.fit_attempts_[1]["event"] == "out_of_memory"
     assert not model.kernel_cached_ and model.batch_size_ == computed.batch_size_
     np.testing.assert_array_equal(model.dual_coef_, computed.dual_coef_)

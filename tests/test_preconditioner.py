@@ -15,7 +15,7 @@ from skgpu_kernel.preconditioner import (
     max_usable_components,
     nystrom_eigensystem,
     plan_preconditioner,
-    preconditioned_beta,
+    preconditioned_diagonal,
     preconditioned_top_eigenvalue,
 )
 
@@ -123,18 +123,52 @@ def test_correction_matches_the_dense_formula(data, rng):
     np.testing.assert_allclose(preconditioner.correction(block, residual).numpy(), expected, rtol=1e-10)
 
 
-def test_preconditioned_beta_is_the_diagonal_of_the_preconditioned_kernel(data):
+@pytest.mark.parametrize("shift", [0.0, 1e-3])
+def test_preconditioned_diagonal_is_that_of_the_preconditioned_kernel(data, shift):
     kernel = Gaussian(bandwidth=1.0)
-    s, k, damping = 60, 8, 0.95
+    s, k, damping, diagonal_shift = 60, 8, 0.95, 0.5
     values, vectors = nystrom_eigensystem(kernel, data[:s])
+    spectral = SpectralSettings(k, damping, eigenvalue_shift=shift, diagonal_shift=diagonal_shift)
+    diagonal = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[s:], spectral, 16, n_outside=20)
+    # k_P = K + shift I - K(., S) Psi diag(D) Psi^T K(S, .) with D from the shifted eigenvalues, densely.
     psi = vectors[:, :k].numpy()
-    projections = kernel(data, data[:s]).numpy() @ psi
-    diagonal = np.ones(data.shape[0])
-    # k_P(x, x) = k(x, x) - sum_i (1 - (l_{k+1}/l_i)^a) l_i e_i(x)^2 with e_i = (K psi_i) / l_i
-    eigenfunctions = projections / values[:k]
-    dense = 1.0 - ((1 - (values[k] / values[:k]) ** damping) * values[:k] * eigenfunctions**2).sum(axis=1)
-    assert preconditioned_beta(diagonal, projections, values, k, damping) == pytest.approx(dense.max())
-    assert preconditioned_beta(diagonal, projections, values, 0, damping) == 1.0
+    block = kernel(data, data[:s]).numpy()
+    scales = flattening_scales(values + shift, k, damping)
+    dense = 1.0 + diagonal_shift - (((block @ psi) ** 2) * scales).sum(axis=1)
+    assert diagonal.maximum(k, damping) == pytest.approx(dense.max(), rel=1e-9)
+    assert diagonal.maximum(0, damping) == pytest.approx(1.0 + diagonal_shift, rel=1e-12)
+    subsample_only = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[:0], spectral, 16)
+    assert subsample_only.maximum(k, damping) == pytest.approx(dense[:s].max(), rel=1e-9)
+
+
+def _fit_like_problem(n=1080, d=5, seed=0):
+    """The rows of ``test_accuracy_defaults``'s 1200-row fit less its validation split: 1000 of 1080 flattened."""
+    rng = np.random.RandomState(seed)
+    return torch.as_tensor(rng.randn(n, d))
+
+
+def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_rounding(monkeypatch):
+    X = _fit_like_problem()
+    kernel, spectral = Gaussian(bandwidth=1.0), SpectralSettings("auto", 0.95, rows_per_epoch=X.shape[0])
+    reference = plan_preconditioner(kernel, X, X.shape[0], X.shape[0], spectral, column_block=1024)
+    assert reference.preconditioner.n_components == 1000
+    eigh = torch.linalg.eigh
+
+    def perturbed_eigh(gram):  # K_S / s with every entry moved by a few units in the last place
+        noise = torch.as_tensor(np.random.RandomState(1).uniform(-4, 4, gram.shape), dtype=gram.dtype)
+        noise = (noise + noise.T) * torch.finfo(gram.dtype).eps / 2
+        return eigh(gram * (1 + noise))
+
+    monkeypatch.setattr(torch.linalg, "eigh", perturbed_eigh)
+    perturbed = plan_preconditioner(kernel, X, X.shape[0], X.shape[0], spectral, column_block=1024)
+    assert perturbed.preconditioner.n_components == reference.preconditioner.n_components
+    for batch in (34, 256):
+
+        def step(plan, batch=batch):
+            return eigenpro_step_size(batch, plan.beta_preconditioned, plan.top_eigenvalue_preconditioned)
+
+        assert step(perturbed) == pytest.approx(step(reference), rel=1e-10, abs=0)
+    assert perturbed.beta_preconditioned == pytest.approx(reference.beta_preconditioned, rel=1e-10, abs=0)
 
 
 def test_plan_widens_the_critical_batch_to_the_target(data):

@@ -7,10 +7,12 @@ centers lie on, and the speed of int8 products at the operator's blocks, as the
 capacity probe measures the batch) and after the memory layout has placed the
 cache:
 
-* **products**: blocks from exact int8 distances on the grid where int8 products
-  pay (:func:`skgpu_kernel.grid.integer_products_pay`: at least
-  ``INTEGER_PRODUCTS_MIN_SPEEDUP`` times faster at the measured blocks, the one rule
-  of the fit and ``predict``), else float blocks from the kernel's prepared rows;
+* **products**: blocks from the grid's exact distances wherever the rows lie on one
+  (computed by int8 products where they pay, :func:`skgpu_kernel.grid.integer_products_pay`:
+  at least ``INTEGER_PRODUCTS_MIN_SPEEDUP`` times faster at the measured blocks, the
+  one rule of the fit and ``predict``, else by exact float32 products of the codes:
+  the same bits, so that no model depends on that timing), else float blocks from
+  the kernel's prepared rows;
 * **storage**: the cache the layout keeps (EigenPro 2's ``K(X, X)``, EigenPro 3's
   ``K(X, Z)``, CG's ``K(X, Z)``) and its dtype, filled by either kind of product,
   or none;
@@ -43,9 +45,10 @@ class OperatorPlan:
     Attributes
     ----------
     grid : Grid or None
-        The grid whose exact int8 distances give the blocks; None: float blocks.
+        The grid whose exact distances give the blocks (its ``integer_products``:
+        by int8 products, else by exact float32 ones); None: float blocks.
     integer_speedup : float
-        The measured speed of int8 products over float ones (0: not measured, the
+        The measured speed of int8 products over float32 ones (0: not measured, the
         data lie on no grid or the kernel is not one of distances).
     cache_dtype : {"float16", "float32", "float64"} or None
         The storage of the cached kernel; None: blocks evaluated at every product.
@@ -77,9 +80,10 @@ class OperatorPlan:
     def describe(self):
         """One line for ``verbose``."""
         if self.on_grid:
-            products = f"int8 products on a grid of step {self.grid.step:.4g} ({self.integer_speedup:.2f}x float's)"
-        elif self.integer_speedup:
-            products = f"float products (int8 only {self.integer_speedup:.2f}x float's)"
+            how = "int8" if self.grid.integer_products else "exact float32"
+            products = (
+                f"{how} products on a grid of step {self.grid.step:.4g} (int8 {self.integer_speedup:.2f}x float32's)"
+            )
         else:
             products = "float products"
         storage = f"cached in {self.cache_dtype}" if self.cached else "evaluated per product"
@@ -112,11 +116,12 @@ def plan_operator(problem: KernelProblem, measurements: OperatorMeasurements, ca
     -------
     OperatorPlan
     """
-    takes_grid = (
-        measurements.grid is not None and not problem.streamed and integer_products_pay(measurements.integer_speedup)
-    )
+    grid = None
+    if measurements.grid is not None and not problem.streamed:
+        pays = integer_products_pay(measurements.integer_speedup)
+        grid = dataclasses.replace(measurements.grid, integer_products=pays)
     return OperatorPlan(
-        grid=measurements.grid if takes_grid else None,
+        grid=grid,
         integer_speedup=measurements.integer_speedup,
         cache_dtype=CACHE_DTYPE_NAMES.get(cache_itemsize) if cache_itemsize else None,
         n_shards=problem.n_shards,

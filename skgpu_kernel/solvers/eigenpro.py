@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..operators import KernelOperator, OperatorBlocks
+from ..out_of_memory import MemoryEvents
 from ..planning.stopping import NEVER, StoppingPlan
 from .epochs import EpochGuard, Stopping, halved_batch
 
@@ -82,6 +83,10 @@ class LoopSettings:
         validation score when ``validation`` is given).  The default never stops early.
     log : callable or None
         Receives progress messages.
+    events : MemoryEvents or None
+        Where an out-of-memory halving of the batch is recorded (the fit's
+        ``fit_attempts_``; see :mod:`skgpu_kernel.out_of_memory`); the loops log
+        the halving themselves.
     """
 
     batch_size: int
@@ -91,6 +96,7 @@ class LoopSettings:
     validation: Callable | None = None
     stopping: StoppingPlan = NEVER
     log: Callable | None = None
+    events: MemoryEvents | None = None
 
     def guard(self, coef):
         """The epoch guard of a loop on ``coef`` with these settings."""
@@ -175,7 +181,7 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
             try:
                 update = _step(operator, data, coef, batch, active, leading, preconditioner)
             except (torch.OutOfMemoryError, RuntimeError) as error:
-                batch_size = halved_batch(error, batch_size, device)
+                batch_size = halved_batch(error, batch_size, device, loop.events)
                 steps_per_epoch = math.ceil(n / batch_size)
                 operator = operator.with_blocks(OperatorBlocks.whole(batch_size, column_block_for(batch_size)))
                 if loop.log is not None:

@@ -429,7 +429,7 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
                 except (torch.OutOfMemoryError, RuntimeError) as error:
                     if shards.group is not None:
                         raise  # the other ranks are already in this step's all-reduce
-                    batch_size = halved_batch(error, batch_size, main)
+                    batch_size = halved_batch(error, batch_size, main, loop.events)
                     steps_per_epoch = math.ceil(n / batch_size)
                     if loop.log is not None:
                         loop.log(f"out of memory: batch size halved to {batch_size}")

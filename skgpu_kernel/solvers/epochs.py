@@ -37,7 +37,8 @@ import time
 import torch
 
 from .._warnings import warn_user
-from ..device import is_out_of_memory, synchronize
+from ..device import synchronize
+from ..out_of_memory import out_of_memory_reason, release_cached_memory
 
 __all__ = [
     "CORE_KEYS",
@@ -274,18 +275,23 @@ class EpochClock:
         return time.perf_counter() - self._tic
 
 
-def halved_batch(error, batch_size, device):
+def halved_batch(error, batch_size, device, events=None):
     """The batch to retry with after ``error`` in a step of ``batch_size`` rows on ``device``.
 
     Out of device memory, the batch is halved (CUDA's cached blocks are released
-    first, so the smaller step finds them); any other error, or running out of
+    first, so the smaller step finds them) and the halving recorded in ``events``
+    (a :class:`~skgpu_kernel.out_of_memory.MemoryEvents`: the fit's
+    ``fit_attempts_``, stage ``"epoch batch"``); any other error, or running out of
     memory with a batch of one, is raised again.
     """
-    if not is_out_of_memory(error) or batch_size == 1:
+    reason = out_of_memory_reason(error)
+    if batch_size == 1:
         raise error
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return max(batch_size // 2, 1)
+    release_cached_memory(device)
+    halved = max(batch_size // 2, 1)
+    if events is not None:
+        events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
+    return halved
 
 
 def epoch_record(epoch, n_steps, train_loss, learning_rate, seconds, validation_score=None, **extra):

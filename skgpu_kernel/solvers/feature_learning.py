@@ -41,6 +41,7 @@ import torch
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel
+from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import plan_agop, plan_feature_learning
 from ..splits import holdout_split
 from .kernel_fit import fit_kernel_model, log_fit
@@ -191,7 +192,9 @@ class _HeldOutRows:
     def candidate(self, fit, transform, parameters):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
         X = transformed_rows(self.X, transform)
-        predictions = fit.device_cache.predict(fit.kernel, X, self.runtime.budget) + fit.intercept
+        runtime = self.runtime
+        scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, runtime.memory_events, fit.solver)
+        predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(self.Y)))
         return _Candidate(transform, parameters, _row_losses(predictions, self.Y, self.parameters.classifier), score)
 
@@ -300,7 +303,9 @@ def _input_space_agop(fit, training, transform, mode, runtime):
     """The AGOP of ``fit``'s predictor in the input coordinates: ``L G L^T`` of its AGOP ``G`` in ``X L``.
 
     For a diagonal mode only the diagonal is computed (``L`` is then diagonal too,
-    and ``diag(L G L) = L^2 diag(G)``).
+    and ``diag(L G L) = L^2 diag(G)``).  Where the device runs out of memory, the
+    AGOP is computed again with half the rows per block (the same subsample), each
+    halving recorded in the fit's ``fit_attempts_``.
     """
     device, dtype = runtime.devices[0], runtime.dtype
     X = transformed_rows(np.asarray(training.X), transform)
@@ -312,9 +317,15 @@ def _input_space_agop(fit, training, transform, mode, runtime):
     plan = plan_agop(n_rows, n_features, centers.shape[0], coef.shape[1], itemsize, runtime.budget, device.type)
     weights = torch.as_tensor(training.weights, dtype=torch.float64, device=device)
     diagonal = mode == "diagonal"
-    agop = average_gradient_outer_product(
-        fit.kernel, rows, centers, coef, weights, diagonal=diagonal, plan=plan, random_state=_seed(runtime)
-    )
+
+    def agop_in_blocks(row_block):
+        blocks = dataclasses.replace(plan, row_block=row_block)
+        return average_gradient_outer_product(
+            fit.kernel, rows, centers, coef, weights, diagonal=diagonal, plan=blocks, random_state=_seed(runtime)
+        )
+
+    events = MemoryEvents(runtime.memory_events, fit.solver, runtime.log)
+    agop = ShrinkingStage("agop", "AGOP row block", halvings(plan.row_block), device, events)(agop_in_blocks)
     agop = agop.cpu().numpy()
     if transform is None:
         return agop

@@ -198,9 +198,12 @@ class KernelFitResult:
     device_cache : PredictionTensors
         The tensors of predictions after fit.
     attempts : list of dict
-        Every solver run the driver made, the one that produced the model last:
-        ``{"solver", "alpha", "reason"}`` (see
-        :func:`~skgpu_kernel.solvers.kernel_paths.run_solver`).
+        The fit's record of what was tried, in order: every solver run the driver
+        made, the one that produced the model last, as ``{"solver", "alpha",
+        "reason"}`` (see :func:`~skgpu_kernel.solvers.kernel_paths.run_solver`),
+        and every stage that went on with less memory after the device ran out, as
+        ``{"event": "out_of_memory", "stage", "solver", "shrank", "from", "to",
+        "reason"}`` (see :mod:`skgpu_kernel.out_of_memory`).
     """
 
     loop: KernelLoopResult
@@ -307,7 +310,7 @@ def fit_kernel_model(data, runtime, parameters):
         loop=outcome.result,
         solver=outcome.attempts[-1].solver,
         alpha=outcome.attempts[-1].alpha,
-        attempts=[attempt.record() for attempt in outcome.attempts],
+        attempts=list(outcome.record),
         alpha_selection=tuned.alpha_selection,
         bandwidth_selection=tuned.bandwidth_selection,
         early_stopping=policy.early_stopping,

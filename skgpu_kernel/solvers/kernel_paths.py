@@ -38,6 +38,7 @@ from ..operators import (
     filled_entries,
     measure_operator,
 )
+from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings, in_row_blocks
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     CACHE_DTYPE_NAMES,
@@ -81,6 +82,9 @@ from .full_kernel_cg import fit_full_kernel_cg
 # stalled at 1e-3 while the objective had settled to six digits.
 CG_FALLBACK_REFITS = 3
 _ROUNDING_STOPS = ("curvature", "objective grew")
+# Out of memory in the preconditioner's eigensystem, the Nystrom subsample is halved
+# down to this many points (fewer when the plan had fewer).
+SMALLEST_SUBSAMPLE = 100
 
 __all__ = [
     "SOLVER_PATHS",
@@ -140,7 +144,8 @@ class KernelRuntime:
     ``rng`` is the fit's ``RandomState`` (the validation split, the shuffle and a
     streamed fit's seed are drawn from it, in that order); ``generator`` seeds the
     epoch permutations; ``group`` is the ``torch.distributed`` group the centers
-    are sharded over (or None).
+    are sharded over (or None); ``memory_events`` collects the fit's out-of-memory
+    events (:mod:`skgpu_kernel.out_of_memory`), in order, for ``fit_attempts_``.
     """
 
     devices: list
@@ -152,6 +157,7 @@ class KernelRuntime:
     first_step: int = 0
     epochs_done: int = 0
     log: Callable | None = None
+    memory_events: list = dataclasses.field(default_factory=list)
 
     @property
     def itemsize(self):
@@ -260,7 +266,9 @@ class PathOutcome:
     for predictions after fit.
     ``fallback``: the attempt the path asks the driver to run next (``result`` None
     when it gave up before solving).  ``attempts``: every attempt the driver ran,
-    this one last.
+    this one last.  ``record``: the fit's record of what was tried
+    (``fit_attempts_``): the out-of-memory events reported before the driver ran,
+    then each attempt's :meth:`Attempt.record` followed by the events of its run.
     """
 
     result: KernelLoopResult | None
@@ -272,6 +280,7 @@ class PathOutcome:
     operator: object = None
     fallback: Fallback | None = None
     attempts: tuple = ()
+    record: tuple = ()
 
 
 class _FallbackNeeded(Exception):
@@ -292,20 +301,26 @@ def run_solver(solver, alpha, data, runtime, settings):
     point whose preconditioned system is too ill-conditioned, fitted by EigenPro 2;
     a kernel cache the device refused, fitted without it.  The driver warns, runs
     the new attempt from scratch and records every attempt in the outcome, as
-    scikit-learn's ``_ridge_regression`` reports the solver that actually ran.
+    scikit-learn's ``_ridge_regression`` reports the solver that actually ran,
+    with the out-of-memory events of each run after it (``runtime.memory_events``).
 
     Returns
     -------
     PathOutcome
-        The last attempt's, with ``attempts``.
+        The last attempt's, with ``attempts`` and ``record``.
     """
     attempt, attempts = Attempt(solver, alpha), []
+    events = runtime.memory_events
+    record = list(events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
     while True:
         attempts.append(attempt)
+        record.append(attempt.record())
+        reported = len(events)
         outcome = _run_attempt(attempt, data, runtime, settings)
+        record.extend(events[reported:])
         fallback = outcome.fallback
         if fallback is None:
-            return dataclasses.replace(outcome, attempts=tuple(attempts))
+            return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
         if fallback.warning is not None:
             warn_user(fallback.warning, fallback.category)
         attempt = attempt.after(fallback)
@@ -331,7 +346,7 @@ def _run_eigenpro(path):
     runtime, parameters = path.runtime, path.settings.parameters
     layout = path.layout()
     capacity, throughputs = path.capacity(layout)
-    spectrum = path.spectrum(layout, capacity)
+    layout, spectrum = path.on_subsample(layout, lambda sized: path.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, path.settings.bandwidth)
     plan, prepared = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned))
@@ -359,6 +374,7 @@ def _run_eigenpro(path):
             parameters.tol, parameters.n_iter_no_change, validation=path.data.validation is not None
         ),
         log=runtime.log,
+        events=dataclasses.replace(path.events, log=None),  # the loops log their own line
     )
     preconditioner = spectrum.preconditioner if n_components else None
     result = path.solve(layout, plan, prepared, preconditioner, loop)
@@ -368,7 +384,15 @@ def _run_eigenpro(path):
 
 
 class _Path:
-    """What every path starts from: the device copier, the kernel, the penalty on the loops' scale."""
+    """What every path starts from: the device copier, the kernel, the penalty on the loops' scale.
+
+    And how its stages go on out of device memory (:meth:`shrinking`): every stage
+    that allocates in proportion to a planned size runs through one
+    :class:`~skgpu_kernel.out_of_memory.ShrinkingStage`, whose events the driver
+    records after the attempt (``fit_attempts_``).
+    """
+
+    solver = None  # the solver_ the path runs, as the fit's record names it
 
     def __init__(self, data, runtime, settings):
         self.data, self.runtime, self.settings = data, runtime, settings
@@ -377,6 +401,77 @@ class _Path:
         self.itemsize = runtime.itemsize
         # The operator plan once the layout is known, and the centers' grid codes where it takes the grid.
         self.operator_plan, self.center_codes = None, None
+        self.events = MemoryEvents(runtime.memory_events, self.solver, runtime.log)
+
+    def shrinking(self, stage, what, sizes):
+        """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this path.
+
+        One rank of a process group cannot shrink alone (the others would wait in
+        its collectives): there the planned size alone is tried.
+        """
+        sizes = iter(sizes)
+        if self.runtime.group is not None:
+            sizes = iter([next(sizes)])
+        return ShrinkingStage(stage, what, sizes, self.device, self.events)
+
+    def planning(self, subsample_size=None):
+        """What the layout planners read: the estimator's settings, with another ``subsample_size`` if given."""
+        planning = self.settings.parameters.planning
+        return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
+
+    def on_subsample(self, layout, compute):
+        """``(layout, compute(layout))`` on the layout's Nystrom subsample, halved where the device runs out of memory.
+
+        A smaller subsample is a new layout (``self.layout(size)``: its memory plan
+        and cache), down to :data:`SMALLEST_SUBSAMPLE` points.
+        """
+        planned = layout.subsample_size
+
+        def run(size):
+            sized = layout if size == planned else self.layout(size)
+            return sized, compute(sized)
+
+        sizes = halvings(planned, min(planned, SMALLEST_SUBSAMPLE))
+        return self.shrinking("preconditioner subsample", "subsample_size", sizes)(run)
+
+    def cached_or_planned_again(self, fill, plan, what):
+        """``fill()`` the plan's kernel cache ``what``; where the device refuses it, the fit planned again without one.
+
+        The budget is planned from the memory free when the fit starts; a device
+        that is shared (or fragmented) may still refuse the cache's allocation,
+        which is then recorded and the path asks the driver for the fit planned
+        again with kernel blocks computed per batch (a new attempt).
+        """
+
+        def run(kind):
+            if kind == "cached":
+                return fill()
+            message = f"the kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}"
+            warning = (
+                f"{message[0].upper()}{message[1:]}: the fit is planned again with kernel blocks computed per "
+                "batch. Lower memory_budget or set cache_kernel=False."
+            )
+            raise _FallbackNeeded(Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning))
+
+        return self.shrinking("cache fill", what, ("cached", "evaluated"))(run)
+
+    def cached_or_evaluated(self, fill, evaluated, what):
+        """``fill()``: a cache the plan keeps; ``evaluated`` (blocks computed per product) where the device refuses it.
+
+        The rest of the plan is kept: the products are the same, only computed again.
+        """
+        return self.shrinking("cache fill", what, ("cached", "evaluated"))(
+            lambda kind: fill() if kind == "cached" else evaluated
+        )
+
+    def held_out_scores(self, predict, row_block):
+        """``predictions(coef)`` of the held-out rows by ``predict(coef, row_block)``.
+
+        Where the device runs out of memory the row block is halved, for the rest
+        of the fit (each row's prediction does not depend on the block).
+        """
+        stage = self.shrinking("validation", "validation row block", halvings(row_block))
+        return lambda coef: stage(lambda rows: predict(coef, rows))
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
@@ -487,36 +582,31 @@ class _EveryPointRows(_Path):
     def centers_host(self):
         return self.data.X[self.data.order]
 
-    def layout(self):
-        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.settings.parameters.planning)
+    def layout(self, subsample_size=None):
+        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.planning(subsample_size))
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
 
-        The budget is planned from the memory free when the fit starts; a device that
-        is shared (or fragmented) may still refuse the cache's allocation, which is
-        then reported and the driver plans the fit again without the cache.  Returns
-        the plan as carried out and ``(validation tensors, operators)``.
+        A cache the device refuses is recorded and the fit planned again without it
+        (:meth:`cached_or_planned_again`).  Returns the plan as carried out and
+        ``(validation tensors, operators)``.
         """
         validation = self.validation_tensors()
         self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
         operators = self._evaluated_operators(plan, validation)
         if not plan.cached:
             return plan, (validation, operators)
-        try:
-            return plan, (validation, self._caches(plan, operators))
-        except (torch.OutOfMemoryError, RuntimeError) as error:
-            if not is_out_of_memory(error):
-                raise
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            message = f"the kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}"
-            warning = (
-                f"{message[0].upper()}{message[1:]}: the fit is planned again with kernel blocks computed per "
-                "batch. Lower memory_budget or set cache_kernel=False."
-            )
-            fallback = Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning)
-            raise _FallbackNeeded(fallback) from error
+        return plan, (validation, self.cached_or_planned_again(lambda: self._caches(plan, operators), plan, "K(X, X)"))
+
+    def held_out_predictions(self, held_out):
+        """``predictions(coef)``: ``K(X_val, X) @ coef``, in row blocks halved on out of memory."""
+        n_rows = held_out.shape[0]
+
+        def predict(coef, row_block):
+            return in_row_blocks(lambda rows: held_out.matmul(coef, rows=rows), n_rows, row_block)
+
+        return self.held_out_scores(predict, n_rows)
 
     def _evaluated_operators(self, plan, validation):
         """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
@@ -593,6 +683,8 @@ class _EveryPointRows(_Path):
 class _EigenPro2Path(_EveryPointRows, _EigenProPath):
     """Every training row is a center; the loop is :func:`fit_eigenpro`."""
 
+    solver = "eigenpro"
+
     def capacity(self, layout):
         return self.measured_capacity(layout, self.X_dev)
 
@@ -615,10 +707,10 @@ class _EigenPro2Path(_EveryPointRows, _EigenProPath):
         weights = self.weights_tensor(data.weights[data.order])
         tensors = KernelTrainingData(operators.train, Y_dev, weights, self.ridge())
         if validation is not None:
-            Y_val = validation[1]
+            Y_val, predictions = validation[1], self.held_out_predictions(operators.held_out)
 
             def score(coef):
-                return self.settings.validation_score(operators.held_out.matmul(coef), Y_val)
+                return self.settings.validation_score(predictions(coef), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         fresh = data.coef_init is None
@@ -641,17 +733,19 @@ class _EveryPointCGPath(_EveryPointRows):
     takes every point as a center of :class:`_CentersCGPath` instead.
     """
 
+    solver = "cg"
+
     def run(self, attempt):
         runtime, parameters = self.runtime, self.settings.parameters
-        layout = self.layout()
+        layout, eigensystem = self.on_subsample(
+            self.layout(), lambda sized: nystrom_eigensystem(self.kernel, self.X_dev[: sized.subsample_size])
+        )
         # No batch: the plan's batch is the row block an uncached pass evaluates at once.
         plan = plan_eigenpro2(layout, min(CG_ROW_BLOCK, layout.memory_limit), math.inf, parameters.planning)
-        s = layout.subsample_size
         data, ridge = self.data, self.ridge()
         weights = self.weights_tensor(data.weights[data.order])
         rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
         max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
-        eigensystem = nystrom_eigensystem(self.kernel, self.X_dev[:s])
         condition = shifted_condition(eigensystem[0], rows, max_components)
         if not full_kernel_cg_conditioned(condition):
             reason = (
@@ -688,7 +782,7 @@ class _EveryPointCGPath(_EveryPointRows):
         _warn_if_unfinished(solved, runtime.dtype, parameters)
 
         def predict(X_val):
-            return operators.held_out.matmul(coef)
+            return self.held_out_predictions(operators.held_out)(coef)
 
         result = _cg_loop_result(solved, coef, validation, predict, self.settings)
         self.report_epochs(result, plan, operators.train)
@@ -707,6 +801,8 @@ class _EigenPro2Operators:
 
 class _EigenPro3Path(_EigenProPath):
     """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
+
+    solver = "eigenpro"
 
     def __init__(self, data, runtime, settings):
         super().__init__(data, runtime, settings)
@@ -738,8 +834,8 @@ class _EigenPro3Path(_EigenProPath):
     def centers_host(self):
         return self.data.centers
 
-    def layout(self):
-        runtime, planning = self.runtime, self.settings.parameters.planning
+    def layout(self, subsample_size=None):
+        runtime, planning = self.runtime, self.planning(subsample_size)
         layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
         # Ranks may see different free memory; they must take the same path.
         choices = agree(layout.choices, runtime.group, self.device)
@@ -793,16 +889,18 @@ class _EigenPro3Path(_EigenProPath):
     def solve(self, layout, plan, prepared, preconditioner, loop):
         shards = self._shards(plan.column_block)
         if plan.cached:
-            shards.cache(self.X_dev, plan.row_block)
+            self.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
         projection = self._projection(plan, shards, preconditioner)
         batches = self._batches(plan)
         validation = self.validation_tensors()
         if validation is not None:
             X_val, Y_val = validation
+            predictions = self.held_out_scores(
+                lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block
+            )
 
             def score(coef):
-                predictions = shards.operator(X_val, plan.row_block).matmul(coef)
-                return self.settings.validation_score(predictions, Y_val)
+                return self.settings.validation_score(predictions(coef), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         coef = self.starting_coef(self.problem.n_centers)
@@ -817,8 +915,8 @@ class _EigenPro3Path(_EigenProPath):
             center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
         else:
             center_shards = self._shards(plan.column_block)
-            if plan.cache_centers:
-                center_shards.cache(self.Z_dev, plan.row_block)
+            if plan.cache_centers:  # else (or where the device refuses it) K(Z, Z) is evaluated per product
+                self.cached_or_evaluated(lambda: center_shards.cache(self.Z_dev, plan.row_block), None, "K(Z, Z)")
         return IterativeProjection(
             center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
         )
@@ -845,6 +943,8 @@ class _CentersCGPath(_Path):
     :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
     """
 
+    solver = "cg"
+
     def run(self, attempt):
         data, runtime, settings, kernel = self.data, self.runtime, self.settings, self.kernel
         to_device, device = self.to_device, self.device
@@ -857,9 +957,7 @@ class _CentersCGPath(_Path):
         problem = operator_problem(problem, measurements)
         choice = plan_centers_solver(problem, runtime.budget, "cg")
         self.operator_plan = plan_operator(problem, measurements, self.itemsize if choice.stores_kernel else 0)
-        operator = self._operator(X, centers)
-        source = CachedRowBlocks.computed if choice.stores_kernel else KernelRowBlocks
-        rows = source(operator, Y, weights, CG_ROW_BLOCK)
+        rows = self._row_blocks(self._operator(X, centers), Y, weights)
         if runtime.log is not None:
             runtime.log(
                 f"[{settings.parameters.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg on "
@@ -876,11 +974,38 @@ class _CentersCGPath(_Path):
         _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
 
         def predict(X_val):
-            return center_operator(kernel, X_val, centers, X_val.shape[0]).block() @ coef
+            return self._held_out_predictions(X_val, centers)(coef)
 
         result = _cg_loop_result(solved, coef, self.validation_tensors(), predict, settings)
         self.centers_dev = kernel.prepare_centers(centers)
         return PathOutcome(result, None, None, {}, data.centers, self.device_cache(coef), operator=self.operator_plan)
+
+    def _row_blocks(self, operator, Y, weights):
+        """CG's source of ``K(X, Z)`` row blocks: stored where the operator plan caches it, else evaluated per pass.
+
+        A cache the device refuses is recorded and evaluated per pass instead, the
+        same blocks bit for bit (:meth:`cached_or_evaluated`).
+        """
+        evaluated = KernelRowBlocks(operator, Y, weights, CG_ROW_BLOCK)
+        if not self.operator_plan.cached:
+            return evaluated
+        rows = self.cached_or_evaluated(
+            lambda: CachedRowBlocks.computed(operator, Y, weights, CG_ROW_BLOCK), evaluated, "K(X, Z)"
+        )
+        if rows is evaluated:
+            self.operator_plan = dataclasses.replace(self.operator_plan, cache_dtype=None)
+        return rows
+
+    def _held_out_predictions(self, X_val, centers):
+        """``predictions(coef)``: ``K(X_val, Z) @ coef``, in row blocks halved on out of memory."""
+        n_rows, kernel = X_val.shape[0], self.kernel
+
+        def predict(coef, row_block):
+            return in_row_blocks(
+                lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
+            )
+
+        return self.held_out_scores(predict, n_rows)
 
     def _operator(self, X, centers):
         """``K(X, Z)`` in row blocks of CG's passes: from the grid where the operator plan takes it."""
