@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._warnings import warn_user
 from .device import column_block_size, integer_matmul_speedup, rows_within_budget, throughput_saturation_batch
 from .grid import Grid, GridCodes, encode_on_grid, find_grid, integer_products_pay, padded_features
 from .operators import (
@@ -81,7 +82,7 @@ class PredictionTensors:
         """The same centers with ``coef`` (moved to this device and dtype)."""
         return dataclasses.replace(self, coef=coef.to(self.coef.device, self.coef.dtype))
 
-    def predict(self, kernel, X, budget, record=None, solver=None):
+    def predict(self, kernel, X, budget, events=None):
         """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
 
         From the grid's exact distances where the fit took them and every row of ``X``
@@ -91,11 +92,16 @@ class PredictionTensors:
         blocks may gain where 256-row blocks do not), else exact float32 ones: the
         same predictions to the bit either way.
 
-        ``record`` (a fitted model's ``fit_attempts_``) receives an entry per
-        halving of the row block after the device ran out of memory, naming
-        ``solver`` (see :mod:`skgpu_kernel.out_of_memory`).
+        Out of device memory, the row block is halved (the predictions are those of
+        the planned blocks), each time recorded in ``events`` (a
+        :class:`~skgpu_kernel.out_of_memory.MemoryEvents`: a fit's record, when a
+        fit predicts) or, without it, told in a ``RuntimeWarning``: a fitted model's
+        ``predict`` changes no fitted attribute, so its events are not added to
+        ``fit_attempts_``.
         """
-        events = None if record is None else MemoryEvents(record, solver)
+        warns = events is None
+        events = MemoryEvents() if warns else events
+        scores = None
         if self.center_codes is not None:
             blocks = prediction_blocks(kernel, self.centers, self.coef, X.shape[1], budget)
             inner = padded_features(X.shape[1])
@@ -106,10 +112,26 @@ class PredictionTensors:
                 grid=dataclasses.replace(self.grid, integer_products=pays),
                 center_codes=dataclasses.replace(self.center_codes, integer_products=pays),
             )
-            scores = kernel_predict(kernel, X, self.centers, self.coef, budget, self.offset, on_grid, events)
-            if scores is not None:
-                return scores
-        return kernel_predict(kernel, X, self.centers, self.coef, budget, self.offset, events=events)
+            scores = kernel_predict(
+                kernel, X, self.centers, self.coef, budget, offset=self.offset, on_grid=on_grid, events=events
+            )
+        if scores is None:
+            scores = kernel_predict(kernel, X, self.centers, self.coef, budget, offset=self.offset, events=events)
+        if warns:
+            _warn_of_shrinking(events, self.device)
+        return scores
+
+
+def _warn_of_shrinking(events, device):
+    """The ``RuntimeWarning`` of a prediction whose row block shrank out of memory, if it did."""
+    if not events.records:
+        return
+    halvings = ", ".join(f"{event['from']} -> {event['to']}" for event in events.records)
+    warn_user(
+        f"Out of memory on {device} while predicting ({events.records[0]['reason']}): the prediction row "
+        f"block went {halvings} rows; the predictions are those of the planned blocks.",
+        RuntimeWarning,
+    )
 
 
 def prediction_blocks(kernel, centers, coef, n_features, budget):

@@ -20,7 +20,6 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
-from ._warnings import warn_user
 from .blockwise import DeviceCopier, PredictionTensors
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
@@ -285,18 +284,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
         tensors = self._prediction_tensors()
-        budget = resolve_memory_budget(self.memory_budget, tensors.device)
-        # Out of device memory, the prediction's row blocks shrink; predicting changes no fitted
-        # attribute, so each time is told in a warning rather than in fit_attempts_.
-        events = []
-        scores = tensors.predict(self.kernel_, X, budget, events, self.solver_)
-        if events:
-            halvings = ", ".join(f"{event['from']} -> {event['to']}" for event in events)
-            warn_user(
-                f"Out of memory on {tensors.device} while predicting ({events[0]['reason']}): the prediction row "
-                f"block went {halvings} rows; the predictions are those of the planned blocks.",
-                RuntimeWarning,
-            )
+        scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
         # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
         # and the fitted coefficients are (a float32 fit), float64 otherwise.
         out = np.promote_types(output_dtype(X.dtype), self.dual_coef_.dtype)
@@ -737,11 +725,13 @@ _COMMON_ATTRIBUTES = """
         When the fit's kernel blocks (EigenPro 2's and 3's caches or steps, CG's
         passes) came from exact squared distances because every feature of the rows
         and centers lies on a common grid of at most 256 levels (8-bit images,
-        counts, codes) and the device's int8 products pay, that grid's step; None
-        otherwise (see :mod:`skgpu_kernel.grid` and
-        :func:`skgpu_kernel.planning.operator.plan_operator`).
-        Predictions then take exact int8 distances too, for rows that lie on the
-        same grid (the test rows of 8-bit images); other rows take float blocks.
+        counts, codes), that grid's step; None otherwise (see
+        :mod:`skgpu_kernel.grid` and
+        :func:`skgpu_kernel.planning.operator.plan_operator`).  The distances are
+        the same to the bit whether the device multiplies the codes in int8 or in
+        float32, whichever is faster.  Predictions then take exact distances too,
+        for rows that lie on the same grid (the test rows of 8-bit images); other
+        rows take float blocks.
     streamed_ : bool
         Whether the memory-mapped ``X`` was streamed in buffers (EigenPro 3 only).
     n_temporary_centers_ : int

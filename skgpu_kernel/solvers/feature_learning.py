@@ -193,7 +193,8 @@ class _HeldOutRows:
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
         X = transformed_rows(self.X, transform)
         runtime = self.runtime
-        scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, runtime.memory_events, fit.solver)
+        events = MemoryEvents(runtime.memory_events, fit.solver)
+        scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
         predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(self.Y)))
         return _Candidate(transform, parameters, _row_losses(predictions, self.Y, self.parameters.classifier), score)
