@@ -14,7 +14,7 @@ G multiply-adds x 2 per second against ``torch.mm``'s 160-200 GFLOP/s in float32
 Data found on a grid always take its exact distances, whatever the device, so that
 a model does not depend on a speed measurement: the integer product of the codes is
 computed either by ``torch._int_mm`` or by float32 products of the codes in chunks
-of at most :data:`FLOAT_EXACT_INNER` features, where every partial sum is an integer
+of at most ``FLOAT_EXACT_INNER`` features, where every partial sum is an integer
 below ``2**24`` and so exact (:func:`integer_sq_distances`).  Both give the same
 int32 distances to the bit; which runs is a matter of speed only, measured on the
 device (``skgpu_kernel.device.integer_matmul_speedup``, through
@@ -196,7 +196,7 @@ def integer_sq_distances(rows, row_sq_norms, centers_t, center_sq_norms, out, fl
 
     The product of the codes is exact either way, so the distances are the same to
     the bit: by ``torch._int_mm`` summed in int32, or, given ``float_products``, by
-    float32 products over chunks of at most :data:`FLOAT_EXACT_INNER` features.
+    float32 products over chunks of at most ``FLOAT_EXACT_INNER`` (1024) features.
 
     Parameters
     ----------

@@ -89,14 +89,14 @@ class OperatorBlocks:
     """How many rows an evaluated product prepares at once, and how many columns of ``K`` it evaluates at once.
 
     ``rowwise``: on the CPU, ``V`` is multiplied with zero columns added up to a
-    multiple of 16 (:func:`widened_to_multiple`), so that a row's bits do not depend
+    multiple of 16 (``widened_to_multiple``), so that a row's bits do not depend
     on the rows beside it or on its place in the block.  ``K @ V`` with 2 to 15
     columns need not give that: on an AMD EPYC, MKL's float64 ``(256 x 157) @ (157
     x 3)`` rounds a row differently at an odd and at an even place (28 of 56 rows
     moved to another place of a 256-row block with 3 columns in float64, 27 of 56
     with 10 in float32); with 16, 32 or 48 columns none of 960 moved (1 or 2
     threads, 7 to 4099 columns of ``K``).  It costs no more: the BLAS reads ``K``
-    faster against 16 columns than against fewer (:func:`widened`).
+    faster against 16 columns than against fewer (``widened``).
     """
 
     rows: int
@@ -917,7 +917,7 @@ def widened(V):
 def widened_to_multiple(V):
     """``V`` with zero columns added up to a multiple of 16 on the CPU (else ``V`` itself).
 
-    Unlike :func:`widened`, also for one column and beyond 16: what
+    Unlike ``widened``, also for one column and beyond 16: what
     ``OperatorBlocks.rowwise`` multiplies by.
     """
     width = -(-V.shape[1] // CPU_WIDE_COLUMNS) * CPU_WIDE_COLUMNS
