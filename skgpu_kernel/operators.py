@@ -41,7 +41,7 @@ import numpy as np
 import scipy.sparse
 import torch
 
-from .device import integer_matmul_speedup
+from .device import integer_matmul_speedup, round_up_multiple
 from .grid import Grid, encode_on_grid, find_grid, integer_sq_distances, padded_features
 
 __all__ = [
@@ -909,9 +909,7 @@ def widened(V):
     """
     if V.device.type != "cpu" or V.shape[1] == 1 or V.shape[1] >= CPU_WIDE_COLUMNS:
         return V
-    wide = torch.zeros(V.shape[0], CPU_WIDE_COLUMNS, dtype=V.dtype, device=V.device)
-    wide[:, : V.shape[1]] = V
-    return wide
+    return _with_zero_columns(V, CPU_WIDE_COLUMNS)
 
 
 def widened_to_multiple(V):
@@ -920,9 +918,14 @@ def widened_to_multiple(V):
     Unlike ``widened``, also for one column and beyond 16: what
     ``OperatorBlocks.rowwise`` multiplies by.
     """
-    width = -(-V.shape[1] // CPU_WIDE_COLUMNS) * CPU_WIDE_COLUMNS
+    width = round_up_multiple(V.shape[1], CPU_WIDE_COLUMNS)
     if V.device.type != "cpu" or width == V.shape[1]:
         return V
+    return _with_zero_columns(V, width)
+
+
+def _with_zero_columns(V, width):
+    """``V`` followed by zero columns up to ``width`` columns."""
     wide = torch.zeros(V.shape[0], width, dtype=V.dtype, device=V.device)
     wide[:, : V.shape[1]] = V
     return wide
