@@ -8,6 +8,7 @@ import pytest
 from sklearn.feature_selection import SelectFromModel
 
 import skgpu_kernel.solvers.feature_learning as feature_learning
+import skgpu_kernel.solvers.kernel_fit as kernel_fit
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 
@@ -67,13 +68,35 @@ def test_the_plain_model_is_kept_where_no_learnt_metric_scores_better_and_it_is_
     np.testing.assert_array_equal(learnt.predict(X), plain.predict(X))
 
 
+def test_each_kernel_is_tuned_once_per_fit_whatever_the_path_and_the_refit_run(monkeypatch):
+    # The plain Gaussian's search serves its candidate and its refit (the plain model
+    # is kept here); the path's Laplacian's, with M = I, every step of the path.
+    monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: False)
+    searched = []
+    search = kernel_fit.select_bandwidth
+
+    def counted(kernel, *args, **kwargs):
+        searched.append(type(kernel).__name__)
+        return search(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(kernel_fit, "select_bandwidth", counted)
+    X, y = _few_relevant(600, 3, n_noise=4)
+    model = AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=3, random_state=0).fit(X, y)
+    assert len(model.feature_learning_scores_) >= 3  # the plain model and at least two of the path's steps
+    assert model.feature_learning_iteration_ == 0
+    assert sorted(searched) == ["Gaussian", "Laplacian"]
+
+
 def test_classifier_learns_features_with_a_stratified_split_and_selects_them():
     X, y_continuous = _few_relevant(1200, 3, n_noise=10)
     y = np.where(y_continuous > 0.3, "high", "low")
     model = AdaptiveKernelClassifier(feature_learning="diagonal", random_state=0).fit(X, y)
     assert set(np.argsort(model.feature_importances_)[::-1][:3]) == {0, 1, 2}
-    # M = G: the features the target does not depend on end with importances near 0.
-    selected = SelectFromModel(model, prefit=True, threshold=1e-3).get_support()
+    # M = G: the features the target does not depend on end with importances near 0,
+    # each under a tenth of the least important feature it depends on.
+    importances = model.feature_importances_
+    assert importances[3:].max() <= 0.1 * importances[:3].min()
+    selected = SelectFromModel(model, prefit=True, threshold=0.1 * importances[:3].min()).get_support()
     np.testing.assert_array_equal(np.flatnonzero(selected), [0, 1, 2])
     assert np.isin(model.predict(X[:10]), ["high", "low"]).all()
 
@@ -174,8 +197,8 @@ def test_the_path_stops_after_patience_fits_without_a_lower_loss(monkeypatch):
     losses = iter([1.0, 0.5, 0.7, 0.8, 0.1, 0.05])  # the plain model, then the path's steps
     candidate = feature_learning._HeldOutRows.candidate
 
-    def scored(self, fit, transform, parameters):
-        scored = candidate(self, fit, transform, parameters)
+    def scored(self, fit, transform, parameters, tuning):
+        scored = candidate(self, fit, transform, parameters, tuning)
         return dataclasses.replace(scored, losses=np.full(10, next(losses)))
 
     monkeypatch.setattr(feature_learning._HeldOutRows, "candidate", scored)

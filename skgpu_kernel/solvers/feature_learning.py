@@ -24,6 +24,13 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
    :data:`LEARNING_MARGIN_SE` standard errors), else the plain model; fit the chosen
    one again on every row, with the parameters it was scored with.
 
+Each kernel is tuned once (:func:`~skgpu_kernel.solvers.kernel_fit.tune_kernel`:
+bandwidth and ``alpha`` by their rules, on every row): the plain kernel's tuning
+serves its candidate and its refit, the path kernel's (with ``M = I``) every step of
+the path and its refit.  A per-sample penalty carries over to the training rows'
+fits.  The plain kernel is tuned on every row as a fit without feature learning
+tunes it, so that the final fit of a kept plain model is that fit.
+
 The metric needs no kernel of its own: with ``M = L L^T`` (``L`` from
 :func:`~skgpu_kernel.agop.metric_transform`), the kernel of ``||x - z||_M`` is the
 plain kernel on the rows ``X L``, so every solver, cache and planner runs unchanged
@@ -44,7 +51,7 @@ from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import plan_agop, plan_feature_learning
 from ..splits import holdout_split
-from .kernel_fit import fit_kernel_model, log_fit
+from .kernel_fit import fit_kernel_model, log_fit, tune_kernel
 
 __all__ = [
     "AGOP_POWER",
@@ -156,15 +163,16 @@ def fit_with_feature_learning(data, runtime, parameters):
     )
     training = _rows(data, train)
     rows = _HeldOutRows(np.asarray(data.X[held_out]), data.Y[held_out], parameters, runtime)
-    plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), parameters), None, parameters)
+    tuning = tune_kernel(data, runtime, parameters)  # on every row: the final refit's own, where it is kept
+    plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), parameters, tuning), None, parameters, tuning)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(training, rows, runtime, parameters)
+    path = _learning_path(data, training, rows, runtime, parameters)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
-    final = fit_kernel_model(_transformed_input(data, chosen.transform), runtime, chosen.parameters)
+    final = fit_kernel_model(_transformed_input(data, chosen.transform), runtime, chosen.parameters, chosen.tuning)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration)
@@ -172,10 +180,11 @@ def fit_with_feature_learning(data, runtime, parameters):
 
 @dataclass(frozen=True, eq=False)
 class _Candidate:
-    """A model the held-out rows scored: its features ``X L``, the parameters it is refitted with, its losses."""
+    """A model the held-out rows scored: its features ``X L``, what it is refitted with, its losses."""
 
     transform: np.ndarray | None
     parameters: object
+    tuning: object
     losses: np.ndarray
     score: float
 
@@ -189,7 +198,7 @@ class _HeldOutRows:
     parameters: object
     runtime: object
 
-    def candidate(self, fit, transform, parameters):
+    def candidate(self, fit, transform, parameters, tuning):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
         X = transformed_rows(self.X, transform)
         runtime = self.runtime
@@ -197,7 +206,8 @@ class _HeldOutRows:
         scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
         predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(self.Y)))
-        return _Candidate(transform, parameters, _row_losses(predictions, self.Y, self.parameters.classifier), score)
+        losses = _row_losses(predictions, self.Y, self.parameters.classifier)
+        return _Candidate(transform, parameters, tuning, losses, score)
 
 
 def _row_losses(predictions, Y, classifier):
@@ -209,20 +219,21 @@ def _row_losses(predictions, Y, classifier):
     return (predictions.argmax(axis=1) != Y.argmax(axis=1)).astype(np.float64)
 
 
-def _learning_path(training, rows, runtime, parameters):
+def _learning_path(data, training, rows, runtime, parameters):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
-    The iterations keep the bandwidth and ``alpha`` the rules chose for the first
-    (as xRFM keeps one bandwidth and one penalty), and stop after ``feature_learning_iter``
-    updates or :data:`FEATURE_LEARNING_PATIENCE` without a lower held-out loss.
+    The path's kernel is tuned once, on every row of ``data`` with ``M = I``, and its
+    bandwidth and ``alpha`` are kept for every metric (as xRFM keeps one bandwidth
+    and one penalty) and for the final refit.  The path stops after
+    ``feature_learning_iter`` updates or :data:`FEATURE_LEARNING_PATIENCE` without a
+    lower held-out loss.
     """
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
-    tuned, transform, path = _path_parameters(parameters), None, []
+    path_parameters, transform, path = _path_parameters(parameters), None, []
+    tuning = tune_kernel(data, runtime, path_parameters).pinned()
     for step in range(n_iter + 1):
-        fit = fit_kernel_model(_transformed_input(training, transform), _fresh(runtime), tuned)
-        if step == 0 and fit.bandwidth is not None:
-            tuned = dataclasses.replace(tuned, bandwidth=fit.bandwidth, alpha=fit.alpha)
-        path.append(rows.candidate(fit, transform, tuned))
+        fit = fit_kernel_model(_transformed_input(training, transform), _fresh(runtime), path_parameters, tuning)
+        path.append(rows.candidate(fit, transform, path_parameters, tuning))
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:

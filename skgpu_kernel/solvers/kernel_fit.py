@@ -59,8 +59,10 @@ __all__ = [
     "KernelFitParameters",
     "KernelFitResult",
     "KernelRuntime",
+    "KernelTuning",
     "LooRows",
     "fit_kernel_model",
+    "tune_kernel",
 ]
 
 
@@ -260,7 +262,7 @@ class KernelFitResult:
         return decisions
 
 
-def fit_kernel_model(data, runtime, parameters):
+def fit_kernel_model(data, runtime, parameters, tuning=None):
     """Resolve and run a kernel fit: EigenPro 2, EigenPro 3 or CG.
 
     Parameters
@@ -268,19 +270,22 @@ def fit_kernel_model(data, runtime, parameters):
     data : KernelFitInput
     runtime : KernelRuntime
     parameters : KernelFitParameters
+    tuning : KernelTuning or None, default=None
+        The kernel's bandwidth and penalty as :func:`tune_kernel` chose them for
+        these parameters (on these rows or on a superset of them, which feature
+        learning's fits on its training rows reuse); None: chosen here.
 
     Returns
     -------
     KernelFitResult
     """
-    kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
-    data = _resolve_auto_centers(data, runtime, parameters, kernel)
-    streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
-    request = parameters.request(weighted=not data.equal_weights)
-    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, request)
-    tuned = _tune(data, kernel, policy, runtime, parameters)
+    resolved = _resolve(data, runtime, parameters)
+    data, policy = resolved.data, resolved.policy
+    tuned = _applied(tuning, resolved) if tuning is not None else None
+    if tuned is None:
+        tuned = _tune(resolved, runtime, parameters)
     kernel, policy = tuned.kernel, tuned.policy
-    bandwidth = bandwidth if tuned.by_rule else kernel.bandwidth
+    bandwidth = resolved.bandwidth if tuned.by_rule else kernel.bandwidth
     X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     intercept = _intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and tuned.by_rule:  # the bandwidth rule reads the rows the model is fitted on
@@ -298,7 +303,7 @@ def fit_kernel_model(data, runtime, parameters):
     if joint and coef_init is not None:  # the ones column starts from zero
         coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)
     host = KernelHostData(
-        X, targets, weights, order, validation, centers, coef_init, data.centers is None, streamed, shares
+        X, targets, weights, order, validation, centers, coef_init, data.centers is None, resolved.streamed, shares
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
     outcome = run_solver(policy.solver, policy.alpha, host, runtime, settings)
@@ -329,11 +334,48 @@ def fit_kernel_model(data, runtime, parameters):
 
 
 @dataclass(frozen=True)
-class _Tuning:
-    """The kernel and policy once the bandwidth and the penalty are chosen, and the criteria behind them.
+class _Resolved:
+    """What a fit decides before any measurement: the kernel by its rule, the centers counted, the policy."""
 
-    ``by_rule``: the bandwidth is the scale rule's (or the user's), which a held-out
-    split resolves again on the rows the model is fitted on.
+    kernel: object
+    bandwidth: float | None
+    data: KernelFitInput
+    policy: object
+    streamed: bool
+
+
+def _resolve(data, runtime, parameters):
+    """The kernel (its bandwidth by rule), ``n_centers="auto"`` counted, streaming, and the policy of the fit."""
+    kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
+    data = _resolve_auto_centers(data, runtime, parameters, kernel)
+    streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
+    request = parameters.request(weighted=not data.equal_weights)
+    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, request)
+    return _Resolved(kernel, bandwidth, data, policy, streamed)
+
+
+@dataclass(frozen=True)
+class KernelTuning:
+    """A kernel's bandwidth and penalty once chosen, the criteria behind them, and the policy they settled.
+
+    Made once per kernel per fit by :func:`tune_kernel` and reused by every fit of
+    that kernel on the same rows or on a subset of them (feature learning's
+    candidates on its training rows, the path's later steps, the final refit).
+
+    Attributes
+    ----------
+    kernel : Kernel
+        With the chosen bandwidth.
+    policy : KernelFitPolicy
+        The policy of the rows tuned on, ``alpha`` settled.
+    bandwidth_selection : BandwidthSelection or None
+    alpha_selection : AlphaSelection or None
+        None where ``alpha`` was given.
+    by_rule : bool
+        The bandwidth is the scale rule's (or the user's): a fit on other rows
+        takes the rule's bandwidth on its own rows.
+    n_rows : int
+        The rows tuned on.
     """
 
     kernel: object
@@ -341,10 +383,50 @@ class _Tuning:
     bandwidth_selection: object = None
     alpha_selection: object = None
     by_rule: bool = True
+    n_rows: int = 0
+
+    def pinned(self):
+        """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's)."""
+        return dataclasses.replace(self, by_rule=False)
 
 
-def _tune(data, kernel, policy, runtime, parameters):
+def tune_kernel(data, runtime, parameters):
+    """The tune stage: the bandwidth ("auto") and the penalty (leave-one-out) of ``parameters``' kernel on ``data``.
+
+    Draws from a copy of ``runtime``'s random state: a fit handed the result
+    draws what it would draw choosing them itself, and gives the same model.
+
+    Returns
+    -------
+    KernelTuning
+    """
+    return _tune(_resolve(data, runtime, parameters), runtime, parameters)
+
+
+def _applied(tuning, resolved):
+    """``tuning`` for the fit ``resolved`` (rows a subset of those tuned on), or None where it does not apply.
+
+    The penalty chosen by the rule is a per-sample penalty: it is applied to the
+    fit's weight total, as the rule would choose it there (``alpha`` as it is where
+    the rule scored only part of the rows, as :class:`LooRows` keeps it).  A policy
+    that asks for no leave-one-out penalty, or one the tuning did not score, is
+    not this tuning's.
+    """
+    policy, selection = resolved.policy, tuning.alpha_selection
+    if (policy.alpha is None) != (selection is not None):
+        return None
+    if selection is not None:
+        alpha = selection.alpha
+        if selection.alpha > 0 and selection.n_rows >= tuning.n_rows:
+            alpha = selection.penalty * float(np.sum(resolved.data.weights))
+        policy = policy.with_alpha(alpha)
+    kernel = resolved.kernel if tuning.by_rule else tuning.kernel
+    return dataclasses.replace(tuning, kernel=kernel, policy=policy)
+
+
+def _tune(resolved, runtime, parameters):
     """Search the bandwidth ("auto") and score the penalty where the policy asks; a warm start keeps its bandwidth."""
+    data, kernel, policy = resolved.data, resolved.kernel, resolved.policy
     searched = searches_bandwidth(parameters.kernel, parameters.bandwidth)
     continued = data.continuation.bandwidth if searched and data.continuation is not None else None
     if continued is not None:
@@ -365,7 +447,7 @@ def _tune(data, kernel, policy, runtime, parameters):
             selection = search.selection if exact else scored.select_alpha(kernel, policy.loo_min_coverage)
             selection = selection.gated(policy.loo_min_coverage)
             policy = policy.with_alpha(selection.alpha)
-    return _Tuning(kernel, policy, search, selection, by_rule=not searched)
+    return KernelTuning(kernel, policy, search, selection, by_rule=not searched, n_rows=data.X.shape[0])
 
 
 def _problem(data, runtime, kernel, streamed):
