@@ -46,6 +46,7 @@ kernel machine on those rows; see ``BANDWIDTH_SEARCH_ROWS`` for why not a Nystro
 model of more rows).
 """
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -66,6 +67,7 @@ __all__ = [
     "AlphaSelection",
     "BandwidthSelection",
     "ClassCodes",
+    "KernelRidgeSolution",
     "best_classifier",
     "select_alpha",
     "select_bandwidth",
@@ -138,6 +140,7 @@ class AlphaSelection:
     n_features: int
     coverage: float = 1.0
     loo_misclassification: np.ndarray | None = None
+    solution: "KernelRidgeSolution | None" = None
 
     @property
     def scored(self):
@@ -157,6 +160,31 @@ class AlphaSelection:
         if self.coverage >= min_coverage:
             return self
         return AlphaSelection(0.0, 0.0, self.penalties, None, self.n_rows, self.n_features, self.coverage)
+
+    def without_solution(self):
+        """This selection without its solution (what a fitted estimator keeps of it)."""
+        return dataclasses.replace(self, solution=None)
+
+
+@dataclass(frozen=True)
+class KernelRidgeSolution:
+    """Kernel ridge with an unpenalised intercept on the rows scored, at the chosen penalty.
+
+    ``f(x) = k(x, X_scored) coef + intercept`` minimises ``sum_i w_i (y_i - f(x_i))^2 +
+    alpha coef^T K coef``: the package's one model, every row a center.  It comes
+    with the eigendecomposition the criterion already made (every row a feature),
+    at the cost of a few products.
+
+    Attributes
+    ----------
+    coef : Tensor of shape (rows, l)
+        float64, in the order of the rows scored.
+    intercept : Tensor of shape (l,)
+        Of the targets as scored (the caller's intercept already subtracted).
+    """
+
+    coef: torch.Tensor
+    intercept: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -273,6 +301,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         basis.n_features,
         coverage,
         None if misclassified is None else misclassified / total,
+        solution=None if basis.solve is None else basis.solve(penalty * total),
     )
 
 
@@ -432,6 +461,7 @@ class _CentredBasis:
     coordinates: torch.Tensor  # Q^T W^{1/2} (Y - target_mean)
     target_mean: torch.Tensor
     blocks: Callable[[], Iterator[tuple[int, int, torch.Tensor]]]
+    solve: Callable[[float], KernelRidgeSolution] | None = None  # every row a feature: the model at a penalty
 
     @property
     def n_features(self):
@@ -495,7 +525,41 @@ class _CentredBasis:
             for start in range(0, basis.shape[0], ROW_BLOCK):
                 yield start, min(start + ROW_BLOCK, basis.shape[0]), basis[start : start + ROW_BLOCK]
 
-        return cls(squares, coordinates, target_mean, blocks)
+        targets = sqrt_w[:, None] * (Y.double() - target_mean)
+        exact = _ExactKernelRidge(basis, squares, coordinates, targets, sqrt_w, row_means, target_mean)
+        return cls(squares, coordinates, target_mean, blocks, exact.solve)
+
+
+@dataclass(frozen=True)
+class _ExactKernelRidge:
+    """Kernel ridge with an unpenalised intercept from the eigendecomposition of the weighted, centred kernel.
+
+    With ``C = I - 1 w^T / sum(w)`` and ``A = W^{1/2} C K C^T W^{1/2} = Q S^2 Q^T``,
+    the normal equations ``(P K + alpha I) a = P y`` (``P = W - w w^T / sum(w)``,
+    the intercept eliminated) are solved by ``a = C^T W^{1/2} u`` with ``u = (A +
+    alpha I)^{-1} W^{1/2} C y``: ``Q (S^2 + alpha)^{-1} Q^T`` on the directions kept,
+    ``1 / alpha`` on those below float64's resolution.  The intercept is ``b = ybar
+    - m^T a`` with ``m = K w / sum(w)``, the kernel's weighted row means (``1^T W
+    K a / sum(w)``, since ``W^{1/2} 1`` is in ``A``'s null space).
+    """
+
+    basis: torch.Tensor  # Q
+    squares: torch.Tensor  # S^2
+    coordinates: torch.Tensor  # Q^T W^{1/2} C y
+    targets: torch.Tensor  # W^{1/2} C y
+    sqrt_w: torch.Tensor
+    row_means: torch.Tensor  # m
+    target_mean: torch.Tensor  # ybar
+
+    def solve(self, alpha):
+        """The :class:`KernelRidgeSolution` at penalty ``alpha > 0``."""
+        basis, coordinates = self.basis, self.coordinates
+        unresolved = self.targets - basis @ coordinates
+        u = basis @ (coordinates / (self.squares + alpha)[:, None]) + unresolved / alpha
+        scaled = self.sqrt_w[:, None] * u
+        w = self.sqrt_w**2
+        coef = scaled - w[:, None] * (scaled.sum(dim=0) / w.sum())
+        return KernelRidgeSolution(coef, self.target_mean - self.row_means @ coef)
 
 
 def _leading(values, vectors, relative_floor):

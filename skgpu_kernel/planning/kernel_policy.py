@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from .kernel import KernelProblem, plan_alpha, plan_centers_solver, plan_full_kernel_solver
 
-__all__ = ["AUTO_VALIDATION_MIN_SAMPLES", "KernelFitPolicy", "KernelFitRequest", "plan_kernel_fit"]
+__all__ = [
+    "AUTO_VALIDATION_MIN_SAMPLES",
+    "KernelFitPolicy",
+    "KernelFitRequest",
+    "plan_direct_solve",
+    "plan_kernel_fit",
+]
 
 # early_stopping="auto" holds out a validation split from this many samples on
 # (smaller fits stop on the training loss).
@@ -158,3 +164,42 @@ def _centers_solver(problem, budget, request):
             "memory_budget); EigenPro 3's SGD has no penalty. Use alpha=0, fewer centers or a larger budget."
         )
     return solver
+
+
+def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
+    """Whether the fit's model is the tune stage's exact solution (``solver_ = "direct"``): no solver runs.
+
+    Where the leave-one-out criterion scored every training row as a feature
+    (``exact_solution``: up to ``BANDWIDTH_SEARCH_ROWS`` rows), its eigendecomposition
+    of the centred kernel solves kernel ridge with an unpenalised intercept at the
+    chosen penalty in a few products
+    (:class:`~skgpu_kernel.regularization.KernelRidgeSolution`): the model every
+    solver converges to, without CG's factorisations and passes.  It is taken by
+    ``solver="auto"`` for a positive penalty with a center at every row, an
+    intercept (the criterion's model has one), no held-out split, no warm start (its
+    coefficients start an iterative solver) and one process.
+
+    Parameters
+    ----------
+    policy : KernelFitPolicy
+        With ``alpha`` settled.
+    exact_solution : bool
+        The tune stage holds the solution on exactly the rows fitted.
+    fit_intercept, warm_start : bool
+
+    Returns
+    -------
+    bool
+    """
+    request = policy.request
+    return (
+        exact_solution
+        and request.solver == "auto"
+        and not request.distributed
+        and not policy.uses_centers
+        and policy.alpha is not None
+        and policy.alpha > 0
+        and not policy.early_stopping
+        and fit_intercept
+        and not warm_start
+    )

@@ -29,7 +29,7 @@ import torch
 from sklearn.base import clone
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier
+from ..blockwise import DeviceCopier, PredictionTensors
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel, searches_bandwidth
 from ..planning.kernel import (
@@ -39,7 +39,7 @@ from ..planning.kernel import (
     full_kernel_cg_factors,
     plan_auto_centers,
 )
-from ..planning.kernel_policy import KernelFitRequest, plan_kernel_fit
+from ..planning.kernel_policy import KernelFitRequest, plan_direct_solve, plan_kernel_fit
 from ..regularization import (
     BANDWIDTH_SEARCH_ROWS,
     LOO_MAX_ROWS,
@@ -179,7 +179,7 @@ class KernelFitResult:
     ----------
     loop : KernelLoopResult
         The coefficients (in the order of ``centers``), epochs, steps, history.
-    solver : {"eigenpro", "cg"}
+    solver : {"eigenpro", "cg", "direct"}
     alpha : float
     alpha_selection : AlphaSelection or None
     bandwidth_selection : BandwidthSelection or None
@@ -286,6 +286,9 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         tuned = _tune(resolved, runtime, parameters)
     kernel, policy = tuned.kernel, tuned.policy
     bandwidth = resolved.bandwidth if tuned.by_rule else kernel.bandwidth
+    exact = tuned.exact_solution if tuned.n_rows == data.X.shape[0] else None
+    if plan_direct_solve(policy, exact is not None, parameters.fit_intercept, data.continuation is not None):
+        return _direct_fit(tuned, data, runtime, parameters, bandwidth)
     X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     intercept = _intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and tuned.by_rule:  # the bandwidth rule reads the rows the model is fitted on
@@ -316,7 +319,7 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         solver=outcome.attempts[-1].solver,
         alpha=outcome.attempts[-1].alpha,
         attempts=list(outcome.record),
-        alpha_selection=tuned.alpha_selection,
+        alpha_selection=tuned.alpha_selection and tuned.alpha_selection.without_solution(),
         bandwidth_selection=tuned.bandwidth_selection,
         early_stopping=policy.early_stopping,
         kernel=kernel,
@@ -330,6 +333,42 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         operator=outcome.operator,
         throughputs=outcome.throughputs,
         device_cache=outcome.device_cache,
+    )
+
+
+def _direct_fit(tuned, data, runtime, parameters, bandwidth):
+    """The fit whose model is the tune stage's exact kernel ridge solution: no solver runs.
+
+    The criterion scored every row as a feature, in the order of ``tuned.scored_rows``:
+    those rows are the centers, its coefficients the model's.
+    """
+    kernel, selection, order = tuned.kernel, tuned.alpha_selection, tuned.scored_rows
+    device = runtime.devices[0]
+    offset = _kernel_offset(kernel, data.X)
+    to_device = DeviceCopier(device, runtime.dtype, offset)
+    centers = np.asarray(data.X[order], dtype=np.float64)
+    coef = selection.solution.coef.to(device, runtime.dtype)
+    intercept = _intercept(True, data.Y, data.weights) + selection.solution.intercept.cpu().numpy()
+    log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
+    return KernelFitResult(
+        loop=KernelLoopResult(coef, 0, 0, None, None, [], converged=True),
+        solver="direct",
+        alpha=selection.alpha,
+        attempts=[*runtime.memory_events, {"solver": "direct", "alpha": selection.alpha, "reason": "planned"}],
+        alpha_selection=selection.without_solution(),
+        bandwidth_selection=tuned.bandwidth_selection,
+        early_stopping=False,
+        kernel=kernel,
+        bandwidth=bandwidth,
+        offset=offset,
+        intercept=intercept,
+        order=order,
+        centers=centers,
+        plan=None,
+        spectrum=None,
+        operator=None,
+        throughputs={},
+        device_cache=PredictionTensors.of_centers(kernel, to_device(centers), coef, to_device.offset),
     )
 
 
@@ -376,6 +415,8 @@ class KernelTuning:
         takes the rule's bandwidth on its own rows.
     n_rows : int
         The rows tuned on.
+    scored_rows : ndarray or None
+        The rows the penalty's criterion scored, in its order (None: not scored).
     """
 
     kernel: object
@@ -384,6 +425,15 @@ class KernelTuning:
     alpha_selection: object = None
     by_rule: bool = True
     n_rows: int = 0
+    scored_rows: np.ndarray | None = None
+
+    @property
+    def exact_solution(self):
+        """The criterion's :class:`~skgpu_kernel.regularization.KernelRidgeSolution` of every row tuned on, or None."""
+        selection = self.alpha_selection
+        if selection is None or selection.solution is None or selection.n_rows != self.n_rows:
+            return None
+        return selection.solution
 
     def pinned(self):
         """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's)."""
@@ -431,7 +481,7 @@ def _tune(resolved, runtime, parameters):
     continued = data.continuation.bandwidth if searched and data.continuation is not None else None
     if continued is not None:
         kernel = clone(kernel).set_params(bandwidth=continued)
-    search, selection = None, None
+    search, selection, scored_rows = None, None, None
     if (searched and continued is None) or policy.alpha is None:
         scored = LooRows.draw(data, kernel, runtime, parameters, LOO_MAX_ROWS if policy.alpha is None else 0)
         if searched and continued is None:
@@ -447,7 +497,8 @@ def _tune(resolved, runtime, parameters):
             selection = search.selection if exact else scored.select_alpha(kernel, policy.loo_min_coverage)
             selection = selection.gated(policy.loo_min_coverage)
             policy = policy.with_alpha(selection.alpha)
-    return KernelTuning(kernel, policy, search, selection, by_rule=not searched, n_rows=data.X.shape[0])
+            scored_rows = scored.indices
+    return KernelTuning(kernel, policy, search, selection, not searched, data.X.shape[0], scored_rows)
 
 
 def _problem(data, runtime, kernel, streamed):
@@ -699,6 +750,7 @@ class LooRows:
     Y: torch.Tensor
     weights: torch.Tensor | None
     classes: ClassCodes | None
+    indices: np.ndarray | None = None
 
     @classmethod
     def draw(cls, data, kernel, runtime, parameters, count):
@@ -715,7 +767,7 @@ class LooRows:
             # The class indices are the code columns, and for +-1 codes 1 is the positive class.
             labels = torch.as_tensor(np.asarray(data.stratify[rows], dtype=np.int64), device=device)
             classes = ClassCodes(labels, torch.as_tensor(intercept, dtype=torch.float64, device=device))
-        return cls(to_device(data.X[rows]), to_device(data.Y[rows] - intercept, center=False), w, classes)
+        return cls(to_device(data.X[rows]), to_device(data.Y[rows] - intercept, center=False), w, classes, rows)
 
     @property
     def n_rows(self):
@@ -725,7 +777,7 @@ class LooRows:
         """The first ``count`` rows."""
         weights = None if self.weights is None else self.weights[:count]
         classes = self.classes and dataclasses.replace(self.classes, labels=self.classes.labels[:count])
-        return LooRows(self.X[:count], self.Y[:count], weights, classes)
+        return LooRows(self.X[:count], self.Y[:count], weights, classes, self.indices[:count])
 
     def select_alpha(self, kernel, min_coverage=0.0):
         """:func:`~skgpu_kernel.regularization.select_alpha` on these rows."""
