@@ -51,7 +51,7 @@ from ..regularization import (
 )
 from ..splits import holdout_split
 from .eigenpro import KernelLoopResult
-from .kernel_paths import KernelFitSettings, KernelHostData, KernelRuntime, run_solver
+from .kernel_paths import Attempt, KernelFitSettings, KernelHostData, KernelRuntime, PathOutcome, run_solver
 
 __all__ = [
     "KernelContinuation",
@@ -263,7 +263,7 @@ class KernelFitResult:
 
 
 def fit_kernel_model(data, runtime, parameters, tuning=None):
-    """Resolve and run a kernel fit: EigenPro 2, EigenPro 3 or CG.
+    """Resolve and run a kernel fit: EigenPro 2, EigenPro 3, CG, or the tune stage's direct solution.
 
     Parameters
     ----------
@@ -280,15 +280,56 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
     KernelFitResult
     """
     resolved = _resolve(data, runtime, parameters)
-    data, policy = resolved.data, resolved.policy
     tuned = _applied(tuning, resolved) if tuning is not None else None
     if tuned is None:
         tuned = _tune(resolved, runtime, parameters)
-    kernel, policy = tuned.kernel, tuned.policy
-    bandwidth = resolved.bandwidth if tuned.by_rule else kernel.bandwidth
+    data = resolved.data
+    bandwidth = resolved.bandwidth if tuned.by_rule else tuned.kernel.bandwidth
     exact = tuned.exact_solution if tuned.n_rows == data.X.shape[0] else None
-    if plan_direct_solve(policy, exact is not None, parameters.fit_intercept, data.continuation is not None):
-        return _direct_fit(tuned, data, runtime, parameters, bandwidth)
+    if plan_direct_solve(tuned.policy, exact is not None, parameters.fit_intercept, data.continuation is not None):
+        model = _direct_model(tuned, data, runtime, parameters, bandwidth)
+    else:
+        model = _solved_model(tuned, resolved, runtime, parameters, bandwidth)
+    outcome = model.outcome
+    selection = tuned.alpha_selection
+    return KernelFitResult(
+        loop=outcome.result,
+        solver=outcome.attempts[-1].solver,
+        alpha=outcome.attempts[-1].alpha,
+        attempts=list(outcome.record),
+        alpha_selection=selection and selection.without_solution(),
+        bandwidth_selection=tuned.bandwidth_selection,
+        early_stopping=model.early_stopping,
+        kernel=model.kernel,
+        bandwidth=model.bandwidth,
+        offset=model.offset,
+        intercept=model.intercept,
+        order=model.order,
+        centers=outcome.centers,
+        plan=outcome.plan,
+        spectrum=outcome.spectrum,
+        operator=outcome.operator,
+        throughputs=outcome.throughputs,
+        device_cache=outcome.device_cache,
+    )
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What a solve produced and the kernel, offset, intercept and shuffle it was fitted with."""
+
+    outcome: PathOutcome
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    intercept: np.ndarray
+    order: np.ndarray
+    early_stopping: bool
+
+
+def _solved_model(tuned, resolved, runtime, parameters, bandwidth):
+    """Split, centre, shuffle, draw the centers, then run the solver the policy names (and its fallbacks)."""
+    data, kernel, policy = resolved.data, tuned.kernel, tuned.policy
     X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     intercept = _intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and tuned.by_rule:  # the bandwidth rule reads the rows the model is fitted on
@@ -314,62 +355,31 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         residuals = None if not data.uses_centers else _JointResiduals(X, host.Y, weights, kernel, runtime.budget)
         outcome, shift = _with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
-    return KernelFitResult(
-        loop=outcome.result,
-        solver=outcome.attempts[-1].solver,
-        alpha=outcome.attempts[-1].alpha,
-        attempts=list(outcome.record),
-        alpha_selection=tuned.alpha_selection and tuned.alpha_selection.without_solution(),
-        bandwidth_selection=tuned.bandwidth_selection,
-        early_stopping=policy.early_stopping,
-        kernel=kernel,
-        bandwidth=bandwidth,
-        offset=offset,
-        intercept=intercept,
-        order=order,
-        centers=outcome.centers,
-        plan=outcome.plan,
-        spectrum=outcome.spectrum,
-        operator=outcome.operator,
-        throughputs=outcome.throughputs,
-        device_cache=outcome.device_cache,
-    )
+    return _Model(outcome, kernel, bandwidth, offset, intercept, order, policy.early_stopping)
 
 
-def _direct_fit(tuned, data, runtime, parameters, bandwidth):
-    """The fit whose model is the tune stage's exact kernel ridge solution: no solver runs.
+def _direct_model(tuned, data, runtime, parameters, bandwidth):
+    """The tune stage's exact kernel ridge solution as the fit's model: no solver runs.
 
     The criterion scored every row as a feature, in the order of ``tuned.scored_rows``:
     those rows are the centers, its coefficients the model's.
     """
     kernel, selection, order = tuned.kernel, tuned.alpha_selection, tuned.scored_rows
-    device = runtime.devices[0]
     offset = _kernel_offset(kernel, data.X)
-    to_device = DeviceCopier(device, runtime.dtype, offset)
+    to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
     centers = np.asarray(data.X[order], dtype=np.float64)
-    coef = selection.solution.coef.to(device, runtime.dtype)
+    coef = selection.solution.coef.to(runtime.devices[0], runtime.dtype)
     intercept = _intercept(True, data.Y, data.weights) + selection.solution.intercept.cpu().numpy()
     log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
-    return KernelFitResult(
-        loop=KernelLoopResult(coef, 0, 0, None, None, [], converged=True),
-        solver="direct",
-        alpha=selection.alpha,
-        attempts=[*runtime.memory_events, {"solver": "direct", "alpha": selection.alpha, "reason": "planned"}],
-        alpha_selection=selection.without_solution(),
-        bandwidth_selection=tuned.bandwidth_selection,
-        early_stopping=False,
-        kernel=kernel,
-        bandwidth=bandwidth,
-        offset=offset,
-        intercept=intercept,
-        order=order,
+    attempt = Attempt("direct", selection.alpha)
+    outcome = PathOutcome(
+        KernelLoopResult(coef, 0, 0, None, None, [], converged=True),
         centers=centers,
-        plan=None,
-        spectrum=None,
-        operator=None,
-        throughputs={},
         device_cache=PredictionTensors.of_centers(kernel, to_device(centers), coef, to_device.offset),
+        attempts=(attempt,),
+        record=(*runtime.memory_events, attempt.record()),
     )
+    return _Model(outcome, kernel, bandwidth, offset, intercept, order, False)
 
 
 @dataclass(frozen=True)
