@@ -684,10 +684,11 @@ _COMMON_ATTRIBUTES = """
         exact solution).
     solver_ : {"eigenpro", "cg", "direct"}
         The solver used (``solver`` resolved).  ``"direct"`` (only from
-        ``solver="auto"``, with ``alpha`` chosen by leave-one-out on at most 1500
+        ``solver="auto"``, with ``alpha`` chosen by leave-one-out on at most 2000
         rows): the criterion's eigendecomposition of the kernel matrix on every
         training row gave the exact kernel ridge solution, and no iterative solver
-        ran (``n_epochs_`` 0, an empty ``history_``).  With ``"cg"`` the EigenPro decisions
+        ran (``n_epochs_`` 0, an empty ``history_``; ``n_epochs``, an iteration
+        bound, does not apply).  With ``"cg"`` the EigenPro decisions
         (``subsample_size_``, ``top_eigenvalues_``, ``n_components_``,
         ``batch_capacity_``, ``critical_batch_size_``, ``batch_size_``,
         ``learning_rate_``, ``projection_``) are None, and each ``history_`` record

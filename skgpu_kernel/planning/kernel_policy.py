@@ -170,7 +170,7 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
     """Whether the fit's model is the tune stage's exact solution (``solver_ = "direct"``): no solver runs.
 
     Where the leave-one-out criterion scored every training row as a feature
-    (``exact_solution``: up to ``BANDWIDTH_SEARCH_ROWS`` rows), its eigendecomposition
+    (``exact_solution``: up to the Nystrom subsample's 2000 rows), its eigendecomposition
     of the centred kernel solves kernel ridge with an unpenalised intercept at the
     chosen penalty in a few products
     (:class:`~skgpu_kernel.regularization.KernelRidgeSolution`): the model every
