@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_real_data import _error, _task, our_estimator, prepare  # noqa: E402
+from bench_real_data import _error, _task, our_estimator, prepare
 
 
 def run(datasets, splits, out):

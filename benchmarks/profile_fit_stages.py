@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_real_data import _task, our_estimator, prepare  # noqa: E402
+from bench_real_data import _task, our_estimator, prepare
 
 # (stage, module path fragment, function name): the functions whose cumulative time is the stage's.
 STAGES = (
@@ -64,7 +64,7 @@ def stage_rows(stats):
 
 
 class TransferCounter:
-    """Counts copies of rows of ``X`` to the device, and those of at least half the training rows (passes over ``X``)."""
+    """Counts copies of rows of ``X`` to the device, and those of at least half its rows (passes over ``X``)."""
 
     def __init__(self, n_rows):
         self.n_rows, self.transfers, self.full_passes = n_rows, 0, 0
