@@ -56,7 +56,8 @@ def main(argv=None):
     predict_seconds = time.perf_counter() - tic
 
     print(f"test accuracy      {accuracy:.4f}")
-    print(f"fit time           {fit_seconds:.1f} s ({model.n_epochs_} epochs), predict {predict_seconds:.1f} s")
+    iterations = "direct solve" if model.solver_ == "direct" else f"{model.n_epochs_} epochs"
+    print(f"fit time           {fit_seconds:.1f} s ({iterations}), predict {predict_seconds:.1f} s")
     print(f"device             {model.device_} ({model.dtype_}), memory budget {model.memory_budget_ / 1e9:.1f} GB")
     print(f"bandwidth          {model.bandwidth_:.4g}, alpha {model.alpha_:.3g}, solver {model.solver_}")
     if model.solver_ == "eigenpro":

@@ -79,8 +79,9 @@ def test_classifier_intercept_is_fitted_jointly_when_penalised_else_the_weighted
     codes = np.where(y == model.classes_[1], 1.0, -1.0)
     if model.alpha_ > 0 and not model.early_stopping_:
         # A penalised fit has the intercept fitted with the model: its normal equation holds instead
-        # (to float32 CG's tolerance with every point a center; by construction on centers).
-        assert model.solver_ == "cg"
+        # (to float32 CG's tolerance with every point a center, or exactly where the leave-one-out
+        # criterion's eigendecomposition solved it directly; by construction on centers).
+        assert model.solver_ in ("cg", "direct")
         residual = np.average(codes - model.decision_function(X), weights=weights)
         assert abs(residual) < 5e-3 and abs(model.intercept_[0] - np.average(codes, weights=weights)) > 1e-2
     else:
@@ -143,8 +144,11 @@ def test_defaults_stop_on_convergence_before_the_epoch_bound():
     assert penalised.n_epochs_ < penalised.n_epochs
     assert all(record["validation_score"] is None for record in penalised.history_)
     loo = AdaptiveKernelRegressor(alpha="loo", random_state=0).fit(X, y)
-    assert loo.alpha_ > 0 and loo.solver_ == "cg" and not loo.early_stopping_
-    assert loo.n_epochs_ < loo.n_epochs  # CG iterations, stopped on the objective (float32)
+    # Every row scored by the criterion: its eigendecomposition is the solution, no iteration.
+    assert loo.alpha_ > 0 and loo.solver_ == "direct" and not loo.early_stopping_ and loo.n_epochs_ == 0
+    loo_cg = AdaptiveKernelRegressor(alpha="loo", solver="cg", random_state=0).fit(X, y)
+    assert loo_cg.alpha_ == loo.alpha_ and not loo_cg.early_stopping_
+    assert 0 < loo_cg.n_epochs_ < loo_cg.n_epochs  # CG iterations, stopped on the objective (float32)
     fixed = AdaptiveKernelRegressor(n_epochs=4, tol=None, early_stopping=False, random_state=0)
     assert fixed.fit(X, y).n_epochs_ == 4
 

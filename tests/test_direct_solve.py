@@ -80,6 +80,7 @@ def test_default_small_classifier_is_solved_directly_and_predicts_as_cg():
         {"fit_intercept": False},
         {"alpha": 0.1},
         {"n_centers": 200},
+        {"tol": None, "n_epochs": 3},
     ],
 )
 def test_the_direct_solve_is_taken_only_where_the_criterion_solved_the_model_asked_for(params):

@@ -97,7 +97,8 @@ ESTIMATORS = {
     "kernel regressor, early stopping": lambda: AdaptiveKernelRegressor(
         alpha=0.0, n_epochs=2, early_stopping=True, random_state=0
     ),
-    "kernel classifier": lambda: AdaptiveKernelClassifier(n_epochs=2, random_state=0),
+    # solver="cg": "auto" solves these small data directly (no iterations, an empty history_).
+    "kernel classifier": lambda: AdaptiveKernelClassifier(n_epochs=2, solver="cg", random_state=0),
     "kernel regressor, centers": lambda: AdaptiveKernelRegressor(n_centers=100, n_epochs=2, random_state=0),
 }
 

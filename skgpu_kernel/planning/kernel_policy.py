@@ -166,7 +166,7 @@ def _centers_solver(problem, budget, request):
     return solver
 
 
-def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
+def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_iteration=False):
     """Whether the fit's model is the tune stage's exact solution (``solver_ = "direct"``): no solver runs.
 
     Where the leave-one-out criterion scored every training row as a feature
@@ -177,7 +177,8 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
     solver converges to, without CG's factorisations and passes.  It is taken by
     ``solver="auto"`` for a positive penalty with a center at every row, an
     intercept (the criterion's model has one), no held-out split, no warm start (its
-    coefficients start an iterative solver) and one process.
+    coefficients start an iterative solver), one process, and unless ``tol=None``
+    asks for every iteration up to ``n_epochs``.
 
     Parameters
     ----------
@@ -186,6 +187,8 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
     exact_solution : bool
         The tune stage holds the solution on exactly the rows fitted.
     fit_intercept, warm_start : bool
+    every_iteration : bool, default=False
+        ``tol=None``: the solver is to run its ``n_epochs`` iterations.
 
     Returns
     -------
@@ -202,4 +205,5 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start):
         and not policy.early_stopping
         and fit_intercept
         and not warm_start
+        and not every_iteration
     )

@@ -285,8 +285,9 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         tuned = _tune(resolved, runtime, parameters)
     data = resolved.data
     bandwidth = resolved.bandwidth if tuned.by_rule else tuned.kernel.bandwidth
-    exact = tuned.exact_solution if tuned.n_rows == data.X.shape[0] else None
-    if plan_direct_solve(tuned.policy, exact is not None, parameters.fit_intercept, data.continuation is not None):
+    exact = tuned.exact_solution(data.X)
+    warm_start, every_iteration = data.continuation is not None, parameters.tol is None
+    if plan_direct_solve(tuned.policy, exact is not None, parameters.fit_intercept, warm_start, every_iteration):
         model = _direct_model(tuned, data, runtime, parameters, bandwidth)
     else:
         model = _solved_model(tuned, resolved, runtime, parameters, bandwidth)
@@ -427,6 +428,9 @@ class KernelTuning:
         The rows tuned on.
     scored_rows : ndarray or None
         The rows the penalty's criterion scored, in its order (None: not scored).
+    X : array or None
+        The host rows tuned on (the array itself, not a copy): the criterion's
+        solution is a model of exactly these rows in these features.
     """
 
     kernel: object
@@ -436,18 +440,26 @@ class KernelTuning:
     by_rule: bool = True
     n_rows: int = 0
     scored_rows: np.ndarray | None = None
+    X: object = dataclasses.field(default=None, repr=False, compare=False)
 
-    @property
-    def exact_solution(self):
-        """The criterion's :class:`~skgpu_kernel.regularization.KernelRidgeSolution` of every row tuned on, or None."""
+    def exact_solution(self, X):
+        """The criterion's :class:`~skgpu_kernel.regularization.KernelRidgeSolution` of the rows ``X``, or None.
+
+        Only where ``X`` is the very array tuned on and every row of it was scored.
+        """
         selection = self.alpha_selection
-        if selection is None or selection.solution is None or selection.n_rows != self.n_rows:
+        if selection is None or selection.solution is None or selection.n_rows != self.n_rows or X is not self.X:
             return None
         return selection.solution
 
     def pinned(self):
-        """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's)."""
-        return dataclasses.replace(self, by_rule=False)
+        """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's).
+
+        The path fits other features (``X L``) with it: the criterion's solution, a
+        model of the rows tuned on, is dropped.
+        """
+        selection = self.alpha_selection and self.alpha_selection.without_solution()
+        return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
 
 
 def tune_kernel(data, runtime, parameters):
@@ -508,7 +520,7 @@ def _tune(resolved, runtime, parameters):
             selection = selection.gated(policy.loo_min_coverage)
             policy = policy.with_alpha(selection.alpha)
             scored_rows = scored.indices
-    return KernelTuning(kernel, policy, search, selection, not searched, data.X.shape[0], scored_rows)
+    return KernelTuning(kernel, policy, search, selection, not searched, data.X.shape[0], scored_rows, data.X)
 
 
 def _problem(data, runtime, kernel, streamed):
