@@ -285,9 +285,8 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         tuned = _tune(resolved, runtime, parameters)
     data = resolved.data
     bandwidth = resolved.bandwidth if tuned.by_rule else tuned.kernel.bandwidth
-    exact = tuned.exact_solution(data.X)
     warm_start, every_iteration = data.continuation is not None, parameters.tol is None
-    if plan_direct_solve(tuned.policy, exact is not None, parameters.fit_intercept, warm_start, every_iteration):
+    if plan_direct_solve(tuned.policy, tuned.solves(data.X), parameters.fit_intercept, warm_start, every_iteration):
         model = _direct_model(tuned, data, runtime, parameters, bandwidth)
     else:
         model = _solved_model(tuned, resolved, runtime, parameters, bandwidth)
@@ -442,15 +441,18 @@ class KernelTuning:
     scored_rows: np.ndarray | None = None
     X: object = dataclasses.field(default=None, repr=False, compare=False)
 
-    def exact_solution(self, X):
-        """The criterion's :class:`~skgpu_kernel.regularization.KernelRidgeSolution` of the rows ``X``, or None.
+    def solves(self, X):
+        """Whether the criterion's solution is a model of the rows ``X``.
 
         Only where ``X`` is the very array tuned on and every row of it was scored.
         """
         selection = self.alpha_selection
-        if selection is None or selection.solution is None or selection.n_rows != self.n_rows or X is not self.X:
-            return None
-        return selection.solution
+        return (
+            selection is not None
+            and selection.solution is not None
+            and selection.n_rows == self.n_rows
+            and (X is self.X)
+        )
 
     def pinned(self):
         """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's).
