@@ -1,12 +1,15 @@
-"""The direct solve (issue 51): the tune stage's eigendecomposition gives the exact kernel ridge model."""
+"""The direct solve (issue 51): the tune stage's eigendecomposition, or one factorisation, gives the exact model."""
 
 import numpy as np
 import pytest
 import torch
 
+import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian, Laplacian
+from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
 from skgpu_kernel.regularization import select_alpha
+from skgpu_kernel.solvers.direct import solve_kernel_ridge
 
 
 def _data(n, seed, d=5):
@@ -73,20 +76,71 @@ def test_default_small_classifier_is_solved_directly_and_predicts_as_cg():
     assert np.mean(direct.predict(X_test) == np.digitize(y_test, [-0.5, 0.5])) > 0.8
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"solver": "cg"},
-        {"fit_intercept": False},
-        {"alpha": 0.1},
-        {"n_centers": 200},
-        {"tol": None, "n_epochs": 3},
-    ],
-)
-def test_the_direct_solve_is_taken_only_where_the_criterion_solved_the_model_asked_for(params):
+@pytest.mark.parametrize("params", [{"solver": "cg"}, {"n_centers": 200}, {"tol": None, "n_epochs": 3}])
+def test_no_direct_solve_where_the_user_asks_for_an_iterative_solver_centers_or_every_iteration(params):
     X, y = _data(400, 8)
     model = AdaptiveKernelRegressor(random_state=0, **params).fit(X, y)
     assert model.solver_ != "direct"
+
+
+@pytest.mark.parametrize("params", [{"fit_intercept": False}, {"alpha": 0.1}])
+def test_a_model_the_criterion_did_not_solve_is_factored_instead(params):
+    X, y = _data(400, 8)
+    model = AdaptiveKernelRegressor(random_state=0, **params).fit(X, y)
+    assert model.solver_ == "direct" and model.fit_attempts_[-1]["reason"] == "planned"
+
+
+def _penalised_solution(model, X, y, weights):
+    """The dense float64 normal equations' model at ``model``'s kernel and ``alpha_``, predicting ``X``."""
+    K = model.kernel_(torch.as_tensor(X), torch.as_tensor(X)).numpy()
+    if model.fit_intercept:
+        a, b = _normal_equations(K, y[:, None], weights, model.alpha_)
+        return lambda rows: (model.kernel_(torch.as_tensor(rows), torch.as_tensor(X)).numpy() @ a)[:, 0] + b[0]
+    a = np.linalg.solve(K + model.alpha_ * np.diag(1.0 / weights), y)
+    return lambda rows: model.kernel_(torch.as_tensor(rows), torch.as_tensor(X)).numpy() @ a
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("alpha", [1e-4, 0.3])
+def test_the_factored_solve_is_the_weighted_penalised_least_squares_model(fit_intercept, alpha):
+    X, y = _data(600, 10)
+    weights = np.random.RandomState(11).uniform(0.5, 2.0, 600)
+    X_test, _ = _data(200, 12)
+    model = AdaptiveKernelRegressor(dtype="float64", random_state=0, alpha=alpha, fit_intercept=fit_intercept)
+    model.fit(X, y, sample_weight=weights)
+    assert model.solver_ == "direct" and model.n_epochs_ == 0 and model.alpha_ == alpha
+    expected = _penalised_solution(model, X, y, weights)(X_test)
+    np.testing.assert_allclose(model.predict(X_test), expected, rtol=0, atol=1e-8 * np.abs(expected).max())
+
+
+def test_above_the_criterion_rows_the_default_fit_is_factored_and_matches_cg():
+    X, y = _data(2600, 13)
+    X_test, _ = _data(300, 14)
+    direct = AdaptiveKernelRegressor(dtype="float64", random_state=0).fit(X, y)
+    cg = AdaptiveKernelRegressor(dtype="float64", random_state=0, solver="cg").fit(X, y)
+    assert direct.solver_ == "direct" and cg.solver_ == "cg" and direct.alpha_ == cg.alpha_ > 0
+    assert direct.n_centers_ == 2600
+    predictions = direct.predict(X_test)
+    np.testing.assert_allclose(predictions, cg.predict(X_test), rtol=0, atol=1e-4 * np.abs(predictions).max())
+
+
+def test_a_factorisation_rounding_breaks_falls_back_to_cg_and_is_recorded(monkeypatch):
+    X, y = _data(400, 15)
+    monkeypatch.setattr(kernel_paths, "solve_kernel_ridge", lambda operator, targets, penalties: None)
+    model = AdaptiveKernelRegressor(dtype="float64", random_state=0, alpha=0.1).fit(X, y)
+    assert [entry["solver"] for entry in model.fit_attempts_] == ["direct", "cg"]
+    assert "could not be factored" in model.fit_attempts_[1]["reason"]
+    assert model.solver_ == "cg" and model.alpha_ == 0.1
+
+
+def test_solve_kernel_ridge_refuses_a_system_rounding_leaves_indefinite():
+    rows = torch.zeros(50, 3, dtype=torch.float64)  # K is all ones: rank one
+    kernel = Gaussian(bandwidth=1.0)
+    operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), OperatorBlocks.whole(50, 50))
+    targets = torch.ones(50, 1, dtype=torch.float64)
+    assert solve_kernel_ridge(operator, targets, torch.full((50,), -1e-3, dtype=torch.float64)) is None
+    solved = solve_kernel_ridge(operator, targets, torch.full((50,), 0.5, dtype=torch.float64))
+    np.testing.assert_allclose(solved.numpy(), np.full((50, 1), 1.0 / 50.5), rtol=1e-12)
 
 
 def test_a_warm_start_after_a_direct_solve_continues_by_cg_from_its_solution():

@@ -108,6 +108,15 @@ CASES = {
         {"solver": "cg", "shrank": "K(X, Z)", "from": "cached", "to": "evaluated"},
         keeps_plan=True,
     ),
+    "direct solve": Case(
+        "direct solve",
+        {**BASE, "alpha": 0.1},
+        kernel_paths,
+        "solve_kernel_ridge",
+        1,
+        {"solver": "direct", "shrank": "n x n factorisation", "from": "factored", "to": "iterative"},
+        keeps_plan=False,
+    ),
     "preconditioner subsample": Case(
         "preconditioner subsample",
         {**BASE, "solver": "eigenpro", "alpha": 0.1, "batch_size": 64, "n_epochs": 20, "subsample_size": 400},

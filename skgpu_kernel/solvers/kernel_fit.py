@@ -39,7 +39,13 @@ from ..planning.kernel import (
     full_kernel_cg_factors,
     plan_auto_centers,
 )
-from ..planning.kernel_policy import KernelFitRequest, plan_direct_solve, plan_kernel_fit
+from ..planning.kernel_policy import (
+    DIRECT_FACTORED,
+    DIRECT_FROM_TUNING,
+    KernelFitRequest,
+    plan_direct_solve,
+    plan_kernel_fit,
+)
 from ..regularization import (
     BANDWIDTH_SEARCH_ROWS,
     LOO_MAX_ROWS,
@@ -286,10 +292,13 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
     data = resolved.data
     bandwidth = resolved.bandwidth if tuned.by_rule else tuned.kernel.bandwidth
     warm_start, every_iteration = data.continuation is not None, parameters.tol is None
-    if plan_direct_solve(tuned.policy, tuned.solves(data.X), parameters.fit_intercept, warm_start, every_iteration):
+    exact = tuned.solves(data.X)
+    direct = plan_direct_solve(tuned.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
+    if direct == DIRECT_FROM_TUNING:
         model = _direct_model(tuned, data, runtime, parameters, bandwidth)
     else:
-        model = _solved_model(tuned, resolved, runtime, parameters, bandwidth)
+        solver = "direct" if direct == DIRECT_FACTORED else tuned.policy.solver
+        model = _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver)
     outcome = model.outcome
     selection = tuned.alpha_selection
     return KernelFitResult(
@@ -327,8 +336,8 @@ class _Model:
     early_stopping: bool
 
 
-def _solved_model(tuned, resolved, runtime, parameters, bandwidth):
-    """Split, centre, shuffle, draw the centers, then run the solver the policy names (and its fallbacks)."""
+def _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver):
+    """Split, centre, shuffle, draw the centers, then run ``solver`` (the policy's or "direct") and its fallbacks."""
     data, kernel, policy = resolved.data, tuned.kernel, tuned.policy
     X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     intercept = _intercept(parameters.fit_intercept, Y, weights)
@@ -336,7 +345,7 @@ def _solved_model(tuned, resolved, runtime, parameters, bandwidth):
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
-    factored_cg = policy.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
+    factored_cg = solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
     if data.uses_centers or factored_cg:  # Falkon's CG takes every training point as a center
         centers, shares = _centers(data, X, order) if data.uses_centers else (X[order].astype(np.float64), None)
         coef_init = _continued_center_coef(data.continuation, centers)
@@ -350,7 +359,7 @@ def _solved_model(tuned, resolved, runtime, parameters, bandwidth):
         X, targets, weights, order, validation, centers, coef_init, data.centers is None, resolved.streamed, shares
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
-    outcome = run_solver(policy.solver, policy.alpha, host, runtime, settings)
+    outcome = run_solver(solver, policy.alpha, host, runtime, settings)
     if joint:
         residuals = None if not data.uses_centers else _JointResiduals(X, host.Y, weights, kernel, runtime.budget)
         outcome, shift = _with_joint_intercept(outcome, residuals)

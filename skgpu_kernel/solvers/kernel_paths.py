@@ -71,6 +71,7 @@ from ..preconditioner import (
 from ..process_group import agree, agree_on_object
 from ..scaling import ScheduleContext, warn_if_warmup_fills_run
 from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_operator, fit_centers_cg
+from .direct import solve_kernel_ridge
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
 from .eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
 from .full_kernel_cg import fit_full_kernel_cg
@@ -791,6 +792,54 @@ class _EveryPointCGPath(_EveryPointRows):
         return PathOutcome(result, plan, None, {}, self.centers_host(), device_cache, operator=self.operator_plan)
 
 
+class _DirectPath(_Path):
+    """Every training row a center, ``alpha > 0``, ``n x n`` in the budget: one factorisation of ``K + alpha W^-1``.
+
+    ``K(X, X)`` is evaluated once in float64 through an
+    :class:`~skgpu_kernel.operators.EvaluatedOperator` and handed to
+    :func:`~skgpu_kernel.solvers.direct.solve_kernel_ridge`.  Where rounding breaks
+    the factorisation, or the device has no room for the ``n x n`` matrices, the
+    driver is asked for CG on every point instead.
+    """
+
+    solver = "direct"
+
+    def run(self, attempt):
+        data, runtime = self.data, self.runtime
+        rows = DeviceCopier(self.device, torch.float64, self.settings.offset)(data.X[data.order])
+        whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
+        operator = EvaluatedOperator(self.kernel, rows, self.kernel.prepare_centers(rows), whole)
+        targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=self.device)
+        weights = torch.as_tensor(data.weights[data.order], dtype=torch.float64, device=self.device)
+
+        def factored(kind):
+            if kind == "factored":
+                return solve_kernel_ridge(operator, targets, attempt.alpha / weights)
+            return None
+
+        solved = self.shrinking("direct solve", "n x n factorisation", ("factored", "iterative"))(factored)
+        operator = rows = None  # K(X, X) freed before the prediction tensors are made
+        if solved is None:
+            reason = (
+                f"K + alpha W^-1 on {targets.shape[0]} rows could not be factored here (alpha {attempt.alpha:.3g} "
+                "below the kernel's rounding, or no room for the n x n matrices): CG on every point fits it instead"
+            )
+            raise _FallbackNeeded(Fallback(reason, solver="cg", warning=None))
+        coef = solved.to(runtime.dtype)
+        if runtime.log is not None:
+            name = self.settings.parameters.name
+            runtime.log(f"[{name}] {self.where()}, solver direct: K + alpha W^-1 factored on {targets.shape[0]} rows")
+        self.centers_dev = self.kernel.prepare_centers(self.to_device(data.X[data.order]))
+        result = KernelLoopResult(coef, 0, 0, None, None, [], converged=True)
+        return PathOutcome(result, centers=self.centers_host(), device_cache=self.device_cache(coef))
+
+    def where(self):
+        return f"device={self.device}, dtype={self.runtime.dtype}"
+
+    def centers_host(self):
+        return self.data.X[self.data.order]
+
+
 @dataclass(frozen=True)
 class _EigenPro2Operators:
     """The operators of an EigenPro 2 fit: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)``."""
@@ -1045,6 +1094,7 @@ SOLVER_PATHS = {
     ("eigenpro", True): _EigenPro3Path,
     ("cg", False): _EveryPointCGPath,
     ("cg", True): _CentersCGPath,
+    ("direct", False): _DirectPath,
 }
 
 

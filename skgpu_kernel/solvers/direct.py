@@ -1,0 +1,41 @@
+"""Kernel ridge by one Cholesky factorisation: the direct solver on every training point.
+
+With a center at every training row and a penalty ``alpha > 0``, the package's one
+model (``sum_i w_i (y_i - f(x_i))^2 + alpha a^T K a``) has coefficients solving
+``(K + alpha W^-1) a = y``.  Where the ``n x n`` system fits the device, one
+factorisation solves it exactly, for every target column at once (the fit's
+column of ones for the unpenalised intercept included).  No sklearn, no device or
+cache branches: the kernel matrix comes from the operator it is handed.
+"""
+
+import torch
+
+__all__ = ["solve_kernel_ridge"]
+
+
+def solve_kernel_ridge(operator, targets, penalties):
+    """The coefficients ``a`` of ``(K + diag(penalties)) a = targets``, or None where rounding breaks the factorisation.
+
+    Parameters
+    ----------
+    operator : KernelOperator
+        ``K(X, X)`` in float64 (:meth:`~skgpu_kernel.operators.KernelOperator.block`
+        gives the whole matrix).
+    targets : Tensor of shape (n, l)
+        float64, on the operator's device.
+    penalties : Tensor of shape (n,)
+        ``alpha / w_i``, positive.
+
+    Returns
+    -------
+    Tensor of shape (n, l) or None
+        float64.  None where ``K + diag(penalties)`` is not positive definite to
+        float64's precision (a penalty below the kernel matrix's rounding).
+    """
+    system = operator.block()
+    system.diagonal().add_(penalties)
+    factor, info = torch.linalg.cholesky_ex(system)
+    del system  # the factor is a new matrix: the system's memory goes back before the solve
+    if int(info) != 0:
+        return None
+    return torch.cholesky_solve(targets, factor)
