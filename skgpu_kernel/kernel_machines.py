@@ -684,11 +684,13 @@ _COMMON_ATTRIBUTES = """
         exact solution).
     solver_ : {"eigenpro", "cg", "direct"}
         The solver used (``solver`` resolved).  ``"direct"`` (only from
-        ``solver="auto"``, with ``alpha`` chosen by leave-one-out on at most 2000
-        rows): the criterion's eigendecomposition of the kernel matrix on every
-        training row gave the exact kernel ridge solution, and no iterative solver
-        ran (``n_epochs_`` 0, an empty ``history_``; ``n_epochs``, an iteration
-        bound, does not apply).  With ``"cg"`` the EigenPro decisions
+        ``solver="auto"``, every training point a center, ``alpha_ > 0``): the
+        exact kernel ridge solution, from the leave-one-out criterion's
+        eigendecomposition where it scored every training row (at most 2000), else
+        from one Cholesky factorisation of ``K + alpha W^-1`` (at most 10000 rows
+        whose ``n x n`` float64 matrices fit ``memory_budget``); no iterative
+        solver ran (``n_epochs_`` 0, an empty ``history_``; ``n_epochs``, an
+        iteration bound, does not apply).  With ``"cg"`` the EigenPro decisions
         (``subsample_size_``, ``top_eigenvalues_``, ``n_components_``,
         ``batch_capacity_``, ``critical_batch_size_``, ``batch_size_``,
         ``learning_rate_``, ``projection_``) are None, and each ``history_`` record

@@ -230,7 +230,8 @@ def test_solver_choice_and_its_errors():
     everywhere = AdaptiveKernelRegressor(alpha=0.0, n_epochs=2, random_state=0).fit(X, y)
     assert everywhere.solver_ == "eigenpro"  # no penalty: EigenPro 2's early-stopped iterates
     penalised = AdaptiveKernelRegressor(alpha=0.1, n_epochs=2, random_state=0).fit(X, y)
-    assert penalised.solver_ == "cg" and penalised.n_centers_ == X.shape[0]
+    # A penalty with every point a center, up to 10000 rows: one factorisation of K + alpha W^-1.
+    assert penalised.solver_ == "direct" and penalised.n_centers_ == X.shape[0] and penalised.n_epochs_ == 0
     with pytest.raises(ValueError, match=r"solver='cg' needs .* more than memory_budget"):
         AdaptiveKernelRegressor(solver="cg", alpha=0.1, memory_budget=1_000_000).fit(X, y)
     with pytest.raises(ValueError, match="EigenPro 3's SGD has no penalty"):
@@ -332,11 +333,11 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
     # At the scale rule's bandwidth, whose coverage these data were made for (the search moves it).
 
     # Low-dimensional data: 2000 points span the kernel, the leave-one-out penalty is used
-    # (and with it CG on every point, up to 10000 rows).
+    # (and with it the direct solve on every point, up to 10000 rows).
     X, y, _ = _smooth_problem(n=2600)
     covered = AdaptiveKernelRegressor(feature_learning=None, bandwidth="scale", random_state=0).fit(X, y)
     assert covered.alpha_selection_.scored and covered.alpha_selection_.coverage > 0.99
-    assert covered.alpha_ == covered.alpha_selection_.alpha > 0 and covered.solver_ == "cg"
+    assert covered.alpha_ == covered.alpha_selection_.alpha > 0 and covered.solver_ == "direct"
     # 60 dimensions at the scale bandwidth: 2000 points capture a fraction of the kernel's
     # trace, the criterion is not evaluated and EigenPro 2 stops early, unpenalised.
     X, y = _high_dimensional_problem()

@@ -30,9 +30,15 @@ def beyond_factors(monkeypatch):
 
 
 def test_the_registry_names_a_path_per_solver_and_model_and_none_inherits_another():
-    assert set(SOLVER_PATHS) == {("eigenpro", False), ("eigenpro", True), ("cg", False), ("cg", True)}
+    assert set(SOLVER_PATHS) == {
+        ("eigenpro", False),
+        ("eigenpro", True),
+        ("cg", False),
+        ("cg", True),
+        ("direct", False),
+    }
     paths = set(SOLVER_PATHS.values())
-    assert len(paths) == 4
+    assert len(paths) == 5
     for path in paths:
         assert not any(other is not path and issubclass(path, other) for other in paths), path
 
