@@ -61,6 +61,7 @@ __all__ = [
     "StreamedOperator",
     "csr_to_torch",
     "filled_entries",
+    "kernel_matrix",
     "map_row_blocks",
     "measure_operator",
     "shard_bounds",
@@ -156,6 +157,19 @@ def measure_operator(kernel, rows, block_shape, centers=None):
     # The grid's alternative to int8 products is exact float32 products, whatever the training dtype.
     speedup = integer_matmul_speedup(rows.device, torch.float32, n_rows, padded_features(rows.shape[1]), n_columns)
     return OperatorMeasurements(grid, speedup)
+
+
+def kernel_matrix(kernel, X, Z=None):
+    """The whole ``K(X, Z)`` (``K(X, X)`` for ``Z`` None) in one evaluation of the kernel, in ``X``'s dtype.
+
+    What reads a kernel matrix whole rather than its products with coefficients:
+    the leave-one-out criteria's eigendecompositions and Nystrom features
+    (:mod:`skgpu_kernel.regularization`) and the preconditioner's subsample
+    (:func:`skgpu_kernel.preconditioner.nystrom_eigensystem`).  One evaluation of
+    the kernel's own ``__call__`` on all the rows, so that these float64 matrices
+    do not depend on any block size.
+    """
+    return kernel(X, X if Z is None else Z)
 
 
 class KernelOperator:

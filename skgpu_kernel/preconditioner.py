@@ -24,7 +24,7 @@ import torch
 
 from ._warnings import warn_user
 from .blockwise import kernel_diagonal_max
-from .operators import EvaluatedOperator, OperatorBlocks, widened
+from .operators import EvaluatedOperator, OperatorBlocks, kernel_matrix, widened
 
 __all__ = [
     "SHIFTED_MAX_COMPONENTS",
@@ -95,7 +95,7 @@ def nystrom_eigensystem(kernel, X_subsample, precision=torch.float64):
     """
     sample = X_subsample.to(torch.float64)
     s = sample.shape[0]
-    gram = kernel(sample, sample)
+    gram = kernel_matrix(kernel, sample)
     kernel.require_finite(gram, X_subsample.dtype)
     gram = (gram + gram.T) / (2.0 * s)
     values, vectors = torch.linalg.eigh(gram.to(precision))

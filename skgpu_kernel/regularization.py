@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from sklearn.base import clone
 
+from .operators import kernel_matrix
 from .preconditioner import nystrom_eigensystem
 
 __all__ = [
@@ -421,7 +422,7 @@ class _NystromFeatures:
 
     def of(self, rows):
         """``phi(rows)`` for float64 rows."""
-        return self.kernel(rows, self.centers) @ self.projection
+        return kernel_matrix(self.kernel, rows, self.centers) @ self.projection
 
 
 def _nystrom_coverage(kernel, X, subsample_size, w):
@@ -434,7 +435,7 @@ def _nystrom_coverage(kernel, X, subsample_size, w):
     """
     centers = X[:subsample_size].double()
     rows = X[subsample_size : subsample_size + ROW_BLOCK].double()
-    gram = kernel(centers, centers)
+    gram = kernel_matrix(kernel, centers)
     kernel.require_finite(gram, X.dtype)
     jitter = _RELATIVE_EIGENVALUE_FLOOR * float(gram.abs().sum(dim=1).max())  # >= lambda_1 (Gershgorin)
     factor, failed = torch.linalg.cholesky_ex(
@@ -444,7 +445,9 @@ def _nystrom_coverage(kernel, X, subsample_size, w):
         features = _NystromFeatures(kernel, X, subsample_size)
         captured = features.of(rows).pow(2).sum(dim=1)
     else:
-        captured = torch.linalg.solve_triangular(factor, kernel(centers, rows), upper=False).pow(2).sum(dim=0)
+        captured = (
+            torch.linalg.solve_triangular(factor, kernel_matrix(kernel, centers, rows), upper=False).pow(2).sum(dim=0)
+        )
     weights = w[subsample_size : subsample_size + rows.shape[0]]
     return float((weights * captured).sum() / (weights * kernel.diagonal(rows)).sum())
 
@@ -510,7 +513,7 @@ class _CentredBasis:
         (to 7e-7 of a brute-force refit at the smallest penalty, 1e-11 at 1e-4).
         """
         X = X.double()
-        gram = kernel(X, X)
+        gram = kernel_matrix(kernel, X)
         kernel.require_finite(gram, X.dtype)
         total = w.sum()
         row_means = (gram + gram.T) @ (w / (2.0 * total))

@@ -118,3 +118,56 @@ def _shell_code_lines(source):
 def test_shell_modules_are_short(shell):
     lines = _shell_code_lines((PACKAGE / shell).read_text())
     assert lines <= MAX_SHELL_MODULE_LINES, f"{shell} has {lines} lines of code"
+
+
+# Modules that may evaluate a kernel themselves: the kernels, the operators, and the
+# checker of a user's kernel against the Kernel protocol (it calls the kernel it checks).
+KERNEL_CALLERS = ("kernels.py", "operators.py", "testing.py")
+_KERNEL_PRODUCTS = ("block", "prepared_block")
+
+
+# The package's names of kernel objects (functions such as make_kernel are not kernels).
+KERNEL_NAMES = ("kernel", "gradient_kernel")
+
+
+def _is_kernel(node):
+    """An expression naming a kernel: ``kernel``, ``self.kernel``, ``fit.kernel``, ``gradient_kernel``."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in KERNEL_NAMES
+
+
+def _kernel_evaluations(tree):
+    """Line numbers of calls that evaluate a kernel: ``kernel(X, Z)``, ``kernel.block(...)``, ``prepared_block``.
+
+    A call of a name in :data:`KERNEL_NAMES` or of an attribute ``.kernel`` is a
+    kernel's ``__call__`` (``kernel.gradient_kernel()`` is a method that returns a
+    kernel: it evaluates none); a ``block`` or ``prepared_block`` method of such a
+    name is a kernel's block.  Methods that read no matrix (``diagonal``,
+    ``prepare_centers``, ``require_finite``) are not evaluations of ``K``.
+    """
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        called = isinstance(function, ast.Name) and _is_kernel(function)
+        called |= isinstance(function, ast.Attribute) and function.attr == "kernel"
+        product = isinstance(function, ast.Attribute) and function.attr in _KERNEL_PRODUCTS
+        if called or (product and _is_kernel(function.value)):
+            yield node.lineno
+
+
+def test_no_kernel_is_evaluated_outside_the_operators_and_the_kernels():
+    """Every kernel matrix of the package comes from ``operators.py`` (issue 51)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in KERNEL_CALLERS:
+            continue
+        tree = ast.parse(path.read_text())
+        found += [f"{path.relative_to(PACKAGE.parent)}:{line}" for line in _kernel_evaluations(tree)]
+    assert not found, found
+
+
+def test_the_kernel_evaluation_rule_finds_what_it_names():
+    source = "kernel(X, Z)\nself.kernel(X)\ngradient_kernel(a, b)\nfit.kernel.block(X, Z)\nkernel.gradient_kernel()\n"
+    source += "make_kernel('gaussian', 1.0, None, X)\nkernel.diagonal(X)\n"
+    assert list(_kernel_evaluations(ast.parse(source))) == [1, 2, 3, 4]
