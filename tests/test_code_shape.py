@@ -1,8 +1,10 @@
 """Size limits of the package's code (issue 11): short functions with few parameters.
 
-A function longer than 80 lines of code (docstring, comments and blank lines
-excluded) or with more than 8 parameters (``self``/``cls`` excluded) is a sign of
-an orchestrator that should hand decisions to a planner or pass a dataclass.
+A function longer than 60 lines of code (docstring, comments and blank lines
+excluded; 80 until issue 51) or with more than 8 parameters (``self``/``cls``
+excluded) is a sign of an orchestrator that should hand decisions to a planner or
+pass a dataclass.  Estimator constructors are exempt from both: as in
+scikit-learn, they take each public parameter and store it, one line each.
 """
 
 import ast
@@ -13,7 +15,7 @@ import tokenize
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
-MAX_CODE_LINES = 80
+MAX_CODE_LINES = 60
 MAX_PARAMETERS = 8
 MAX_SHELL_LINES = {"_BaseAdaptiveKernel": 300, "_BaseBufferedSGD": 300}
 # Whole shell modules (issue 26): validation, the call of the family's fit function and
@@ -65,9 +67,24 @@ def test_functions_are_short():
     long = [
         f"{path}:{node.lineno} {node.name} ({lines} lines)"
         for path, node, lines in _definitions()
-        if not isinstance(node, ast.ClassDef) and lines > MAX_CODE_LINES
+        if not isinstance(node, ast.ClassDef) and lines > MAX_CODE_LINES and not _stores_parameters(node)
     ]
-    assert not long, "functions over 80 lines of code:\n" + "\n".join(long)
+    assert not long, f"functions over {MAX_CODE_LINES} lines of code:\n" + "\n".join(long)
+
+
+def _stores_parameters(function):
+    """An ``__init__`` whose body only stores its arguments (``self.name = name``), a docstring aside."""
+    if function.name != "__init__":
+        return False
+    body = [node for node in function.body if not isinstance(node, ast.Expr)]
+    return all(
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.targets[0].attr == node.value.id
+        for node in body
+    )
 
 
 def test_functions_take_few_parameters():

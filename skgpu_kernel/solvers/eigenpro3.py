@@ -38,6 +38,7 @@ whether ``K(X, Z)`` is cached.
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -394,58 +395,25 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
     """
     main = shards.main
     n, n_outputs = batches.n_rows, coef.shape[1]
-    batch_size = loop.batch_size
-    steps_per_epoch = math.ceil(n / batch_size)
+    batch = _Batch(loop.batch_size, n)
     correct = preconditioner is not None and preconditioner.n_components > 0
     width = shards.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
-    temporary = _TemporaryCenters(kernel, max(n_temporary, batch_size), width, n_outputs, coef.dtype, main)
-    projector = _Projector(temporary, projection, coef)
+    temporary = _TemporaryCenters(kernel, max(n_temporary, batch.size), width, n_outputs, coef.dtype, main)
+    run = _EpochRun(
+        shards, temporary, _Projector(temporary, projection, coef), coef, preconditioner if correct else None
+    )
     guard = loop.guard(coef)
     loss_of_zero_model = None
 
     def rate_at(step):
-        return loop.learning_rate_for(step, batch_size, steps_per_epoch)
+        return loop.learning_rate_for(step, batch.size, batch.steps_per_epoch)
 
     def validation_score():
         return loop.validation(coef)
 
     while guard.epoch < loop.n_epochs:
         guard.begin_epoch()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=main)
-        target_sum = torch.zeros((), dtype=torch.float64, device=main)
-        for whole_batch in batches.epoch(batch_size):
-            start = 0
-            while start < whole_batch[0].shape[0]:
-                # A batch planned before an out-of-memory error is taken in pieces of the halved size.
-                X_batch, Y_batch, w_batch, indices = (
-                    None if part is None else part[start : start + batch_size] for part in whole_batch
-                )
-                rows = X_batch.shape[0]
-                projector.make_room(rows)
-                try:
-                    residual, weighted, gradient = _residual_and_gradient(
-                        shards, temporary, coef, (X_batch, Y_batch, w_batch, indices)
-                    )
-                except (torch.OutOfMemoryError, RuntimeError) as error:
-                    if shards.group is not None:
-                        raise  # the other ranks are already in this step's all-reduce
-                    batch_size = halved_batch(error, batch_size, main, loop.events)
-                    steps_per_epoch = math.ceil(n / batch_size)
-                    if loop.log is not None:
-                        loop.log(f"out of memory: batch size halved to {batch_size}")
-                    continue
-                # The last batch of an epoch may be smaller: its step follows its own size.
-                scale = guard.rollback * loop.learning_rate_for(guard.step, rows, steps_per_epoch) / rows
-                projector.accumulated.sub_(gradient, alpha=scale)
-                temporary.add(X_batch, weighted * -scale)
-                if correct:
-                    coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
-                loss_sum += (residual * residual).sum().double()
-                target_sum += (Y_batch * Y_batch).sum().double()
-                guard.step += 1
-                start += rows
-        projector.project()
-
+        loss_sum, target_sum = _epoch(run, batches, batch, guard, loop)
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
@@ -454,11 +422,78 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
         ):
             break
         if guard.rolled_back:
-            projector.accumulated.zero_()
+            run.projector.accumulated.zero_()
 
     return KernelLoopResult(
         coef=coef,
-        batch_size=batch_size,
-        n_projections=projector.n_projections,
+        batch_size=batch.size,
+        n_projections=run.projector.n_projections,
         **guard.finish(rate_at, loop.first_step),
     )
+
+
+@dataclass
+class _Batch:
+    """The batch in force (halved where the device runs out of memory) and the steps it makes of an epoch."""
+
+    size: int
+    n_rows: int
+
+    @property
+    def steps_per_epoch(self):
+        return math.ceil(self.n_rows / self.size)
+
+
+@dataclass(frozen=True)
+class _EpochRun:
+    """What every step of EigenPro 3 updates: the centers' shards, the temporary centers, the coefficients.
+
+    ``preconditioner`` is None where no direction is flattened.
+    """
+
+    shards: object
+    temporary: object
+    projector: object
+    coef: torch.Tensor
+    preconditioner: object
+
+
+def _epoch(run, batches, batch, guard, loop):
+    """One epoch of steps, then a projection: ``(sum of squared residuals, sum of squared targets)``, float64.
+
+    A batch planned before an out-of-memory error is taken in pieces of the halved size.
+    """
+    main, preconditioner = run.shards.main, run.preconditioner
+    loss_sum = torch.zeros((), dtype=torch.float64, device=main)
+    target_sum = torch.zeros((), dtype=torch.float64, device=main)
+    for whole_batch in batches.epoch(batch.size):
+        start = 0
+        while start < whole_batch[0].shape[0]:
+            X_batch, Y_batch, w_batch, indices = (
+                None if part is None else part[start : start + batch.size] for part in whole_batch
+            )
+            rows = X_batch.shape[0]
+            run.projector.make_room(rows)
+            try:
+                residual, weighted, gradient = _residual_and_gradient(
+                    run.shards, run.temporary, run.coef, (X_batch, Y_batch, w_batch, indices)
+                )
+            except (torch.OutOfMemoryError, RuntimeError) as error:
+                if run.shards.group is not None:
+                    raise  # the other ranks are already in this step's all-reduce
+                batch.size = halved_batch(error, batch.size, main, loop.events)
+                if loop.log is not None:
+                    loop.log(f"out of memory: batch size halved to {batch.size}")
+                continue
+            # The last batch of an epoch may be smaller: its step follows its own size.
+            scale = guard.rollback * loop.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
+            run.projector.accumulated.sub_(gradient, alpha=scale)
+            run.temporary.add(X_batch, weighted * -scale)
+            if preconditioner is not None:
+                run.coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
+            loss_sum += (residual * residual).sum().double()
+            target_sum += (Y_batch * Y_batch).sum().double()
+            guard.step += 1
+            start += rows
+    run.projector.project()
+    return loss_sum, target_sum
