@@ -56,6 +56,11 @@ class KernelLoopResult:
     n_projections: int = 0
     converged: bool | None = None
 
+    @classmethod
+    def direct(cls, coef):
+        """The record of a direct solve: the exact solution, no epochs, no steps, no history."""
+        return cls(coef, 0, 0, None, None, [], converged=True)
+
 
 @dataclass(frozen=True)
 class LoopSettings:

@@ -382,7 +382,7 @@ def _direct_model(tuned, data, runtime, parameters, bandwidth):
     log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
     attempt = Attempt("direct", selection.alpha)
     outcome = PathOutcome(
-        KernelLoopResult(coef, 0, 0, None, None, [], converged=True),
+        KernelLoopResult.direct(coef),
         centers=centers,
         device_cache=PredictionTensors.of_centers(kernel, to_device(centers), coef, to_device.offset),
         attempts=(attempt,),

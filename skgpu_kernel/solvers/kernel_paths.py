@@ -806,7 +806,8 @@ class _DirectPath(_Path):
 
     def run(self, attempt):
         data, runtime = self.data, self.runtime
-        rows = DeviceCopier(self.device, torch.float64, self.settings.offset)(data.X[data.order])
+        centers = data.X[data.order]  # every training row, in the fit's order
+        rows = DeviceCopier(self.device, torch.float64, self.settings.offset)(centers)
         whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
         operator = EvaluatedOperator(self.kernel, rows, self.kernel.prepare_centers(rows), whole)
         targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=self.device)
@@ -824,20 +825,17 @@ class _DirectPath(_Path):
                 f"K + alpha W^-1 on {targets.shape[0]} rows could not be factored here (alpha {attempt.alpha:.3g} "
                 "below the kernel's rounding, or no room for the n x n matrices): CG on every point fits it instead"
             )
-            raise _FallbackNeeded(Fallback(reason, solver="cg", warning=None))
+            raise _FallbackNeeded(Fallback(reason, solver="cg"))
         coef = solved.to(runtime.dtype)
         if runtime.log is not None:
-            name = self.settings.parameters.name
-            runtime.log(f"[{name}] {self.where()}, solver direct: K + alpha W^-1 factored on {targets.shape[0]} rows")
-        self.centers_dev = self.kernel.prepare_centers(self.to_device(data.X[data.order]))
-        result = KernelLoopResult(coef, 0, 0, None, None, [], converged=True)
-        return PathOutcome(result, centers=self.centers_host(), device_cache=self.device_cache(coef))
-
-    def where(self):
-        return f"device={self.device}, dtype={self.runtime.dtype}"
-
-    def centers_host(self):
-        return self.data.X[self.data.order]
+            where = f"device={self.device}, dtype={runtime.dtype}"
+            runtime.log(
+                f"[{self.settings.parameters.name}] {where}, solver direct: K + alpha W^-1 factored on "
+                f"{targets.shape[0]} rows"
+            )
+        # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
+        self.centers_dev = self.kernel.prepare_centers(self.to_device(centers))
+        return PathOutcome(KernelLoopResult.direct(coef), centers=centers, device_cache=self.device_cache(coef))
 
 
 @dataclass(frozen=True)
