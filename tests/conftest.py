@@ -35,6 +35,19 @@ def rng():
     return np.random.RandomState(0)
 
 
+@pytest.fixture
+def without_cg_basis(monkeypatch):
+    """CG on every point planned with no room for its preconditioner's basis."""
+    import dataclasses
+
+    from skgpu_kernel.solvers import kernel_paths
+
+    planned = kernel_paths.plan_every_point_cg
+    monkeypatch.setattr(
+        kernel_paths, "plan_every_point_cg", lambda layout: dataclasses.replace(planned(layout), max_components=0)
+    )
+
+
 @pytest.fixture(params=["float32", "float64"])
 def dtype(request):
     return request.param

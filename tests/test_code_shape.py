@@ -188,3 +188,44 @@ def test_the_kernel_evaluation_rule_finds_what_it_names():
     source = "kernel(X, Z)\nself.kernel(X)\ngradient_kernel(a, b)\nfit.kernel.block(X, Z)\nkernel.gradient_kernel()\n"
     source += "make_kernel('gaussian', 1.0, None, X)\nkernel.diagonal(X)\n"
     assert list(_kernel_evaluations(ast.parse(source))) == [1, 2, 3, 4]
+
+
+def _package_classes():
+    """The names of every class the package defines."""
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        names |= {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+    return names
+
+
+def _inheriting_classes(source, package_classes):
+    """``(class, base)`` for each class of ``source`` whose base is a class of the package (by name)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+                if name in package_classes:
+                    found.append((node.name, name))
+    return found
+
+
+def test_the_rule_finds_a_solver_class_built_on_another():
+    source = "class _Path:\n    pass\n\n\nclass _EigenPro2Path(_Rows, kernel_paths._Path):\n    pass\n"
+    assert _inheriting_classes(source, {"_Path", "_Rows"}) == [("_EigenPro2Path", "_Rows"), ("_EigenPro2Path", "_Path")]
+    assert _inheriting_classes("class Stop(Exception):\n    pass\n", {"_Path"}) == []
+
+
+def test_no_solver_class_inherits_from_another():
+    """Issue 51: the solvers are functions on an operator; what they share is composed, not inherited.
+
+    A class in ``skgpu_kernel/solvers/`` may derive from Python's or torch's classes
+    (an exception, a protocol), never from a class of the package.
+    """
+    package_classes = _package_classes()
+    found = {}
+    for path in sorted((PACKAGE / "solvers").glob("*.py")):
+        inheriting = _inheriting_classes(path.read_text(), package_classes)
+        if inheriting:
+            found[path.name] = inheriting
+    assert not found, found

@@ -14,14 +14,16 @@ from sklearn.kernel_ridge import KernelRidge
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning import kernel as planning_kernel
-from skgpu_kernel.planning._account import MemoryAccount
 from skgpu_kernel.planning.kernel import (
     CG_MAX_CONDITION,
+    CG_ROW_BLOCK,
     SHIFTED_MAX_COMPONENTS,
     KernelProblem,
+    KernelSettings,
     full_kernel_cg_conditioned,
     full_kernel_cg_factors,
-    plan_full_kernel_cg,
+    plan_eigenpro2_layout,
+    plan_every_point_cg,
     plan_full_kernel_solver,
 )
 from skgpu_kernel.preconditioner import (
@@ -33,7 +35,6 @@ from skgpu_kernel.preconditioner import (
     shifted_nystrom_preconditioner,
     shifted_rpcholesky_preconditioner,
 )
-from skgpu_kernel.solvers import kernel_paths
 from skgpu_kernel.solvers.centers_cg import CGSettings
 from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
 
@@ -170,17 +171,22 @@ def test_warm_start_continues_from_the_previous_solution(beyond_factors):
 def test_the_preconditioner_basis_is_planned_within_the_budget():
     problem = KernelProblem(50_000, 8, 2, 4, 0)
     per_component = 50_000 * (8 + 4)
-    vectors = 8 * 50_000 * 2 * 8
-    roomy, account = plan_full_kernel_cg(MemoryAccount(10**10), problem)
-    assert roomy == SHIFTED_MAX_COMPONENTS and account.fits()
-    tight, account = plan_full_kernel_cg(MemoryAccount(vectors + 300 * per_component + 5), problem)
-    assert tight == 300 and account.fits()
-    none, account = plan_full_kernel_cg(MemoryAccount(vectors), problem)
-    assert none == 0 and account.fits()
+
+    def planned(budget):
+        layout = plan_eigenpro2_layout(problem, budget, torch.device("cpu"), KernelSettings(cache_kernel=False))
+        return plan_every_point_cg(layout)
+
+    roomy = planned(10**10)
+    assert roomy.max_components == SHIFTED_MAX_COMPONENTS and roomy.fit.memory.fits()
+    assert roomy.fit.method == "cg" and roomy.fit.batch_size == CG_ROW_BLOCK and not roomy.fit.cached
+    before_basis = roomy.fit.memory.total - SHIFTED_MAX_COMPONENTS * per_component
+    tight = planned(before_basis + 300 * per_component + 5)
+    assert tight.max_components == 300 and tight.fit.memory.fits()
+    none = planned(before_basis)
+    assert none.max_components == 0 and none.fit.memory.fits()
 
 
-def test_without_room_for_a_basis_cg_still_solves_a_well_conditioned_system(beyond_factors, monkeypatch):
-    monkeypatch.setattr(kernel_paths, "plan_full_kernel_cg", lambda account, problem: (0, account))
+def test_without_room_for_a_basis_cg_still_solves_a_well_conditioned_system(beyond_factors, without_cg_basis):
     X, Y = _data(500, seed=10)
     alpha = 200.0  # above n lambda_1 / 99: the estimated condition is below CG_MAX_CONDITION without a basis
     params = dict(bandwidth=1.5, alpha=alpha, dtype="float64", fit_intercept=False, subsample_size=150)
@@ -191,9 +197,9 @@ def test_without_room_for_a_basis_cg_still_solves_a_well_conditioned_system(beyo
 
 
 @pytest.mark.parametrize("room", [True, False])
-def test_an_ill_conditioned_penalised_system_falls_back_to_eigenpro(beyond_factors, monkeypatch, room):
+def test_an_ill_conditioned_penalised_system_falls_back_to_eigenpro(beyond_factors, request, room):
     if not room:
-        monkeypatch.setattr(kernel_paths, "plan_full_kernel_cg", lambda account, problem: (0, account))
+        request.getfixturevalue("without_cg_basis")
     X, Y = _data(700, seed=11)
     alpha = 1e-7 if room else 0.05
     model = AdaptiveKernelRegressor(bandwidth=1.5, alpha=alpha, subsample_size=150, random_state=0).fit(X, Y[:, 0])

@@ -34,6 +34,7 @@ __all__ = [
     "CentersSolverChoice",
     "EigenPro2Layout",
     "EigenPro3Layout",
+    "EveryPointCGPlan",
     "KernelFitPlan",
     "KernelProblem",
     "KernelSettings",
@@ -50,7 +51,7 @@ __all__ = [
     "plan_eigenpro2_layout",
     "plan_eigenpro3",
     "plan_eigenpro3_layout",
-    "plan_full_kernel_cg",
+    "plan_every_point_cg",
     "plan_full_kernel_solver",
     "plan_kernel_cache",
     "shard_bounds",
@@ -654,7 +655,8 @@ class KernelFitPlan:
 
     Attributes
     ----------
-    method : {"eigenpro2", "eigenpro3"}
+    method : {"eigenpro2", "eigenpro3", "cg"}
+        ``"cg"``: CG on every point (:func:`plan_every_point_cg`).
     subsample_size : int
     capacity : int
         Measured batch capacity ``m_G`` (or the given batch size).
@@ -694,6 +696,10 @@ class KernelFitPlan:
 
     def describe(self):
         """One line for ``verbose``."""
+        if self.method == "cg":
+            read = f"computed {self.batch_size} rows at a time"
+            layout = "CG on every point, kernel " + (f"cached ({8 * self.cache_itemsize}-bit)" if self.cached else read)
+            return f"{layout}, {self.memory.describe()}"
         if self.method == "eigenpro2":
             layout = "EigenPro 2, kernel " + (
                 f"cached ({8 * self.cache_itemsize}-bit)" if self.cached else "computed per batch"
@@ -753,23 +759,28 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
     -------
     KernelFitPlan
     """
-    problem, memory = layout.problem, layout.memory
+    problem = layout.problem
     batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
     if layout.cached and settings.batch_size == "auto":
         batch_size = min(batch_size, cached_batch_limit(problem.n_rows))
+    sized = (layout, capacity, batch_size, _every_point_account(layout, batch_size))
+    return _fit_plan("eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=_fill_rows(layout))
+
+
+def _every_point_account(layout, batch_size):
+    """The memory of ``K(X, X)`` read ``batch_size`` rows at a time: EigenPro 2's layout, its cache and blocks."""
+    memory = layout.memory
     account = MemoryAccount(memory.budget, memory.items)
-    if layout.cached:
-        account = account.with_item(f"K(X, X) cache ({layout.cache_itemsize}-byte entries)", layout.cache_bytes)
-        working = max(memory.fill_bytes(), layout.batch_bytes(batch_size))
-        account = account.with_item("batch (or the blocks filling the cache)", working)
-    else:
-        account = account.with_item("batch", layout.batch_bytes(batch_size))
-    return _fit_plan(
-        "eigenpro2",
-        (layout, capacity, batch_size, account),
-        cache_itemsize=layout.cache_itemsize,
-        row_block=CACHE_FILL_ROWS if layout.cached else 0,
-    )
+    if not layout.cached:
+        return account.with_item("batch", layout.batch_bytes(batch_size))
+    account = account.with_item(f"K(X, X) cache ({layout.cache_itemsize}-byte entries)", layout.cache_bytes)
+    working = max(memory.fill_bytes(), layout.batch_bytes(batch_size))
+    return account.with_item("batch (or the blocks filling the cache)", working)
+
+
+def _fill_rows(layout):
+    """Rows of a block filling the kernel cache (0: nothing cached)."""
+    return CACHE_FILL_ROWS if layout.cached else 0
 
 
 def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
@@ -1019,30 +1030,57 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
 _CG_VECTORS = 8
 
 
-def plan_full_kernel_cg(account, problem):
-    """What CG on every point adds to EigenPro 2's memory plan: ``(max components, account)``.
+@dataclass(frozen=True)
+class EveryPointCGPlan:
+    """CG on every point: how ``K(X, X)`` is read, and the preconditioner's size.
 
+    Attributes
+    ----------
+    fit : KernelFitPlan
+        ``method="cg"`` on EigenPro 2's layout (the same subsample, cache and
+        blocks): CG has no batch, and ``batch_size`` is the row block an uncached
+        pass evaluates at once.  Its ``memory`` holds CG's vectors and the
+        preconditioner's basis too.
+    max_components : int
+        The most columns of the preconditioner's basis the budget leaves room for
+        (at most :data:`~skgpu_kernel.preconditioner.SHIFTED_MAX_COMPONENTS`).
+    """
+
+    fit: KernelFitPlan
+    max_components: int
+
+
+def plan_every_point_cg(layout):
+    """The plan of CG on every point on EigenPro 2's ``layout``: row blocks, memory, preconditioner basis.
+
+    A pass reads :data:`CG_ROW_BLOCK` rows at a time (fewer where the memory
+    allows fewer, or where a cached kernel is read in EigenPro 2's row blocks).
     The preconditioner's basis is ``n x q`` in the training dtype, built from a
-    float64 factor (the sketch) of at most the same shape; ``q`` is at most
-    :data:`SHIFTED_MAX_COMPONENTS` and as many as the budget leaves room for next to
-    the plan's items and CG's vectors.
+    float64 factor (the sketch) of at most the same shape; ``q`` is as many as the
+    budget leaves room for next to the kernel's items and CG's vectors.
 
     Parameters
     ----------
-    account : MemoryAccount
-        EigenPro 2's plan for the same rows (data, kernel cache, blocks).
-    problem : KernelProblem
+    layout : EigenPro2Layout
 
     Returns
     -------
-    tuple
-        ``(max_components, account with CG's items)``.
+    EveryPointCGPlan
     """
+    problem = layout.problem
     n = problem.n_rows
+    capacity = min(CG_ROW_BLOCK, layout.memory_limit)
+    row_block = min(operating_batch(capacity, math.inf, n), layout.memory_limit)
+    if layout.cached:
+        row_block = min(row_block, cached_batch_limit(n))
+    account = _every_point_account(layout, row_block)
     account = account.with_item("CG vectors (float64)", _CG_VECTORS * n * problem.n_outputs * 8)
     per_component = n * (8 + problem.itemsize)
     components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
-    return components, account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
+    account = account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
+    sized = (layout, capacity, row_block, account)
+    fit = _fit_plan("cg", sized, cache_itemsize=layout.cache_itemsize, row_block=_fill_rows(layout))
+    return EveryPointCGPlan(fit, components)
 
 
 # CG on every point beyond Falkon's factors runs where its preconditioned system's

@@ -57,7 +57,7 @@ from ..regularization import (
 )
 from ..splits import holdout_split
 from .eigenpro import KernelLoopResult
-from .kernel_paths import Attempt, KernelFitSettings, KernelHostData, KernelRuntime, PathOutcome, run_solver
+from .kernel_paths import Attempt, HeldOut, KernelFitSettings, KernelHostData, KernelRuntime, PathOutcome, run_solver
 
 __all__ = [
     "KernelContinuation",
@@ -655,11 +655,11 @@ def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
 
 
 def _split(data, early_stopping, validation_fraction, rng):
-    """``(X, Y, weights, validation)``: the training rows and the held-out ``(X_val, Y_val)`` (or None)."""
+    """``(X, Y, weights, validation)``: the training rows and the held-out rows (:class:`HeldOut`, or None)."""
     if not early_stopping:
         return data.X, data.Y, data.weights, None
     train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
-    return data.X[train], data.Y[train], data.weights[train], (data.X[held_out], data.Y[held_out])
+    return data.X[train], data.Y[train], data.weights[train], HeldOut(data.X[held_out], data.Y[held_out])
 
 
 def _intercept(fit_intercept, Y, weights):

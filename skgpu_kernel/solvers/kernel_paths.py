@@ -1,16 +1,17 @@
-"""The kernel solvers and their one driver: EigenPro 2, EigenPro 3, CG on every point and CG on centers.
+"""The kernel solvers and their one driver: EigenPro 2, EigenPro 3, CG on every point, CG on centers, direct.
 
 :func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model` resolves the fit (policy,
 penalty, split, kernel, centers) and hands :func:`run_solver`, the driver, the same
 :class:`KernelHostData` and :class:`KernelFitSettings` for every solver.  The
-driver runs the path the registry (:data:`SOLVER_PATHS`) names for the solver and
-the data, then every :class:`Fallback` a path asks for, and returns one
-:class:`PathOutcome` with the attempts it ran.  The two EigenPro paths share every
-stage (layout, measured capacity, spectrum, plan, loop) and differ in what each
-stage does; EigenPro 2 and CG on every point share the operators of ``K(X, X)``
-(:class:`_EveryPointRows`); CG needs no spectrum and no batch.  Every kernel product
-goes through :mod:`skgpu_kernel.operators`.  No scikit-learn and no input
-validation here.
+driver calls the function the registry (:data:`SOLVER_PATHS`) names for the solver
+and the data with the attempt's :class:`_PathContext`, then every
+:class:`Fallback` a solver asks for, and returns one :class:`PathOutcome` with the
+attempts it ran.  No class here inherits from another: the two EigenPro solvers
+run the same stages (layout, measured capacity, spectrum, plan, loop) through
+:func:`_run_eigenpro`, each with its own stage object; EigenPro 2 and CG on every
+point build the operators of ``K(X, X)`` from one :class:`_EveryPointOperators`;
+CG needs no spectrum and no batch.  Every kernel product goes through
+:mod:`skgpu_kernel.operators`.  No scikit-learn and no input validation here.
 """
 
 import dataclasses
@@ -55,7 +56,7 @@ from ..planning.kernel import (
     plan_eigenpro2_layout,
     plan_eigenpro3,
     plan_eigenpro3_layout,
-    plan_full_kernel_cg,
+    plan_every_point_cg,
 )
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.stopping import plan_cg_stopping, plan_stopping
@@ -91,11 +92,20 @@ __all__ = [
     "SOLVER_PATHS",
     "Attempt",
     "Fallback",
+    "HeldOut",
     "KernelFitSettings",
     "KernelHostData",
     "PathOutcome",
     "run_solver",
 ]
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out rows and their targets: host arrays, or their copies on the device."""
+
+    X: object
+    Y: object
 
 
 @dataclass(frozen=True)
@@ -111,7 +121,7 @@ class KernelHostData:
     weights : ndarray of shape (n,)
     order : ndarray of shape (n,)
         The seeded permutation of the rows.
-    validation : tuple (X_val, Y_val) or None
+    validation : HeldOut or None
     centers : ndarray of shape (p, d) or None
         The centers of EigenPro 3 and CG (float64); None puts a center at every
         training row (EigenPro 2).
@@ -130,7 +140,7 @@ class KernelHostData:
     Y: np.ndarray
     weights: np.ndarray
     order: np.ndarray
-    validation: tuple | None
+    validation: HeldOut | None
     centers: np.ndarray | None
     coef_init: torch.Tensor | None
     centers_from_data: bool = True
@@ -260,8 +270,8 @@ class Attempt:
 class PathOutcome:
     """What a path decided and produced.
 
-    ``plan`` and ``spectrum`` are None for CG, which has neither (CG on every point
-    has EigenPro 2's plan: its subsample and kernel cache); ``operator`` is the
+    ``plan`` and ``spectrum`` are None for CG on centers, which has neither (CG on
+    every point has its plan, ``method="cg"``: its subsample, row blocks and kernel cache); ``operator`` is the
     :class:`~skgpu_kernel.planning.operator.OperatorPlan` the products ran on;
     ``device_cache`` holds the :class:`~skgpu_kernel.blockwise.PredictionTensors`
     for predictions after fit.
@@ -335,23 +345,28 @@ def _run_attempt(attempt, data, runtime, settings):
     if attempt.cache_kernel is not None:
         parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
     settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
-    path = SOLVER_PATHS[attempt.solver, data.centers is not None](data, runtime, settings)
+    run = SOLVER_PATHS[attempt.solver, data.centers is not None]
     try:
-        return path.run(attempt)
+        return run(_PathContext(data, runtime, settings, attempt.solver), attempt)
     except _FallbackNeeded as needed:
         return PathOutcome(None, fallback=needed.fallback)
 
 
-def _run_eigenpro(path):
-    """Layout, measured capacity, spectrum, plan, then the path's loop."""
-    runtime, parameters = path.runtime, path.settings.parameters
-    layout = path.layout()
-    capacity, throughputs = path.capacity(layout)
-    layout, spectrum = path.on_subsample(layout, lambda sized: path.spectrum(sized, capacity))
+def _run_eigenpro(stages):
+    """Layout, measured capacity, spectrum, plan, then the loop: the stages of both EigenPro solvers.
+
+    ``stages`` (:class:`_EigenPro2Stages` or :class:`_EigenPro3Stages`) says what
+    each stage does for its model; this function runs them in order.
+    """
+    context = stages.context
+    runtime, parameters = context.runtime, context.settings.parameters
+    layout = stages.layout()
+    capacity, throughputs = stages.capacity(layout)
+    layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, path.settings.bandwidth)
-    plan, prepared = path.prepare(path.plan(layout, capacity, spectrum.critical_batch_preconditioned))
-    n = path.problem.n_rows
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.settings.bandwidth)
+    plan, prepared = stages.prepare(stages.plan(layout, capacity, spectrum.critical_batch_preconditioned))
+    n = stages.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
     learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
     warn_if_warmup_fills_run(
@@ -360,8 +375,8 @@ def _run_eigenpro(path):
     )
     if runtime.log is not None:
         runtime.log(
-            f"[{parameters.name}] {path.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, "
-            f"{path.operator_plan.describe()}, critical batch "
+            f"[{parameters.name}] {stages.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, "
+            f"{stages.operator_plan.describe()}, critical batch "
             f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
             f"components, scaling rule {parameters.scaling_rule!r}, step size "
             f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
@@ -372,40 +387,37 @@ def _run_eigenpro(path):
         n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
         stopping=plan_stopping(
-            parameters.tol, parameters.n_iter_no_change, validation=path.data.validation is not None
+            parameters.tol, parameters.n_iter_no_change, validation=context.data.validation is not None
         ),
         log=runtime.log,
-        events=dataclasses.replace(path.events, log=None),  # the loops log their own line
+        events=dataclasses.replace(context.events, log=None),  # the loops log their own line
     )
     preconditioner = spectrum.preconditioner if n_components else None
-    result = path.solve(layout, plan, prepared, preconditioner, loop)
+    result = stages.solve(layout, plan, prepared, preconditioner, loop)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
-    outcome = PathOutcome(result, plan, spectrum, throughputs, path.centers_host(), path.device_cache(result.coef))
-    return dataclasses.replace(outcome, operator=path.operator_plan)
+    outcome = PathOutcome(result, plan, spectrum, throughputs, stages.centers_host(), stages.device_cache(result.coef))
+    return dataclasses.replace(outcome, operator=stages.operator_plan)
 
 
-class _Path:
-    """What every path starts from: the device copier, the kernel, the penalty on the loops' scale.
+class _PathContext:
+    """What every solver's run starts from: the data, runtime and settings, the device copier, the penalty's scale.
 
     And how its stages go on out of device memory (:meth:`shrinking`): every stage
     that allocates in proportion to a planned size runs through one
     :class:`~skgpu_kernel.out_of_memory.ShrinkingStage`, whose events the driver
-    records after the attempt (``fit_attempts_``).
+    records after the attempt (``fit_attempts_``).  One per attempt; the solvers'
+    runs read it, none extends it.
     """
 
-    solver = None  # the solver_ the path runs, as the fit's record names it
-
-    def __init__(self, data, runtime, settings):
+    def __init__(self, data, runtime, settings, solver):
         self.data, self.runtime, self.settings = data, runtime, settings
         self.kernel, self.device = settings.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
         self.itemsize = runtime.itemsize
-        # The operator plan once the layout is known, and the centers' grid codes where it takes the grid.
-        self.operator_plan, self.center_codes = None, None
-        self.events = MemoryEvents(runtime.memory_events, self.solver, runtime.log)
+        self.events = MemoryEvents(runtime.memory_events, solver, runtime.log)
 
     def shrinking(self, stage, what, sizes):
-        """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this path.
+        """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this run.
 
         One rank of a process group cannot shrink alone (the others would wait in
         its collectives): there the planned size alone is tried.
@@ -420,16 +432,16 @@ class _Path:
         planning = self.settings.parameters.planning
         return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
 
-    def on_subsample(self, layout, compute):
+    def on_subsample(self, layout, layout_for, compute):
         """``(layout, compute(layout))`` on the layout's Nystrom subsample, halved where the device runs out of memory.
 
-        A smaller subsample is a new layout (``self.layout(size)``: its memory plan
+        A smaller subsample is a new layout (``layout_for(size)``: its memory plan
         and cache), down to :data:`SMALLEST_SUBSAMPLE` points.
         """
         planned = layout.subsample_size
 
         def run(size):
-            sized = layout if size == planned else self.layout(size)
+            sized = layout if size == planned else layout_for(size)
             return sized, compute(sized)
 
         sizes = halvings(planned, min(planned, SMALLEST_SUBSAMPLE))
@@ -440,7 +452,7 @@ class _Path:
 
         The budget is planned from the memory free when the fit starts; a device
         that is shared (or fragmented) may still refuse the cache's allocation,
-        which is then recorded and the path asks the driver for the fit planned
+        which is then recorded and the run asks the driver for the fit planned
         again with kernel blocks computed per batch (a new attempt).
         """
 
@@ -475,15 +487,16 @@ class _Path:
         return lambda coef: stage(lambda rows: predict(coef, rows))
 
     def problem_with(self, **sizes):
-        """The :class:`KernelProblem` of the host data, with the path's own ``sizes``."""
+        """The :class:`KernelProblem` of the host data, with the run's own ``sizes``."""
         X, Y = self.data.X, self.data.Y
         return KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, **sizes)
 
     def validation_tensors(self):
+        """The held-out rows and targets on the device, or None."""
         if self.data.validation is None:
             return None
-        X_val, Y_val = self.data.validation
-        return self.to_device(X_val), self.to_device(Y_val, center=False)
+        held_out = self.data.validation
+        return HeldOut(self.to_device(held_out.X), self.to_device(held_out.Y, center=False))
 
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""
@@ -491,12 +504,12 @@ class _Path:
             return None
         return self.to_device(weights / weights.max(), center=False)
 
-    def device_cache(self, coef):
-        """The tensors of predictions after fit; on the grid where the fit's products took it."""
-        tensors = PredictionTensors(self.device, self.centers_dev, coef, self.to_device.offset)
-        if self.center_codes is None:
+    def prediction_tensors(self, centers_dev, coef, operator_plan=None, center_codes=None):
+        """The tensors of predictions after fit; on the operator plan's grid where the fit's products took it."""
+        tensors = PredictionTensors(self.device, centers_dev, coef, self.to_device.offset)
+        if center_codes is None:
             return tensors
-        return dataclasses.replace(tensors, grid=self.operator_plan.grid, center_codes=self.center_codes)
+        return dataclasses.replace(tensors, grid=operator_plan.grid, center_codes=center_codes)
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
@@ -506,29 +519,15 @@ class _Path:
         """The warm start's coefficients, or zeros, on the device."""
         coef = self.data.coef_init
         if coef is None:
-            coef = torch.zeros(n_coefficients, self.problem.n_outputs, dtype=self.runtime.dtype)
+            coef = torch.zeros(n_coefficients, self.data.Y.shape[1], dtype=self.runtime.dtype)
         return coef.to(self.device, self.runtime.dtype)
 
+    def batch_capacity(self, layout, probe_rows, centers_dev, problem):
+        """EigenPro's batch capacity: the user's batch, the memory limit of a cached kernel, or a throughput probe.
 
-class _EigenProPath(_Path):
-    """Stages both EigenPro paths share: the user's batch, the penalty's scale, spectral settings."""
-
-    def run(self, attempt):
-        """Layout, measured capacity, spectrum, plan, then the path's loop (:func:`_run_eigenpro`)."""
-        return _run_eigenpro(self)
-
-    def prepare(self, plan):
-        """Allocate what the plan keeps for the whole fit: ``(plan as carried out, what solve reads)``."""
-        return plan, None
-
-    def given_capacity(self):
-        """The user's batch (bounded by n), or None when it is to be measured."""
-        batch_size = self.settings.parameters.planning.batch_size
-        return None if batch_size == "auto" else min(batch_size, self.problem.n_rows)
-
-    def measured_capacity(self, layout, probe_rows):
-        """The batch capacity: the user's batch, the memory limit of a cached kernel, or a throughput probe."""
-        given = self.given_capacity()
+        Returns ``(capacity, throughputs)``: the probe's timings (empty where none ran).
+        """
+        given = self.given_batch(problem.n_rows)
         if given is not None:
             return given, {}
         if layout.cached:
@@ -539,66 +538,70 @@ class _EigenProPath(_Path):
         return measure_batch_capacity(
             self.kernel,
             probe_rows,
-            self.centers_dev,
-            self.problem.n_outputs,
+            centers_dev,
+            problem.n_outputs,
             layout.memory_limit,
             layout.column_block,
             layout.subsample_size,
         )
 
-    def spectral_settings(self, eigenvalue_shift, diagonal_shift):
-        """What the preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
-        settings = self.settings
-        return SpectralSettings(
-            settings.parameters.n_components,
-            settings.parameters.damping,
-            eigenvalue_shift,
-            diagonal_shift,
-            self.problem.n_rows,
-        )
+    def given_batch(self, n_rows):
+        """The user's batch (bounded by ``n_rows``), or None when it is to be measured."""
+        batch_size = self.settings.parameters.planning.batch_size
+        return None if batch_size == "auto" else min(batch_size, n_rows)
+
+    def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):
+        """What EigenPro's preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
+        parameters = self.settings.parameters
+        return SpectralSettings(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)
 
 
-class _EveryPointRows(_Path):
-    """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there share.
+class _EveryPointOperators:
+    """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there read.
 
     The training rows on the device in the fit's order, what the device measures of
     their operator (their grid, int8 products' speed), the problem's sizes, EigenPro
     2's layout (subsample, memory, cache) and the operators the operator plan asks
-    for (:meth:`prepare`).  Not a solver: the solvers on every
-    point (:class:`_EigenPro2Path`, :class:`_EveryPointCGPath`) build on it.
+    for (:meth:`build`): the one place the cache and grid branches of ``K(X, X)``
+    are taken.
     """
 
-    def __init__(self, data, runtime, settings):
-        super().__init__(data, runtime, settings)
-        n_validation = 0 if data.validation is None else data.validation[0].shape[0]
-        problem = self.problem_with(n_validation=n_validation, unit_bounded_kernel=self.kernel.unit_bounded)
-        self.X_dev = self.to_device(data.X[data.order])
-        self.centers_dev = self.kernel.prepare_centers(self.X_dev)
-        self.measurements = measure_operator(self.kernel, self.X_dev, operator_probe_shape(problem))
+    def __init__(self, context):
+        self.context = context
+        data = context.data
+        n_validation = 0 if data.validation is None else data.validation.X.shape[0]
+        problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
+        self.X_dev = context.to_device(data.X[data.order])
+        self.centers_dev = context.kernel.prepare_centers(self.X_dev)
+        self.measurements = measure_operator(context.kernel, self.X_dev, operator_probe_shape(problem))
         self.problem = operator_problem(problem, self.measurements)
-
-    def where(self):
-        return f"device={self.device}"
+        # The operator plan once the layout is known, and the rows' grid codes where it takes the grid.
+        self.operator_plan, self.center_codes = None, None
 
     def centers_host(self):
-        return self.data.X[self.data.order]
+        return self.context.data.X[self.context.data.order]
 
     def layout(self, subsample_size=None):
-        return plan_eigenpro2_layout(self.problem, self.runtime.budget, self.device, self.planning(subsample_size))
+        context = self.context
+        planning = context.planning(subsample_size)
+        return plan_eigenpro2_layout(self.problem, context.runtime.budget, context.device, planning)
 
-    def prepare(self, plan):
+    def build(self, plan):
         """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
 
         A cache the device refuses is recorded and the fit planned again without it
-        (:meth:`cached_or_planned_again`).  Returns the plan as carried out and
-        ``(validation tensors, operators)``.
+        (:meth:`_PathContext.cached_or_planned_again`).
         """
-        validation = self.validation_tensors()
+        validation = self.context.validation_tensors()
         self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
         operators = self._evaluated_operators(plan, validation)
-        if not plan.cached:
-            return plan, (validation, operators)
-        return plan, (validation, self.cached_or_planned_again(lambda: self._caches(plan, operators), plan, "K(X, X)"))
+        if plan.cached:
+            fill = lambda: self._caches(plan, operators)  # noqa: E731
+            operators = self.context.cached_or_planned_again(fill, plan, "K(X, X)")
+        return dataclasses.replace(operators, validation=validation)
+
+    def device_cache(self, coef):
+        return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
     def held_out_predictions(self, held_out):
         """``predictions(coef)``: ``K(X_val, X) @ coef``, in row blocks halved on out of memory."""
@@ -607,29 +610,30 @@ class _EveryPointRows(_Path):
         def predict(coef, row_block):
             return in_row_blocks(lambda rows: held_out.matmul(coef, rows=rows), n_rows, row_block)
 
-        return self.held_out_scores(predict, n_rows)
+        return self.context.held_out_scores(predict, n_rows)
 
     def _evaluated_operators(self, plan, validation):
         """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
 
         Held-out rows off the training rows' grid are evaluated in float blocks.
         """
+        kernel, dtype = self.context.kernel, self.context.runtime.dtype
         blocks = OperatorBlocks(plan.batch_size, plan.column_block)
         grid = self.operator_plan.grid
         held_out_codes = None
         if grid is not None:
             self.center_codes = encode_on_grid(self.X_dev, grid, checked=True)  # measure_operator checked them
-            train = GridOperator(self.kernel, self.center_codes, self.center_codes, self.runtime.dtype, blocks)
-            held_out_codes = None if validation is None else encode_on_grid(validation[0], grid)
+            train = GridOperator(kernel, self.center_codes, self.center_codes, dtype, blocks)
+            held_out_codes = None if validation is None else encode_on_grid(validation.X, grid)
         else:
-            train = EvaluatedOperator(self.kernel, self.X_dev, self.centers_dev, blocks)
+            train = EvaluatedOperator(kernel, self.X_dev, self.centers_dev, blocks)
         if validation is None:
             held_out = None
         elif held_out_codes is not None:
-            held_out = GridOperator(self.kernel, held_out_codes, self.center_codes, self.runtime.dtype, blocks)
+            held_out = GridOperator(kernel, held_out_codes, self.center_codes, dtype, blocks)
         else:
-            held_out = EvaluatedOperator(self.kernel, validation[0], self.centers_dev, blocks)
-        return _EigenPro2Operators(train, held_out)
+            held_out = EvaluatedOperator(kernel, validation.X, self.centers_dev, blocks)
+        return _EveryPointOperatorPair(train, held_out)
 
     def _product_rate(self, entries, seconds, block_shape):
         """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
@@ -638,7 +642,7 @@ class _EveryPointRows(_Path):
         rows, columns = (min(size, self.problem.n_rows) for size in block_shape)
         achieved = f"{entries / seconds / 1e9:.2g} G entries/s, {rate:.3g} GFLOP/s"
         try:
-            peak = matmul_gflops(self.device, self.runtime.dtype, rows, n_features, columns)
+            peak = matmul_gflops(self.context.device, self.context.runtime.dtype, rows, n_features, columns)
         except (torch.OutOfMemoryError, RuntimeError) as error:  # a report never stops the fit
             if not is_out_of_memory(error):
                 raise
@@ -648,7 +652,8 @@ class _EveryPointRows(_Path):
     def report_epochs(self, result, plan, operator):
         """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
         steady = result.history[1:] or result.history  # the first epoch of a fresh fit reads half the rows
-        if self.runtime.log is None or not steady:
+        runtime = self.context.runtime
+        if runtime.log is None or not steady:
             return
         seconds = float(np.median([record["seconds"] for record in steady]))
         if operator.kind == "cached":
@@ -658,7 +663,7 @@ class _EveryPointRows(_Path):
             n = self.problem.n_rows
             rows = min(result.batch_size, plan.batch_size)  # out of memory halves the plan's batch
             rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
-        self.runtime.log(f"[{self.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
+        runtime.log(f"[{self.context.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
     def _caches(self, plan, operators):
         """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
@@ -667,132 +672,171 @@ class _EveryPointRows(_Path):
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
         train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
         held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
-        synchronize(self.device)
-        if self.runtime.log is not None:
+        synchronize(self.context.device)
+        log = self.context.runtime.log
+        if log is not None:
             seconds = time.perf_counter() - tic
             n_rows, n_columns = train.shape
             rows = n_rows + (0 if held_out is None else held_out.shape[0])
             entries = filled_entries(n_rows, n_columns, plan.row_block, symmetric=True)
             entries += 0 if held_out is None else held_out.values.numel()
-            self.runtime.log(
-                f"[{self.settings.parameters.name}] kernel cached: {rows} x {n_columns}, "
+            log(
+                f"[{self.context.settings.parameters.name}] kernel cached: {rows} x {n_columns}, "
                 f"{self.operator_plan.describe()}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
-        return _EigenPro2Operators(train, held_out)
+        return _EveryPointOperatorPair(train, held_out)
 
 
-class _EigenPro2Path(_EveryPointRows, _EigenProPath):
-    """Every training row is a center; the loop is :func:`fit_eigenpro`."""
+@dataclass(frozen=True)
+class _EveryPointOperatorPair:
+    """The operators of a fit on every point: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)`` and those rows."""
 
-    solver = "eigenpro"
+    train: object
+    held_out: object = None
+    validation: HeldOut | None = None
+
+
+class _EigenPro2Stages:
+    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the loop :func:`fit_eigenpro`."""
+
+    def __init__(self, context):
+        self.context = context
+        self.rows = _EveryPointOperators(context)
+        self.problem = self.rows.problem
+
+    @property
+    def operator_plan(self):
+        return self.rows.operator_plan
+
+    def where(self):
+        return f"device={self.context.device}"
+
+    def centers_host(self):
+        return self.rows.centers_host()
+
+    def device_cache(self, coef):
+        return self.rows.device_cache(coef)
+
+    def layout(self, subsample_size=None):
+        return self.rows.layout(subsample_size)
 
     def capacity(self, layout):
-        return self.measured_capacity(layout, self.X_dev)
+        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, self.problem)
 
     def spectrum(self, layout, capacity):
         # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
         # by alpha / n and every diagonal entry by alpha.
-        ridge = self.ridge()
-        spectral = self.spectral_settings(ridge / self.problem.n_rows, ridge)
+        context, n_rows = self.context, self.problem.n_rows
+        ridge = context.ridge()
+        spectral = context.spectral_settings(n_rows, ridge / n_rows, ridge)
         return plan_preconditioner(
-            self.kernel, self.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
+            context.kernel, self.rows.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.settings.parameters.planning)
+        return plan_eigenpro2(layout, capacity, critical_batch, self.context.settings.parameters.planning)
 
-    def solve(self, layout, plan, prepared, preconditioner, loop):
-        validation, operators = prepared
-        data = self.data
-        Y_dev = self.to_device(data.Y[data.order], center=False)
-        weights = self.weights_tensor(data.weights[data.order])
-        tensors = KernelTrainingData(operators.train, Y_dev, weights, self.ridge())
-        if validation is not None:
-            Y_val, predictions = validation[1], self.held_out_predictions(operators.held_out)
+    def prepare(self, plan):
+        """``(plan, operators)``: the plan as carried out and the operators it asks for."""
+        return plan, self.rows.build(plan)
+
+    def solve(self, layout, plan, operators, preconditioner, loop):
+        context = self.context
+        data = context.data
+        Y_dev = context.to_device(data.Y[data.order], center=False)
+        weights = context.weights_tensor(data.weights[data.order])
+        tensors = KernelTrainingData(operators.train, Y_dev, weights, context.ridge())
+        if operators.validation is not None:
+            Y_val, predictions = operators.validation.Y, self.rows.held_out_predictions(operators.held_out)
 
             def score(coef):
-                return self.settings.validation_score(predictions(coef), Y_val)
+                return context.settings.validation_score(predictions(coef), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
         fresh = data.coef_init is None
-        coef = self.starting_coef(self.problem.n_rows)
-        generator = self.runtime.generator
-        result = fit_eigenpro(self.kernel, tensors, coef, preconditioner, loop, layout.column_block, generator, fresh)
-        self.report_epochs(result, plan, operators.train)
+        coef = context.starting_coef(self.problem.n_rows)
+        generator, column_block = context.runtime.generator, layout.column_block
+        result = fit_eigenpro(context.kernel, tensors, coef, preconditioner, loop, column_block, generator, fresh)
+        self.rows.report_epochs(result, plan, operators.train)
         return result
 
 
-class _EveryPointCGPath(_EveryPointRows):
+def _run_eigenpro2(context, attempt):
+    """EigenPro 2 (every training row a center): :func:`_run_eigenpro` on :class:`_EigenPro2Stages`."""
+    return _run_eigenpro(_EigenPro2Stages(context))
+
+
+def _run_every_point_cg(context, attempt):
     """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a pivoted Cholesky preconditioner.
 
     It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
-    plan, and reads it once per iteration.  EigenPro's Nystrom subsample estimates
-    the preconditioned system's condition (beyond :data:`CG_MAX_CONDITION` it asks
-    the driver for EigenPro 2); the preconditioner is built from a randomly pivoted
-    Cholesky factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
-    :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows the fit
-    takes every point as a center of :class:`_CentersCGPath` instead.
+    layout (:func:`~skgpu_kernel.planning.kernel.plan_every_point_cg`), and reads it
+    once per iteration.  EigenPro's Nystrom subsample estimates the preconditioned
+    system's condition (beyond :data:`CG_MAX_CONDITION` it asks the driver for
+    EigenPro 2); the preconditioner is built from a randomly pivoted Cholesky
+    factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
+    :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
+    solved directly instead.
     """
+    runtime, parameters, data = context.runtime, context.settings.parameters, context.data
+    rows = _EveryPointOperators(context)
+    X_dev = rows.X_dev
+    layout, eigensystem = context.on_subsample(
+        rows.layout(), rows.layout, lambda sized: nystrom_eigensystem(context.kernel, X_dev[: sized.subsample_size])
+    )
+    cg_plan = plan_every_point_cg(layout)
+    weights = context.weights_tensor(data.weights[data.order])
+    penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)
+    _check_cg_conditioned(context, shifted_condition(eigensystem[0], penalised, cg_plan.max_components))
+    operators = rows.build(cg_plan.fit)
 
-    solver = "cg"
+    def products(V):  # K(X, X[:k]) V for V of k rows
+        return operators.train.matmul(V.to(runtime.dtype))
 
-    def run(self, attempt):
-        runtime, parameters = self.runtime, self.settings.parameters
-        layout, eigensystem = self.on_subsample(
-            self.layout(), lambda sized: nystrom_eigensystem(self.kernel, self.X_dev[: sized.subsample_size])
+    Y = context.to_device(data.Y[data.order], center=False)
+    tic = time.perf_counter()
+    preconditioner = shifted_rpcholesky_preconditioner(
+        context.kernel, X_dev, penalised, cg_plan.max_components, runtime.generator
+    )
+    if runtime.log is not None:
+        runtime.log(
+            f"[{parameters.name}] device={context.device}, dtype={runtime.dtype}, n={rows.problem.n_rows}, solver cg "
+            f"on every training point, preconditioner flattening {preconditioner.n_components} directions of a "
+            f"randomly pivoted Cholesky factor of K down to alpha ({time.perf_counter() - tic:.1f} s), "
+            f"{cg_plan.fit.describe()}"
         )
-        # No batch: the plan's batch is the row block an uncached pass evaluates at once.
-        plan = plan_eigenpro2(layout, min(CG_ROW_BLOCK, layout.memory_limit), math.inf, parameters.planning)
-        data, ridge = self.data, self.ridge()
-        weights = self.weights_tensor(data.weights[data.order])
-        rows = PenalisedRows(self.problem.n_rows, ridge, weights, runtime.dtype)
-        max_components, memory = plan_full_kernel_cg(plan.memory, self.problem)
-        condition = shifted_condition(eigensystem[0], rows, max_components)
-        if not full_kernel_cg_conditioned(condition):
-            reason = (
-                f"alpha {ridge:.3g} leaves CG's preconditioned system a condition of about {condition:.3g} "
-                f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
-            )
-            if runtime.log is not None:
-                runtime.log(f"[{parameters.name}] {reason}")
-            raise _FallbackNeeded(Fallback(reason, solver="eigenpro"))
-        plan, (validation, operators) = self.prepare(plan)
-
-        def products(V):  # K(X, X[:k]) V for V of k rows
-            return operators.train.matmul(V.to(runtime.dtype))
-
-        Y = self.to_device(data.Y[data.order], center=False)
-        tic = time.perf_counter()
-        preconditioner = shifted_rpcholesky_preconditioner(
-            self.kernel, self.X_dev, rows, max_components, runtime.generator
-        )
-        if runtime.log is not None:
-            where = "K(X, X) cached" if plan.cached else "K(X, X) evaluated every iteration"
-            runtime.log(
-                f"[{parameters.name}] device={self.device}, dtype={runtime.dtype}, n={self.problem.n_rows}, solver cg "
-                f"on every training point, {where}, preconditioner flattening {preconditioner.n_components} "
-                f"directions of a randomly pivoted Cholesky factor of K down to alpha "
-                f"({time.perf_counter() - tic:.1f} s), {memory.describe()}"
-            )
-        coef_init = None if data.coef_init is None else self.starting_coef(self.problem.n_rows)
-        # CG's residual on this square system is not monotone (CG lowers the error's
-        # A-norm), so no stall rule reads it: its own objective stops it below float64.
-        cg_settings = _cg_settings(parameters, runtime, square_system=True)
-        solved = fit_full_kernel_cg(products, Y, weights, ridge, preconditioner, cg_settings, coef_init)
-        coef = solved.coef.to(runtime.dtype)
-        _warn_if_unfinished(solved, runtime.dtype, parameters)
-
-        def predict(X_val):
-            return self.held_out_predictions(operators.held_out)(coef)
-
-        result = _cg_loop_result(solved, coef, validation, predict, self.settings)
-        self.report_epochs(result, plan, operators.train)
-        operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
-        device_cache = self.device_cache(coef)
-        return PathOutcome(result, plan, None, {}, self.centers_host(), device_cache, operator=self.operator_plan)
+    coef_init = None if data.coef_init is None else context.starting_coef(rows.problem.n_rows)
+    # CG's residual on this square system is not monotone (CG lowers the error's
+    # A-norm), so no stall rule reads it: its own objective stops it below float64.
+    cg_settings = _cg_settings(parameters, runtime, square_system=True)
+    solved = fit_full_kernel_cg(products, Y, weights, penalised.alpha, preconditioner, cg_settings, coef_init)
+    coef = solved.coef.to(runtime.dtype)
+    _warn_if_unfinished(solved, runtime.dtype, parameters)
+    score = None
+    if operators.validation is not None:
+        predictions, Y_val = rows.held_out_predictions(operators.held_out), operators.validation.Y
+        score = lambda: context.settings.validation_score(predictions(coef), Y_val)  # noqa: E731
+    result = _cg_loop_result(solved, coef, score)
+    rows.report_epochs(result, cg_plan.fit, operators.train)
+    operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
+    outcome = PathOutcome(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
+    return dataclasses.replace(outcome, operator=rows.operator_plan)
 
 
-class _DirectPath(_Path):
+def _check_cg_conditioned(context, condition):
+    """Ask the driver for EigenPro 2 where the preconditioned system's ``condition`` is beyond CG's bound."""
+    if full_kernel_cg_conditioned(condition):
+        return
+    reason = (
+        f"alpha {context.ridge():.3g} leaves CG's preconditioned system a condition of about {condition:.3g} "
+        f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
+    )
+    if context.runtime.log is not None:
+        context.runtime.log(f"[{context.settings.parameters.name}] {reason}")
+    raise _FallbackNeeded(Fallback(reason, solver="eigenpro"))
+
+
+def _run_direct(context, attempt):
     """Every training row a center, ``alpha > 0``, ``n x n`` in the budget: one factorisation of ``K + alpha W^-1``.
 
     ``K(X, X)`` is evaluated once in float64 through an
@@ -801,127 +845,125 @@ class _DirectPath(_Path):
     the factorisation, or the device has no room for the ``n x n`` matrices, the
     driver is asked for CG on every point instead.
     """
+    data, runtime, kernel, device = context.data, context.runtime, context.kernel, context.device
+    centers = data.X[data.order]  # every training row, in the fit's order
+    rows = DeviceCopier(device, torch.float64, context.settings.offset)(centers)
+    whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
+    operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), whole)
+    targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=device)
+    weights = torch.as_tensor(data.weights[data.order], dtype=torch.float64, device=device)
 
-    solver = "direct"
+    def factored(kind):
+        if kind == "factored":
+            return solve_kernel_ridge(operator, targets, attempt.alpha / weights)
+        return None
 
-    def run(self, attempt):
-        data, runtime = self.data, self.runtime
-        centers = data.X[data.order]  # every training row, in the fit's order
-        rows = DeviceCopier(self.device, torch.float64, self.settings.offset)(centers)
-        whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
-        operator = EvaluatedOperator(self.kernel, rows, self.kernel.prepare_centers(rows), whole)
-        targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=self.device)
-        weights = torch.as_tensor(data.weights[data.order], dtype=torch.float64, device=self.device)
-
-        def factored(kind):
-            if kind == "factored":
-                return solve_kernel_ridge(operator, targets, attempt.alpha / weights)
-            return None
-
-        solved = self.shrinking("direct solve", "n x n factorisation", ("factored", "iterative"))(factored)
-        operator = rows = None  # K(X, X) freed before the prediction tensors are made
-        if solved is None:
-            reason = (
-                f"K + alpha W^-1 on {targets.shape[0]} rows could not be factored here (alpha {attempt.alpha:.3g} "
-                "below the kernel's rounding, or no room for the n x n matrices): CG on every point fits it instead"
-            )
-            raise _FallbackNeeded(Fallback(reason, solver="cg"))
-        coef = solved.to(runtime.dtype)
-        if runtime.log is not None:
-            where = f"device={self.device}, dtype={runtime.dtype}"
-            runtime.log(
-                f"[{self.settings.parameters.name}] {where}, solver direct: K + alpha W^-1 factored on "
-                f"{targets.shape[0]} rows"
-            )
-        # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
-        self.centers_dev = self.kernel.prepare_centers(self.to_device(centers))
-        return PathOutcome(KernelLoopResult.direct(coef), centers=centers, device_cache=self.device_cache(coef))
+    solved = context.shrinking("direct solve", "n x n factorisation", ("factored", "iterative"))(factored)
+    operator = rows = None  # K(X, X) freed before the prediction tensors are made
+    if solved is None:
+        reason = (
+            f"K + alpha W^-1 on {targets.shape[0]} rows could not be factored here (alpha {attempt.alpha:.3g} "
+            "below the kernel's rounding, or no room for the n x n matrices): CG on every point fits it instead"
+        )
+        raise _FallbackNeeded(Fallback(reason, solver="cg"))
+    coef = solved.to(runtime.dtype)
+    if runtime.log is not None:
+        where = f"device={device}, dtype={runtime.dtype}"
+        runtime.log(
+            f"[{context.settings.parameters.name}] {where}, solver direct: K + alpha W^-1 factored on "
+            f"{targets.shape[0]} rows"
+        )
+    # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
+    device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device(centers)), coef)
+    return PathOutcome(KernelLoopResult.direct(coef), centers=centers, device_cache=device_cache)
 
 
-@dataclass(frozen=True)
-class _EigenPro2Operators:
-    """The operators of an EigenPro 2 fit: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)``."""
+class _EigenPro3Stages:
+    """EigenPro 3's stages for :func:`_run_eigenpro`: ``p`` centers; the loop :func:`fit_eigenpro3`.
 
-    train: object
-    held_out: object = None
+    The centers' shards, the projection and the batches (in memory or streamed);
+    :meth:`prepare` and :meth:`solve` are the one place their cache and grid
+    branches are taken.
+    """
 
-
-class _EigenPro3Path(_EigenProPath):
-    """``p`` centers; the loop is :func:`fit_eigenpro3`, with shards, a projection and batches."""
-
-    solver = "eigenpro"
-
-    def __init__(self, data, runtime, settings):
-        super().__init__(data, runtime, settings)
-        self.problem = self.problem_with(
+    def __init__(self, context):
+        self.context = context
+        data, runtime = context.data, context.runtime
+        problem = context.problem_with(
             n_centers=data.centers.shape[0],
             n_shards=runtime.n_shards,
             centers_from_data=data.centers_from_data,
             streamed=data.streamed,
         )
-        self.Z_dev = self.to_device(data.centers)
-        self.centers_dev = self.kernel.prepare_centers(self.Z_dev)
-        self.X_dev = None if self.problem.streamed else self.to_device(data.X[data.order])
-        self.measurements = self._measurements()
-        self.problem = operator_problem(self.problem, self.measurements)
+        self.Z_dev = context.to_device(data.centers)
+        self.centers_dev = context.kernel.prepare_centers(self.Z_dev)
+        self.X_dev = None if problem.streamed else context.to_device(data.X[data.order])
+        self.measurements = self._measurements(problem)
+        self.problem = operator_problem(problem, self.measurements)
+        self.operator_plan, self.center_codes = None, None
 
-    def _measurements(self):
+    def _measurements(self, problem):
         """The operator's measurements (none for streamed rows); rank 0's on every rank, which must agree."""
         if self.X_dev is None:
             return OperatorMeasurements()
-        centers = None if self.problem.centers_from_data else self.Z_dev
-        measured = measure_operator(self.kernel, self.X_dev, operator_probe_shape(self.problem), centers)
-        return agree_on_object(measured, self.runtime.group, self.device)
+        centers = None if problem.centers_from_data else self.Z_dev
+        measured = measure_operator(self.context.kernel, self.X_dev, operator_probe_shape(problem), centers)
+        return agree_on_object(measured, self.context.runtime.group, self.context.device)
 
     def where(self):
-        group = self.runtime.group
+        group = self.context.runtime.group
         rank = f" (rank {group.rank()} of {group.size()})" if group is not None else ""
-        return f"devices={[str(device) for device in self.runtime.devices]}{rank}"
+        return f"devices={[str(device) for device in self.context.runtime.devices]}{rank}"
 
     def centers_host(self):
-        return self.data.centers
+        return self.context.data.centers
+
+    def device_cache(self, coef):
+        return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
     def layout(self, subsample_size=None):
-        runtime, planning = self.runtime, self.planning(subsample_size)
-        layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning)
+        context = self.context
+        runtime, planning, device = context.runtime, context.planning(subsample_size), context.device
+        layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning)
         # Ranks may see different free memory; they must take the same path.
-        choices = agree(layout.choices, runtime.group, self.device)
+        choices = agree(layout.choices, runtime.group, device)
         if tuple(choices) != layout.choices:
-            layout = plan_eigenpro3_layout(self.problem, runtime.budget, self.device, planning, choices)
+            layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning, choices)
         return layout
 
     def capacity(self, layout):
+        context = self.context
         probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
-        capacity, throughputs = self.measured_capacity(layout, probe_rows)
-        if self.given_capacity() is None and not layout.cached:
+        capacity, throughputs = context.batch_capacity(layout, probe_rows, self.centers_dev, self.problem)
+        if context.given_batch(self.problem.n_rows) is None and not layout.cached:
             # Ranks time their own devices; they must agree on the batch to stay in step.
-            (capacity,) = agree([capacity], self.runtime.group, self.device)
+            (capacity,) = agree([capacity], context.runtime.group, context.device)
         return capacity, throughputs
 
     def spectrum(self, layout, capacity):
         # The spectrum is estimated on the first s centers (the Nystrom subsample), and
         # the preconditioned beta also on training rows outside it.
-        data = self.data
+        context, data = self.context, self.context.data
         if self.X_dev is not None:
             probe_rows = self.X_dev[:BETA_PROBE_ROWS]
         else:
-            probe_rows = self.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
+            probe_rows = context.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
-        shift = self.ridge() / self.problem.n_rows
-        spectral = self.spectral_settings(shift, shift)
+        shift = context.ridge() / self.problem.n_rows
+        spectral = context.spectral_settings(self.problem.n_rows, shift, shift)
         spectrum = plan_preconditioner(
-            self.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
+            context.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
         )
         # Every rank estimates it; its eigensolver may round differently on each, and the
         # ranks' steps must be the same: rank 0's spectrum is everyone's.
-        return agree_on_object(spectrum, self.runtime.group, self.device)
+        return agree_on_object(spectrum, context.runtime.group, context.device)
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.settings.parameters.planning)
+        return plan_eigenpro3(layout, capacity, critical_batch, self.context.settings.parameters.planning)
 
     def prepare(self, plan):
         """The operator plan of ``K(X, Z)``: the plan itself is carried out as made."""
-        cache_itemsize = self.itemsize if plan.cached else 0
+        cache_itemsize = self.context.itemsize if plan.cached else 0
         self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
         if self.operator_plan.on_grid:
             self.center_codes = encode_on_grid(self.Z_dev, self.operator_plan.grid, checked=True)
@@ -929,170 +971,188 @@ class _EigenPro3Path(_EigenProPath):
 
     def _shards(self, column_block):
         """The centers' shards, on the operator plan's grid where it takes one."""
-        runtime = self.runtime
-        grid = self.operator_plan.grid
-        return CenterShards(self.kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
+        runtime, grid = self.context.runtime, self.operator_plan.grid
+        kernel = self.context.kernel
+        return CenterShards(kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
 
     def solve(self, layout, plan, prepared, preconditioner, loop):
+        context = self.context
         shards = self._shards(plan.column_block)
         if plan.cached:
-            self.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
+            context.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
         projection = self._projection(plan, shards, preconditioner)
         batches = self._batches(plan)
-        validation = self.validation_tensors()
+        validation = context.validation_tensors()
         if validation is not None:
-            X_val, Y_val = validation
-            predictions = self.held_out_scores(
+            X_val, Y_val = validation.X, validation.Y
+            predictions = context.held_out_scores(
                 lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block
             )
 
             def score(coef):
-                return self.settings.validation_score(predictions(coef), Y_val)
+                return context.settings.validation_score(predictions(coef), Y_val)
 
             loop = dataclasses.replace(loop, validation=score)
-        coef = self.starting_coef(self.problem.n_centers)
-        return fit_eigenpro3(self.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
+        coef = context.starting_coef(self.problem.n_centers)
+        return fit_eigenpro3(context.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
 
     def _projection(self, plan, shards, preconditioner):
-        runtime = self.runtime
+        context = self.context
         if plan.projection == "exact":
-            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(runtime.dtype).eps)
-            return ExactProjection(self.kernel, self.Z_dev, jitter, runtime.dtype)
+            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(context.runtime.dtype).eps)
+            return ExactProjection(context.kernel, self.Z_dev, jitter, context.runtime.dtype)
         if plan.cached and self.problem.centers_from_data:
             center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
         else:
             center_shards = self._shards(plan.column_block)
             if plan.cache_centers:  # else (or where the device refuses it) K(Z, Z) is evaluated per product
-                self.cached_or_evaluated(lambda: center_shards.cache(self.Z_dev, plan.row_block), None, "K(Z, Z)")
+                context.cached_or_evaluated(lambda: center_shards.cache(self.Z_dev, plan.row_block), None, "K(Z, Z)")
         return IterativeProjection(
             center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
         )
 
     def _batches(self, plan):
-        data, runtime = self.data, self.runtime
+        context = self.context
+        data, runtime = context.data, context.runtime
         if plan.streamed:
             sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
             if not np.all(data.weights == data.weights[0]):
                 sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
             seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
-            offset = self.to_device.offset
-            return StreamedBatches(sources, self.device, runtime.dtype, offset, plan.buffer_rows, seed)
+            offset = context.to_device.offset
+            return StreamedBatches(sources, context.device, runtime.dtype, offset, plan.buffer_rows, seed)
         order = data.order
-        Y_dev = self.to_device(data.Y[order], center=False)
-        return InMemoryBatches(self.X_dev, Y_dev, self.weights_tensor(data.weights[order]), runtime.generator)
+        Y_dev = context.to_device(data.Y[order], center=False)
+        return InMemoryBatches(self.X_dev, Y_dev, context.weights_tensor(data.weights[order]), runtime.generator)
 
 
-class _CentersCGPath(_Path):
+def _run_eigenpro3(context, attempt):
+    """EigenPro 3 (``p`` centers): :func:`_run_eigenpro` on :class:`_EigenPro3Stages`."""
+    return _run_eigenpro(_EigenPro3Stages(context))
+
+
+def _run_centers_cg(context, attempt):
     """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches).
 
     Where rounding breaks CG down above its stated residual, it asks the driver to
     refit from where it ended with a penalty ten times larger (at most
     :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
     """
-
-    solver = "cg"
-
-    def run(self, attempt):
-        data, runtime, settings, kernel = self.data, self.runtime, self.settings, self.kernel
-        to_device, device = self.to_device, self.device
-        centers = to_device(data.centers)
-        X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
-        weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
-        problem = self.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
-        centers_to_check = None if data.centers_from_data else centers
-        measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
-        problem = operator_problem(problem, measurements)
-        choice = plan_centers_solver(problem, runtime.budget, "cg")
-        self.operator_plan = plan_operator(problem, measurements, self.itemsize if choice.stores_kernel else 0)
-        rows = self._row_blocks(self._operator(X, centers), Y, weights)
-        if runtime.log is not None:
-            runtime.log(
-                f"[{settings.parameters.name}] device={device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg on "
-                f"{centers.shape[0]} centers, K(X, Z): {self.operator_plan.describe()}, {choice.memory.describe()}"
-            )
-        coef_init = None if data.coef_init is None else data.coef_init.to(device)
-        shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
-        solved = fit_centers_cg(kernel, rows, centers, settings.alpha, self._cg_settings(), coef_init, shares)
-        if attempt.n_refits < CG_FALLBACK_REFITS:
-            refit = self._refit(solved)
-            if refit is not None:
-                return PathOutcome(None, fallback=refit)
-        coef = solved.coef.to(runtime.dtype)
-        _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
-
-        def predict(X_val):
-            return self._held_out_predictions(X_val, centers)(coef)
-
-        result = _cg_loop_result(solved, coef, self.validation_tensors(), predict, settings)
-        self.centers_dev = kernel.prepare_centers(centers)
-        return PathOutcome(result, None, None, {}, data.centers, self.device_cache(coef), operator=self.operator_plan)
-
-    def _row_blocks(self, operator, Y, weights):
-        """CG's source of ``K(X, Z)`` row blocks: stored where the operator plan caches it, else evaluated per pass.
-
-        A cache the device refuses is recorded and evaluated per pass instead, the
-        same blocks bit for bit (:meth:`cached_or_evaluated`).
-        """
-        evaluated = KernelRowBlocks(operator, Y, weights, CG_ROW_BLOCK)
-        if not self.operator_plan.cached:
-            return evaluated
-        rows = self.cached_or_evaluated(
-            lambda: CachedRowBlocks.computed(operator, Y, weights, CG_ROW_BLOCK), evaluated, "K(X, Z)"
+    data, runtime, settings, kernel = context.data, context.runtime, context.settings, context.kernel
+    to_device = context.to_device
+    centers = to_device(data.centers)
+    X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
+    weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
+    problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
+    centers_to_check = None if data.centers_from_data else centers
+    measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
+    problem = operator_problem(problem, measurements)
+    choice = plan_centers_solver(problem, runtime.budget, "cg")
+    operator_plan = plan_operator(problem, measurements, context.itemsize if choice.stores_kernel else 0)
+    operator = _CentersOperator.build(context, operator_plan, X, centers)
+    rows = _centers_row_blocks(context, operator, Y, weights)
+    if runtime.log is not None:
+        runtime.log(
+            f"[{settings.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
+            f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
         )
-        if rows is evaluated:
-            self.operator_plan = dataclasses.replace(self.operator_plan, cache_dtype=None)
-        return rows
+    coef_init = None if data.coef_init is None else data.coef_init.to(context.device)
+    shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
+    cg_settings = _cg_settings(settings.parameters, runtime)
+    solved = fit_centers_cg(kernel, rows, centers, settings.alpha, cg_settings, coef_init, shares)
+    if attempt.n_refits < CG_FALLBACK_REFITS:
+        refit = _centers_cg_refit(context, solved)
+        if refit is not None:
+            return PathOutcome(None, fallback=refit)
+    coef = solved.coef.to(runtime.dtype)
+    _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
+    result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers, coef))
+    device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
+    return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=_stored_plan(operator, rows))
 
-    def _held_out_predictions(self, X_val, centers):
-        """``predictions(coef)``: ``K(X_val, Z) @ coef``, in row blocks halved on out of memory."""
-        n_rows, kernel = X_val.shape[0], self.kernel
 
-        def predict(coef, row_block):
-            return in_row_blocks(
-                lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
-            )
+@dataclass(frozen=True)
+class _CentersOperator:
+    """``K(X, Z)`` in row blocks of CG's passes, from the grid where the operator plan takes it (``codes``: Z's)."""
 
-        return self.held_out_scores(predict, n_rows)
+    operator: object
+    plan: object
+    codes: torch.Tensor | None = None
 
-    def _operator(self, X, centers):
-        """``K(X, Z)`` in row blocks of CG's passes: from the grid where the operator plan takes it."""
-        grid = self.operator_plan.grid
-        if grid is None:
-            return center_operator(self.kernel, X, centers, CG_ROW_BLOCK)
-        self.center_codes = encode_on_grid(centers, grid, checked=True)
-        row_codes = encode_on_grid(X, grid, checked=True)
+    @classmethod
+    def build(cls, context, plan, X, centers):
+        if plan.grid is None:
+            return cls(center_operator(context.kernel, X, centers, CG_ROW_BLOCK), plan)
+        center_codes = encode_on_grid(centers, plan.grid, checked=True)
+        row_codes = encode_on_grid(X, plan.grid, checked=True)
         blocks = OperatorBlocks.whole(CG_ROW_BLOCK, centers.shape[0])
-        return GridOperator(self.kernel, row_codes, self.center_codes, self.runtime.dtype, blocks)
+        operator = GridOperator(context.kernel, row_codes, center_codes, context.runtime.dtype, blocks)
+        return cls(operator, plan, center_codes)
 
-    def _refit(self, solved):
-        """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
-        dtype, alpha = self.runtime.dtype, self.settings.alpha
-        residual = _unfinished_residual(solved, dtype, self.settings.parameters)
-        if residual is None or solved.stop not in _ROUNDING_STOPS:
-            return None
-        # The smallest penalty worth trying resolves the errors to the dtype's precision.
-        larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(self.data.weights.sum()))
-        reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
-        warning = (
-            f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
-            f"{residual:.3g}, above its tolerance {_cg_stopping(self.settings.parameters, dtype).stated_tol:g} for "
-            f"{dtype}: rounding limits the fit at "
-            f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
-            "set a larger alpha or dtype='float64' to keep the fit as asked."
+
+def _centers_row_blocks(context, operator, Y, weights):
+    """CG's source of ``K(X, Z)`` row blocks: stored where the operator plan caches it, else evaluated per pass.
+
+    A cache the device refuses is recorded and evaluated per pass instead, the
+    same blocks bit for bit (:meth:`_PathContext.cached_or_evaluated`).
+    """
+    evaluated = KernelRowBlocks(operator.operator, Y, weights, CG_ROW_BLOCK)
+    if not operator.plan.cached:
+        return evaluated
+    fill = lambda: CachedRowBlocks.computed(operator.operator, Y, weights, CG_ROW_BLOCK)  # noqa: E731
+    return context.cached_or_evaluated(fill, evaluated, "K(X, Z)")
+
+
+def _stored_plan(operator, rows):
+    """The operator plan as carried out: without its cache where the device refused the stored row blocks."""
+    if operator.plan.cached and isinstance(rows, KernelRowBlocks):
+        return dataclasses.replace(operator.plan, cache_dtype=None)
+    return operator.plan
+
+
+def _centers_held_out_score(context, centers, coef):
+    """``score()`` of the held-out rows: ``K(X_val, Z) @ coef`` in row blocks halved on out of memory; None without."""
+    validation = context.validation_tensors()
+    if validation is None:
+        return None
+    X_val, n_rows, kernel = validation.X, validation.X.shape[0], context.kernel
+
+    def predict(coef, row_block):
+        return in_row_blocks(
+            lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
         )
-        return Fallback(reason, alpha=larger, coef_init=solved.coef, warning=warning)
 
-    def _cg_settings(self):
-        return _cg_settings(self.settings.parameters, self.runtime)
+    predictions = context.held_out_scores(predict, n_rows)
+    return lambda: context.settings.validation_score(predictions(coef), validation.Y)
 
 
-# The solvers by (solver_, whether the model has centers).  No solver inherits from another.
+def _centers_cg_refit(context, solved):
+    """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
+    dtype, alpha, parameters = context.runtime.dtype, context.settings.alpha, context.settings.parameters
+    residual = _unfinished_residual(solved, dtype, parameters)
+    if residual is None or solved.stop not in _ROUNDING_STOPS:
+        return None
+    # The smallest penalty worth trying resolves the errors to the dtype's precision.
+    larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(context.data.weights.sum()))
+    reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
+    warning = (
+        f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
+        f"{residual:.3g}, above its tolerance {_cg_stopping(parameters, dtype).stated_tol:g} for "
+        f"{dtype}: rounding limits the fit at "
+        f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
+        "set a larger alpha or dtype='float64' to keep the fit as asked."
+    )
+    return Fallback(reason, alpha=larger, coef_init=solved.coef, warning=warning)
+
+
+# The solvers by (solver_, whether the model has centers): functions of the attempt's
+# context and the attempt.  No class of this module inherits from another.
 SOLVER_PATHS = {
-    ("eigenpro", False): _EigenPro2Path,
-    ("eigenpro", True): _EigenPro3Path,
-    ("cg", False): _EveryPointCGPath,
-    ("cg", True): _CentersCGPath,
-    ("direct", False): _DirectPath,
+    ("eigenpro", False): _run_eigenpro2,
+    ("eigenpro", True): _run_eigenpro3,
+    ("cg", False): _run_every_point_cg,
+    ("cg", True): _run_centers_cg,
+    ("direct", False): _run_direct,
 }
 
 
@@ -1112,17 +1172,15 @@ def _cg_stopping(parameters, dtype, square_system=False):
     return plan_cg_stopping(parameters.tol, parameters.n_iter_no_change, dtype == torch.float64, square_system)
 
 
-def _cg_loop_result(solved, coef, validation, predict, settings):
-    """A CG run as a :class:`KernelLoopResult`; held-out rows, if any, score the model it ends with.
+def _cg_loop_result(solved, coef, held_out_score=None):
+    """A CG run as a :class:`KernelLoopResult`; ``held_out_score()``, if given, scores the model it ends with.
 
     CG heads for the exact solution, so the validation score is not a stopping rule
     here: it is recorded on the last iteration's history entry.
     """
     history = solved.history
-    if validation is not None and history:
-        X_val, Y_val = validation
-        score = float(settings.validation_score(predict(X_val), Y_val))
-        history[-1] = {**history[-1], "validation_score": score}
+    if held_out_score is not None and history:
+        history[-1] = {**history[-1], "validation_score": float(held_out_score())}
     n = len(history)
     return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
 
