@@ -131,6 +131,14 @@ class AlphaSelection:
         The share of the kernel's trace that the features capture on rows outside the
         subsample, ``sum_i w_i ||phi(x_i)||^2 / sum_i w_i k(x_i, x_i)`` (1 for an exact
         model): below ``min_coverage`` nothing was scored.
+    loo_misclassification : ndarray or None
+        The classifier's leave-one-out misclassification rate of each candidate.
+    solution : KernelRidgeSolution or None
+        The model of the rows scored at the chosen penalty (an exact criterion only).
+    carried : bool
+        The exact criterion's choice on ``n_rows`` rows, carried over as a per-sample
+        penalty to a fit of more rows (:meth:`carried_to`); ``coverage`` is then that
+        of the Nystrom features of every row, which was too low for their criterion.
     """
 
     alpha: float
@@ -142,6 +150,7 @@ class AlphaSelection:
     coverage: float = 1.0
     loo_misclassification: np.ndarray | None = None
     solution: "KernelRidgeSolution | None" = None
+    carried: bool = False
 
     @property
     def scored(self):
@@ -161,6 +170,15 @@ class AlphaSelection:
         if self.coverage >= min_coverage:
             return self
         return AlphaSelection(0.0, 0.0, self.penalties, None, self.n_rows, self.n_features, self.coverage)
+
+    def carried_to(self, total_weight, coverage):
+        """This exact criterion's per-sample penalty for a fit of more rows (``total_weight``: theirs).
+
+        ``coverage`` is the one the Nystrom features of those rows reached; the
+        solution (a model of the rows scored only) is dropped.
+        """
+        alpha = self.penalty * total_weight
+        return dataclasses.replace(self, alpha=alpha, coverage=coverage, solution=None, carried=True)
 
     def without_solution(self):
         """This selection without its solution (what a fitted estimator keeps of it)."""

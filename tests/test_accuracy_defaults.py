@@ -369,6 +369,42 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
     assert asked.alpha_selection_.scored and asked.alpha_ == asked.alpha_selection_.alpha > 0
 
 
+def test_below_the_coverage_the_searchs_exact_penalty_is_carried_over_to_a_few_more_rows():
+    """Issue 51: where the Nystrom criterion is gated off, the bandwidth search's exact penalty is carried over.
+
+    Per sample, to a fit of up to ``PENALTY_CARRY_MAX_RATIO`` times the rows the
+    search scored; the fit, penalised, is solved directly.  Beyond, early stopping.
+    """
+    from skgpu_kernel.planning.kernel_policy import PENALTY_CARRY_MAX_RATIO
+    from skgpu_kernel.regularization import BANDWIDTH_SEARCH_ROWS, LOO_MIN_COVERAGE
+
+    within = int(PENALTY_CARRY_MAX_RATIO * BANDWIDTH_SEARCH_ROWS)
+    X, y = _high_dimensional_problem(n=within)
+    carried = AdaptiveKernelRegressor(feature_learning=None, random_state=0).fit(X, y)
+    selection = carried.alpha_selection_
+    assert selection.carried and selection.scored and selection.n_rows == BANDWIDTH_SEARCH_ROWS
+    assert selection.coverage < LOO_MIN_COVERAGE and selection.solution is None
+    assert carried.alpha_ > 0 and carried.alpha_ == pytest.approx(selection.penalty * within, rel=1e-12)
+    assert carried.solver_ == "direct" and not carried.early_stopping_
+    # The model is kernel ridge at that penalty, with an unpenalised intercept.
+    gamma = 0.5 / carried.bandwidth_**2
+    expected = _joint_intercept_reference(X, y, np.ones(within), X[:50], carried.alpha_, gamma)
+    np.testing.assert_allclose(carried.predict(X[:50]), expected, rtol=0, atol=1e-4)
+    X, y = _high_dimensional_problem(n=within + 1)
+    beyond = AdaptiveKernelRegressor(feature_learning=None, random_state=0).fit(X, y)
+    assert not beyond.alpha_selection_.scored and not beyond.alpha_selection_.carried
+    assert beyond.alpha_ == 0 and beyond.solver_ == "eigenpro"
+
+
+def test_a_subsample_penalty_is_carried_over_within_one_step_of_the_penalty_grid():
+    from skgpu_kernel.planning.kernel_policy import PENALTY_CARRY_MAX_RATIO, carries_subsample_penalty
+    from skgpu_kernel.regularization import PENALTY_GRID
+
+    assert PENALTY_CARRY_MAX_RATIO == pytest.approx(PENALTY_GRID[1] / PENALTY_GRID[0], rel=1e-12)
+    assert carries_subsample_penalty(1500, 1500) and carries_subsample_penalty(1500, 2667)
+    assert not carries_subsample_penalty(1500, 2668)
+
+
 def _joint_intercept_reference(X, y, weights, X_test, alpha, gamma):
     """Predictions of the one model: ``sum_j a_j k(x_j, .) + b`` minimising the weighted loss plus ``alpha a^T K a``.
 

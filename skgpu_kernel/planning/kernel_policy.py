@@ -19,13 +19,21 @@ __all__ = [
     "AUTO_VALIDATION_MIN_SAMPLES",
     "DIRECT_FACTORED",
     "DIRECT_FROM_TUNING",
+    "PENALTY_CARRY_MAX_RATIO",
     "KernelFitPolicy",
     "KernelFitRequest",
+    "carries_subsample_penalty",
     "direct_solve_bytes",
     "plan_direct_solve",
     "plan_kernel_fit",
 ]
 
+# A per-sample penalty that the exact leave-one-out criterion chose on s rows (the
+# bandwidth search's, every row a feature) is carried over to a fit of up to this
+# many times s rows.  The penalty best for more rows is smaller, at the fastest usual
+# rate in proportion to 1 / n: up to this ratio it moves by less than one step of the
+# penalty grid (a quarter of a decade, regularization.PENALTY_GRID).
+PENALTY_CARRY_MAX_RATIO = 10.0**0.25
 # early_stopping="auto" holds out a validation split from this many samples on
 # (smaller fits stop on the training loss).
 AUTO_VALIDATION_MIN_SAMPLES = 1000
@@ -240,3 +248,28 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
     if full_kernel_cg_factors(policy.problem) and direct_solve_bytes(n_rows) <= policy.budget:
         return DIRECT_FACTORED
     return None
+
+
+def carries_subsample_penalty(scored_rows, n_rows):
+    """Whether a fit of ``n_rows`` takes the penalty the exact criterion chose on ``scored_rows`` of its rows.
+
+    Asked where ``alpha="auto"`` found that the Nystrom features of every row capture
+    too little of the kernel for their criterion (``LOO_MIN_COVERAGE``): the fit is
+    then penalised by the bandwidth search's exact choice, up to
+    :data:`PENALTY_CARRY_MAX_RATIO` times the rows it scored, rather than regularised
+    by early stopping.  Measured on DNA (2548 rows, coverage 0.475, the search on
+    1500): the test error fell (``benchmarks/RESULTS.md``), and its fits, penalised,
+    are solved directly.
+
+    Parameters
+    ----------
+    scored_rows : int
+        Rows the exact criterion scored.
+    n_rows : int
+        Rows of the fit.
+
+    Returns
+    -------
+    bool
+    """
+    return n_rows <= PENALTY_CARRY_MAX_RATIO * scored_rows
