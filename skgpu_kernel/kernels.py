@@ -287,7 +287,9 @@ class RadialKernel(Kernel):
         return self._profile_from_scaled(torch.mm(prepared_rows, prepared_centers.T, out=out))
 
     def block_from_sq_distances(self, sq_dists, unit, out):
-        return self._profile_from_scaled(torch.mul(sq_dists, self._distance_scale() * unit, out=out))
+        # Into out's dtype first: an integer tensor times a Python float is computed in
+        # float32 (torch's default dtype), which rounded a float64 fit's entries to float32.
+        return self._profile_from_scaled(out.copy_(sq_dists).mul_(self._distance_scale() * unit))
 
     def diagonal(self, X):
         zero = torch.zeros(1, dtype=X.dtype, device=X.device)

@@ -32,8 +32,10 @@ def solve_kernel_ridge(operator, targets, penalties):
         float64.  None where ``K + diag(penalties)`` is not positive definite to
         float64's precision (a penalty below the kernel matrix's rounding).
     """
-    system = operator.block()
-    system.diagonal().add_(penalties)
+    gram = operator.block()
+    # Out of place: a cached operator's block() may be its cache itself, which the fit reads again.
+    system = torch.diagonal_scatter(gram, gram.diagonal() + penalties)
+    del gram  # an evaluated block goes back before the factor is made: at most the planned three n x n
     factor, info = torch.linalg.cholesky_ex(system)
     del system  # the factor is a new matrix: the system's memory goes back before the solve
     if int(info) != 0:
