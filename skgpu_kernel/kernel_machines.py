@@ -393,8 +393,8 @@ default="gaussian"
         points of accuracy; the tabular sets of ``benchmarks/bench_real_data.py``:
         0.97 to 0.998, where it beat early stopping by up to 7%).  Below that
         coverage, a fit of at most 1.78 times the 1500 rows that ``bandwidth="auto"``
-        scored exactly takes the search's per-sample penalty instead
-        (``alpha_selection_.carried``; DNA, coverage 0.475: 6% lower test error).  The classifier's
+        scored exactly takes the search's ``alpha`` as it is instead
+        (``alpha_selection_.carried``; DNA, coverage 0.475: 9% lower test error).  The classifier's
         criterion is the leave-one-out misclassification rate (among the penalties
         within a standard error of the lowest rate, the smallest squared error of
         the codes wins), and with unequal sample weights

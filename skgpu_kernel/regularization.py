@@ -136,9 +136,9 @@ class AlphaSelection:
     solution : KernelRidgeSolution or None
         The model of the rows scored at the chosen penalty (an exact criterion only).
     carried : bool
-        The exact criterion's choice on ``n_rows`` rows, carried over as a per-sample
-        penalty to a fit of more rows (:meth:`carried_to`); ``coverage`` is then that
-        of the Nystrom features of every row, which was too low for their criterion.
+        The exact criterion's ``alpha`` on ``n_rows`` rows, carried over as it is to a
+        fit of more rows (:meth:`carried_to`); ``coverage`` is then that of the
+        Nystrom features of every row, which was too low for their criterion.
     """
 
     alpha: float
@@ -171,14 +171,13 @@ class AlphaSelection:
             return self
         return AlphaSelection(0.0, 0.0, self.penalties, None, self.n_rows, self.n_features, self.coverage)
 
-    def carried_to(self, total_weight, coverage):
-        """This exact criterion's per-sample penalty for a fit of more rows (``total_weight``: theirs).
+    def carried_to(self, coverage):
+        """This exact criterion's ``alpha``, as it is, for a fit of more rows than it scored.
 
         ``coverage`` is the one the Nystrom features of those rows reached; the
         solution (a model of the rows scored only) is dropped.
         """
-        alpha = self.penalty * total_weight
-        return dataclasses.replace(self, alpha=alpha, coverage=coverage, solution=None, carried=True)
+        return dataclasses.replace(self, coverage=coverage, solution=None, carried=True)
 
     def without_solution(self):
         """This selection without its solution (what a fitted estimator keeps of it)."""

@@ -372,8 +372,8 @@ def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the
 def test_below_the_coverage_the_searchs_exact_penalty_is_carried_over_to_a_few_more_rows():
     """Issue 51: where the Nystrom criterion is gated off, the bandwidth search's exact penalty is carried over.
 
-    Per sample, to a fit of up to ``PENALTY_CARRY_MAX_RATIO`` times the rows the
-    search scored; the fit, penalised, is solved directly.  Beyond, early stopping.
+    As it is (``alpha``), to a fit of up to ``PENALTY_CARRY_MAX_RATIO`` times the rows
+    the search scored; the fit, penalised, is solved directly.  Beyond, early stopping.
     """
     from skgpu_kernel.planning.kernel_policy import PENALTY_CARRY_MAX_RATIO
     from skgpu_kernel.regularization import BANDWIDTH_SEARCH_ROWS, LOO_MIN_COVERAGE
@@ -384,7 +384,9 @@ def test_below_the_coverage_the_searchs_exact_penalty_is_carried_over_to_a_few_m
     selection = carried.alpha_selection_
     assert selection.carried and selection.scored and selection.n_rows == BANDWIDTH_SEARCH_ROWS
     assert selection.coverage < LOO_MIN_COVERAGE and selection.solution is None
-    assert carried.alpha_ > 0 and carried.alpha_ == pytest.approx(selection.penalty * within, rel=1e-12)
+    # alpha as the search scored it on its rows: the per-sample penalty falls as 1 / n.
+    assert carried.alpha_ > 0 and carried.alpha_ == selection.alpha
+    assert selection.alpha == pytest.approx(selection.penalty * BANDWIDTH_SEARCH_ROWS, rel=1e-12)
     assert carried.solver_ == "direct" and not carried.early_stopping_
     # The model is kernel ridge at that penalty, with an unpenalised intercept.
     gamma = 0.5 / carried.bandwidth_**2

@@ -492,8 +492,7 @@ def _applied(tuning, resolved):
 
     The penalty chosen by the rule is a per-sample penalty: it is applied to the
     fit's weight total, as the rule would choose it there (``alpha`` as it is where
-    the rule scored only part of the rows, as :class:`LooRows` keeps it, unless it
-    was carried over from them).  A policy
+    the rule scored only part of the rows, as :class:`LooRows` keeps it).  A policy
     that asks for no leave-one-out penalty, or one the tuning did not score, is
     not this tuning's.
     """
@@ -502,7 +501,7 @@ def _applied(tuning, resolved):
         return None
     if selection is not None:
         alpha = selection.alpha
-        if selection.alpha > 0 and (selection.n_rows >= tuning.n_rows or selection.carried):
+        if selection.alpha > 0 and selection.n_rows >= tuning.n_rows:
             alpha = selection.penalty * float(np.sum(resolved.data.weights))
         policy = policy.with_alpha(alpha)
     kernel = resolved.kernel if tuning.by_rule else tuning.kernel
@@ -540,14 +539,14 @@ def _gated(selection, search, policy, data):
     """``selection`` where its features cover the kernel; else the search's exact penalty carried over, or none.
 
     Below the policy's coverage the Nystrom criterion is not trusted; the bandwidth
-    search's exact criterion on a subsample is carried over to every row where
+    search's exact ``alpha`` on a subsample is carried over, as it is, to every row where
     :func:`~skgpu_kernel.planning.kernel_policy.carries_subsample_penalty` says so,
     and otherwise the fit has no penalty (early stopping regularises).
     """
     gated = selection.gated(policy.loo_min_coverage)
     if gated.scored or search is None or not carries_subsample_penalty(search.selection.n_rows, data.X.shape[0]):
         return gated
-    return search.selection.carried_to(float(np.sum(data.weights)), gated.coverage)
+    return search.selection.carried_to(gated.coverage)
 
 
 def _problem(data, runtime, kernel, streamed):
