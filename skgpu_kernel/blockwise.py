@@ -305,6 +305,13 @@ class DeviceCopier:
 
     def __call__(self, array, center=True):
         tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
-        if center and self.offset is not None:
-            tensor = tensor - self.offset
-        return tensor
+        return self.centred(tensor) if center else tensor
+
+    def centred(self, rows):
+        """Rows already on the device (uncentred, float64 or this dtype) as ``self(host rows)`` gives them.
+
+        The same values to the bit, without a second copy from the host: the
+        conversion to this dtype comes first, then the offset, as for host rows.
+        """
+        rows = rows.to(self.dtype)
+        return rows if self.offset is None else rows - self.offset

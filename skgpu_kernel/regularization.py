@@ -137,7 +137,7 @@ class AlphaSelection:
         The model of the rows scored at the chosen penalty (an exact criterion only).
     carried : bool
         The exact criterion's ``alpha`` on ``n_rows`` rows, carried over as it is to a
-        fit of more rows (:meth:`carried_to`); ``coverage`` is then that of the
+        fit of more rows (``carried_to``); ``coverage`` is then that of the
         Nystrom features of every row, which was too low for their criterion.
     """
 

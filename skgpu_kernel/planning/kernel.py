@@ -1043,7 +1043,7 @@ class EveryPointCGPlan:
         preconditioner's basis too.
     max_components : int
         The most columns of the preconditioner's basis the budget leaves room for
-        (at most :data:`~skgpu_kernel.preconditioner.SHIFTED_MAX_COMPONENTS`).
+        (at most ``SHIFTED_MAX_COMPONENTS``).
     """
 
     fit: KernelFitPlan
@@ -1053,7 +1053,7 @@ class EveryPointCGPlan:
 def plan_every_point_cg(layout):
     """The plan of CG on every point on EigenPro 2's ``layout``: row blocks, memory, preconditioner basis.
 
-    A pass reads :data:`CG_ROW_BLOCK` rows at a time (fewer where the memory
+    A pass reads ``CG_ROW_BLOCK`` rows at a time (fewer where the memory
     allows fewer, or where a cached kernel is read in EigenPro 2's row blocks).
     The preconditioner's basis is ``n x q`` in the training dtype, built from a
     float64 factor (the sketch) of at most the same shape; ``q`` is as many as the

@@ -78,7 +78,7 @@ References
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -94,6 +94,7 @@ __all__ = [
     "CentersPreconditioner",
     "CentersSolveResult",
     "KernelRowBlocks",
+    "RowBlock",
     "RowBlocks",
     "center_operator",
     "conjugate_gradients",
@@ -231,11 +232,19 @@ class CentersSolveResult:
         return self.stop == "converged"
 
 
+class RowBlock(NamedTuple):
+    """One block of training rows as CG on centers reads it."""
+
+    kernel_rows: torch.Tensor  # K(X_rows, Z)
+    targets: torch.Tensor  # Y_rows
+    weights: torch.Tensor | None  # w_rows, or None for unit weights
+
+
 class RowBlocks(Protocol):
     """The row-block source :func:`fit_centers_cg` reads (see the module's docstring)."""
 
-    def blocks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-        """One pass over every row once: ``(K(X_rows, Z), Y_rows, w_rows or None)``."""
+    def blocks(self) -> Iterator[RowBlock]:
+        """One pass over every row once."""
         ...
 
 
@@ -282,7 +291,7 @@ class KernelRowBlocks:
         self.row_block = max(int(row_block), 1)
 
     def blocks(self):
-        """Yield ``(K(X_rows, Z), Y_rows, w_rows or None)`` for consecutive rows."""
+        """Yield a :class:`RowBlock` of ``K(X_rows, Z)`` for consecutive rows."""
         return _sliced_blocks(self.operator.block, self.Y, self.weights, self.row_block)
 
 
@@ -320,15 +329,15 @@ class CachedRowBlocks:
         return cls(K, Y, weights, row_block)
 
     def blocks(self):
-        """Yield ``(K[rows], Y[rows], w[rows] or None)`` for consecutive rows."""
+        """Yield a :class:`RowBlock` of ``K[rows]`` for consecutive rows."""
         return _sliced_blocks(self.K.__getitem__, self.Y, self.weights, self.row_block)
 
 
 def _sliced_blocks(kernel_rows, Y, weights, row_block):
-    """One pass of consecutive row slices: ``(kernel_rows(rows), Y[rows], weights[rows] or None)``."""
+    """One pass of consecutive row slices, each a :class:`RowBlock` of ``kernel_rows(rows)``."""
     for start in range(0, Y.shape[0], row_block):
         rows = slice(start, start + row_block)
-        yield kernel_rows(rows), Y[rows], None if weights is None else weights[rows]
+        yield RowBlock(kernel_rows(rows), Y[rows], None if weights is None else weights[rows])
 
 
 class CentersPreconditioner:

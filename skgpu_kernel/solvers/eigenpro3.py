@@ -39,6 +39,7 @@ whether ``K(X, Z)`` is cached.
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ __all__ = [
     "ExactProjection",
     "InMemoryBatches",
     "IterativeProjection",
+    "RowBatch",
     "StreamedBatches",
     "fit_eigenpro3",
 ]
@@ -221,6 +223,19 @@ def _flatten(preconditioner, values):
     return preconditioner.eigenvectors @ (preconditioner.scales[:, None] * projected)
 
 
+class RowBatch(NamedTuple):
+    """One batch of training rows as EigenPro 3 reads it."""
+
+    rows: torch.Tensor  # X_B on the device, centred
+    targets: torch.Tensor  # Y_B
+    weights: torch.Tensor | None  # w_B, or None for unit weights
+    indices: torch.Tensor | None  # the rows' indices into a cached K(X, Z), or None (streamed)
+
+    def part(self, start, stop):
+        """Rows ``start:stop`` of the batch (a piece of the halved size after out of memory)."""
+        return RowBatch(*(None if field is None else field[start:stop] for field in self))
+
+
 class InMemoryBatches:
     """Batches of rows of device tensors in a fresh random order each epoch.
 
@@ -237,12 +252,12 @@ class InMemoryBatches:
         self.n_rows = X.shape[0]
 
     def epoch(self, batch_size):
-        """Yield ``(rows, targets, weights or None, indices)`` for one pass."""
+        """Yield a :class:`RowBatch` (with its indices) at a time, for one pass."""
         order = torch.randperm(self.n_rows, generator=self.generator).to(self.X.device)
         for position in range(0, self.n_rows, batch_size):
             batch = order[position : position + batch_size]
             weights = None if self.weights is None else self.weights[batch]
-            yield self.X[batch], self.Y[batch], weights, batch
+            yield RowBatch(self.X[batch], self.Y[batch], weights, batch)
 
 
 class StreamedBatches:
@@ -274,7 +289,7 @@ class StreamedBatches:
         self.generator = torch.Generator().manual_seed(seed)
 
     def epoch(self, batch_size):
-        """Yield ``(rows, targets, weights or None, None)`` for one pass."""
+        """Yield a :class:`RowBatch` (without indices) at a time, for one pass."""
         chunk = max(1, min(self.buffer_rows, math.ceil(self.buffer_rows / 16)))
         plan = plan_pass(self.n_rows, self.buffer_rows, chunk, self.rng)
         dtypes = [self.dtype] * len(self.sources)
@@ -289,7 +304,7 @@ class StreamedBatches:
                 order = torch.randperm(X.shape[0], generator=self.generator).to(self.device)
                 for position in range(0, X.shape[0], batch_size):
                     batch = order[position : position + batch_size]
-                    yield X[batch], Y[batch], None if weights is None else weights[batch], None
+                    yield RowBatch(X[batch], Y[batch], None if weights is None else weights[batch], None)
 
 
 class _TemporaryCenters:
@@ -353,7 +368,7 @@ class _Projector:
 
 
 def _residual_and_gradient(shards, temporary, coef, batch):
-    """``(r, w * r, K(Z, X_B) (w * r))`` of a batch ``(X_B, Y_B, w_B, indices)``; changes no state."""
+    """``(r, w * r, K(Z, X_B) (w * r))`` of a :class:`RowBatch`; changes no state."""
     X_batch, Y_batch, w_batch, indices = batch
     block = shards.rows_block(X_batch, indices)
     predictions = block.matmul(coef)
@@ -372,7 +387,7 @@ def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loo
     ----------
     kernel : Kernel
     batches : InMemoryBatches or StreamedBatches
-        The training rows; ``batches.epoch(m)`` yields ``(X_B, Y_B, w_B, indices)``.
+        The training rows; ``batches.epoch(m)`` yields :class:`RowBatch` objects.
     shards : ~skgpu_kernel.operators.CenterShards
         The centers (with their cached ``K(X, Z)`` after ``shards.cache``, looked
         up by ``indices``).
@@ -468,16 +483,12 @@ def _epoch(run, batches, batch, guard, loop):
     target_sum = torch.zeros((), dtype=torch.float64, device=main)
     for whole_batch in batches.epoch(batch.size):
         start = 0
-        while start < whole_batch[0].shape[0]:
-            X_batch, Y_batch, w_batch, indices = (
-                None if part is None else part[start : start + batch.size] for part in whole_batch
-            )
-            rows = X_batch.shape[0]
+        while start < whole_batch.rows.shape[0]:
+            part = whole_batch.part(start, start + batch.size)
+            rows = part.rows.shape[0]
             run.projector.make_room(rows)
             try:
-                residual, weighted, gradient = _residual_and_gradient(
-                    run.shards, run.temporary, run.coef, (X_batch, Y_batch, w_batch, indices)
-                )
+                residual, weighted, gradient = _residual_and_gradient(run.shards, run.temporary, run.coef, part)
             except (torch.OutOfMemoryError, RuntimeError) as error:
                 if run.shards.group is not None:
                     raise  # the other ranks are already in this step's all-reduce
@@ -488,11 +499,11 @@ def _epoch(run, batches, batch, guard, loop):
             # The last batch of an epoch may be smaller: its step follows its own size.
             scale = guard.rollback * loop.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
             run.projector.accumulated.sub_(gradient, alpha=scale)
-            run.temporary.add(X_batch, weighted * -scale)
+            run.temporary.add(part.rows, weighted * -scale)
             if preconditioner is not None:
                 run.coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
             loss_sum += (residual * residual).sum().double()
-            target_sum += (Y_batch * Y_batch).sum().double()
+            target_sum += (part.targets * part.targets).sum().double()
             guard.step += 1
             start += rows
     run.projector.project()

@@ -365,7 +365,8 @@ def _run_eigenpro(stages):
     layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.settings.bandwidth)
-    plan, prepared = stages.prepare(stages.plan(layout, capacity, spectrum.critical_batch_preconditioned))
+    plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
+    prepared = stages.prepare(plan)
     n = stages.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
     learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
@@ -737,8 +738,8 @@ class _EigenPro2Stages:
         return plan_eigenpro2(layout, capacity, critical_batch, self.context.settings.parameters.planning)
 
     def prepare(self, plan):
-        """``(plan, operators)``: the plan as carried out and the operators it asks for."""
-        return plan, self.rows.build(plan)
+        """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
+        return self.rows.build(plan)
 
     def solve(self, layout, plan, operators, preconditioner, loop):
         context = self.context
@@ -847,7 +848,10 @@ def _run_direct(context, attempt):
     """
     data, runtime, kernel, device = context.data, context.runtime, context.kernel, context.device
     centers = data.X[data.order]  # every training row, in the fit's order
-    rows = DeviceCopier(device, torch.float64, context.settings.offset)(centers)
+    # One copy of the rows to the device, uncentred in float64: K is evaluated on them
+    # centred in float64, and the prediction tensors hold them centred in the fit's dtype.
+    uncentred = DeviceCopier(device, torch.float64, None)(centers)
+    rows = DeviceCopier(device, torch.float64, context.settings.offset).centred(uncentred)
     whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
     operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), whole)
     targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=device)
@@ -874,7 +878,7 @@ def _run_direct(context, attempt):
             f"{targets.shape[0]} rows"
         )
     # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
-    device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device(centers)), coef)
+    device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device.centred(uncentred)), coef)
     return PathOutcome(KernelLoopResult.direct(coef), centers=centers, device_cache=device_cache)
 
 
@@ -962,12 +966,11 @@ class _EigenPro3Stages:
         return plan_eigenpro3(layout, capacity, critical_batch, self.context.settings.parameters.planning)
 
     def prepare(self, plan):
-        """The operator plan of ``K(X, Z)``: the plan itself is carried out as made."""
+        """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""
         cache_itemsize = self.context.itemsize if plan.cached else 0
         self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
         if self.operator_plan.on_grid:
             self.center_codes = encode_on_grid(self.Z_dev, self.operator_plan.grid, checked=True)
-        return plan, None
 
     def _shards(self, column_block):
         """The centers' shards, on the operator plan's grid where it takes one."""
