@@ -673,8 +673,9 @@ _COMMON_ATTRIBUTES = """
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the
-        features' coverage of the kernel, or, where ``"auto"`` found the coverage too
-        low, that coverage alone (``scored=False``)
+        features' coverage of the kernel; where ``"auto"`` found the coverage too
+        low, the bandwidth search's exact criterion carried over (``carried=True``,
+        with that coverage) or that coverage alone (``scored=False``)
         (:class:`skgpu_kernel.regularization.AlphaSelection`); None otherwise.
     bandwidth_selection_ : BandwidthSelection or None
         With ``bandwidth="auto"`` on a radial kernel: the bandwidths scored, their
