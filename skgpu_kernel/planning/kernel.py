@@ -696,14 +696,12 @@ class KernelFitPlan:
 
     def describe(self):
         """One line for ``verbose``."""
+        cached = f"cached ({8 * self.cache_itemsize}-bit)"
         if self.method == "cg":
-            read = f"computed {self.batch_size} rows at a time"
-            layout = "CG on every point, kernel " + (f"cached ({8 * self.cache_itemsize}-bit)" if self.cached else read)
-            return f"{layout}, {self.memory.describe()}"
+            read = cached if self.cached else f"computed {self.batch_size} rows at a time"
+            return f"CG on every point, kernel {read}, {self.memory.describe()}"
         if self.method == "eigenpro2":
-            layout = "EigenPro 2, kernel " + (
-                f"cached ({8 * self.cache_itemsize}-bit)" if self.cached else "computed per batch"
-            )
+            layout = "EigenPro 2, kernel " + (cached if self.cached else "computed per batch")
         else:
             layout = (
                 f"EigenPro 3{' streamed' if self.streamed else ''}, {self.projection} projection, kernel "
@@ -1070,7 +1068,7 @@ def plan_every_point_cg(layout):
     problem = layout.problem
     n = problem.n_rows
     capacity = min(CG_ROW_BLOCK, layout.memory_limit)
-    row_block = min(operating_batch(capacity, math.inf, n), layout.memory_limit)
+    row_block = min(max(min(capacity, n), 1), layout.memory_limit)
     if layout.cached:
         row_block = min(row_block, cached_batch_limit(n))
     account = _every_point_account(layout, row_block)

@@ -478,14 +478,15 @@ class _PathContext:
             lambda kind: fill() if kind == "cached" else evaluated
         )
 
-    def held_out_scores(self, predict, row_block):
-        """``predictions(coef)`` of the held-out rows by ``predict(coef, row_block)``.
+    def held_out_score(self, predict, row_block, targets):
+        """``score(coef)``: the validation score of the held-out rows' ``predict(coef, row_block)`` against ``targets``.
 
         Where the device runs out of memory the row block is halved, for the rest
         of the fit (each row's prediction does not depend on the block).
         """
         stage = self.shrinking("validation", "validation row block", halvings(row_block))
-        return lambda coef: stage(lambda rows: predict(coef, rows))
+        validation_score = self.settings.validation_score
+        return lambda coef: validation_score(stage(lambda rows: predict(coef, rows)), targets)
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the run's own ``sizes``."""
@@ -604,14 +605,14 @@ class _EveryPointOperators:
     def device_cache(self, coef):
         return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
-    def held_out_predictions(self, held_out):
-        """``predictions(coef)``: ``K(X_val, X) @ coef``, in row blocks halved on out of memory."""
-        n_rows = held_out.shape[0]
+    def held_out_score(self, operators):
+        """``score(coef)`` of ``K(X_val, X) @ coef`` against the held-out targets (row blocks halved out of memory)."""
+        held_out, n_rows = operators.held_out, operators.held_out.shape[0]
 
         def predict(coef, row_block):
             return in_row_blocks(lambda rows: held_out.matmul(coef, rows=rows), n_rows, row_block)
 
-        return self.context.held_out_scores(predict, n_rows)
+        return self.context.held_out_score(predict, n_rows, operators.validation.Y)
 
     def _evaluated_operators(self, plan, validation):
         """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
@@ -703,7 +704,10 @@ class _EigenPro2Stages:
     def __init__(self, context):
         self.context = context
         self.rows = _EveryPointOperators(context)
-        self.problem = self.rows.problem
+
+    @property
+    def problem(self):
+        return self.rows.problem
 
     @property
     def operator_plan(self):
@@ -748,12 +752,7 @@ class _EigenPro2Stages:
         weights = context.weights_tensor(data.weights[data.order])
         tensors = KernelTrainingData(operators.train, Y_dev, weights, context.ridge())
         if operators.validation is not None:
-            Y_val, predictions = operators.validation.Y, self.rows.held_out_predictions(operators.held_out)
-
-            def score(coef):
-                return context.settings.validation_score(predictions(coef), Y_val)
-
-            loop = dataclasses.replace(loop, validation=score)
+            loop = dataclasses.replace(loop, validation=self.rows.held_out_score(operators))
         fresh = data.coef_init is None
         coef = context.starting_coef(self.problem.n_rows)
         generator, column_block = context.runtime.generator, layout.column_block
@@ -813,10 +812,7 @@ def _run_every_point_cg(context, attempt):
     solved = fit_full_kernel_cg(products, Y, weights, penalised.alpha, preconditioner, cg_settings, coef_init)
     coef = solved.coef.to(runtime.dtype)
     _warn_if_unfinished(solved, runtime.dtype, parameters)
-    score = None
-    if operators.validation is not None:
-        predictions, Y_val = rows.held_out_predictions(operators.held_out), operators.validation.Y
-        score = lambda: context.settings.validation_score(predictions(coef), Y_val)  # noqa: E731
+    score = None if operators.validation is None else rows.held_out_score(operators)
     result = _cg_loop_result(solved, coef, score)
     rows.report_epochs(result, cg_plan.fit, operators.train)
     operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
@@ -987,14 +983,10 @@ class _EigenPro3Stages:
         batches = self._batches(plan)
         validation = context.validation_tensors()
         if validation is not None:
-            X_val, Y_val = validation.X, validation.Y
-            predictions = context.held_out_scores(
-                lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block
+            X_val = validation.X
+            score = context.held_out_score(
+                lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block, validation.Y
             )
-
-            def score(coef):
-                return context.settings.validation_score(predictions(coef), Y_val)
-
             loop = dataclasses.replace(loop, validation=score)
         coef = context.starting_coef(self.problem.n_centers)
         return fit_eigenpro3(context.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
@@ -1069,7 +1061,7 @@ def _run_centers_cg(context, attempt):
             return PathOutcome(None, fallback=refit)
     coef = solved.coef.to(runtime.dtype)
     _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
-    result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers, coef))
+    result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
     return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=_stored_plan(operator, rows))
 
@@ -1113,8 +1105,8 @@ def _stored_plan(operator, rows):
     return operator.plan
 
 
-def _centers_held_out_score(context, centers, coef):
-    """``score()`` of the held-out rows: ``K(X_val, Z) @ coef`` in row blocks halved on out of memory; None without."""
+def _centers_held_out_score(context, centers):
+    """``score(coef)`` of the held-out rows' ``K(X_val, Z) @ coef`` (row blocks halved on out of memory), or None."""
     validation = context.validation_tensors()
     if validation is None:
         return None
@@ -1125,8 +1117,7 @@ def _centers_held_out_score(context, centers, coef):
             lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
         )
 
-    predictions = context.held_out_scores(predict, n_rows)
-    return lambda: context.settings.validation_score(predictions(coef), validation.Y)
+    return context.held_out_score(predict, n_rows, validation.Y)
 
 
 def _centers_cg_refit(context, solved):
@@ -1176,14 +1167,14 @@ def _cg_stopping(parameters, dtype, square_system=False):
 
 
 def _cg_loop_result(solved, coef, held_out_score=None):
-    """A CG run as a :class:`KernelLoopResult`; ``held_out_score()``, if given, scores the model it ends with.
+    """A CG run as a :class:`KernelLoopResult`; ``held_out_score(coef)``, if given, scores the model it ends with.
 
     CG heads for the exact solution, so the validation score is not a stopping rule
     here: it is recorded on the last iteration's history entry.
     """
     history = solved.history
     if held_out_score is not None and history:
-        history[-1] = {**history[-1], "validation_score": float(held_out_score())}
+        history[-1] = {**history[-1], "validation_score": float(held_out_score(coef))}
     n = len(history)
     return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
 
