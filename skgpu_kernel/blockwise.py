@@ -297,14 +297,22 @@ PROBE_COLUMNS = 8192
 
 
 class DeviceCopier:
-    """Copies host arrays to the compute device and dtype, centring features if asked."""
+    """Copies host arrays to the compute device and dtype, centring features if asked.
+
+    Given a tensor already on the device (rows the fit copied there once:
+    :func:`rows_taken`), only the conversion to this dtype and the centring are
+    done, in the order they are for host rows: the same values to the bit.
+    """
 
     def __init__(self, device, dtype, offset):
         self.device, self.dtype = device, dtype
         self.offset = None if offset is None else torch.as_tensor(offset, dtype=dtype).to(device)
 
     def __call__(self, array, center=True):
-        tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
+        if torch.is_tensor(array):
+            tensor = array.to(self.device, self.dtype)
+        else:
+            tensor = torch.as_tensor(np.ascontiguousarray(array), dtype=self.dtype).to(self.device)
         return self.centred(tensor) if center else tensor
 
     def centred(self, rows):
@@ -315,3 +323,21 @@ class DeviceCopier:
         """
         rows = rows.to(self.dtype)
         return rows if self.offset is None else rows - self.offset
+
+
+def rows_taken(host, on_device, indices):
+    """``host[indices]``, taken from the rows' copy on the device where the fit holds one (None: from ``host``).
+
+    The one copy of a fit's rows is made when the fit starts
+    (:func:`~skgpu_kernel.solvers.kernel_fit.with_rows_on_device`); every subset a
+    stage needs on the device (a split, a shuffle, the rows a criterion scores) is
+    gathered there instead of copied from the host again.
+    """
+    return host[indices] if on_device is None else taken_on_device(on_device, indices)
+
+
+def taken_on_device(on_device, indices):
+    """``on_device[indices]`` for host ``indices``, gathered on the device (None without a device copy)."""
+    if on_device is None:
+        return None
+    return on_device[torch.as_tensor(indices, device=on_device.device)]

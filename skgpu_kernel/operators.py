@@ -892,8 +892,10 @@ def map_row_blocks(X, function, n_outputs, row_block, device, dtype, offset=None
         if sparse:
             outputs.append(function(csr_to_torch(X[start : start + row_block], dtype, device)).cpu())
             continue
-        # A copy: the rows may come from a read-only memory map, which torch cannot share.
-        rows = torch.tensor(np.asarray(X[start : start + row_block]), dtype=dtype).to(device)
+        if torch.is_tensor(X):  # rows the fit holds on the device
+            rows = X[start : start + row_block].to(device, dtype)
+        else:  # a copy: the rows may come from a read-only memory map, which torch cannot share
+            rows = torch.tensor(np.asarray(X[start : start + row_block]), dtype=dtype).to(device)
         if pad is None:
             padded.zero_()
         else:

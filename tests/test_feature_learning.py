@@ -5,6 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from sklearn.feature_selection import SelectFromModel
 
 import skgpu_kernel.solvers.feature_learning as feature_learning
@@ -219,3 +220,65 @@ def test_a_learnt_model_must_beat_the_plain_one_beyond_the_noise_of_the_held_out
     assert not feature_learning._learning_pays(plain - 0.02 + 0.3 * noise, plain)
     assert feature_learning._learning_pays(plain - 0.2 + 0.3 * noise, plain)  # 0.2 > 2 x 0.047
     assert not feature_learning._learning_pays(plain, plain)
+
+
+class _RowCopies:
+    """Counts host rows turned into tensors: a numpy array with ``X``'s columns and more rows than columns.
+
+    Every copy of host rows to a device starts as such a conversion (``torch.as_tensor``,
+    ``torch.tensor``, ``torch.from_numpy`` or ``torch.asarray``); the ``d x d`` metric
+    and AGOP are not rows.
+    """
+
+    def __init__(self, monkeypatch, n_features):
+        self.count = 0
+        for name in ("as_tensor", "tensor", "from_numpy", "asarray"):
+            monkeypatch.setattr(torch, name, self._counted(getattr(torch, name), n_features))
+
+    def _counted(self, convert, n_features):
+        def counted(data, *args, **kwargs):
+            if isinstance(data, np.ndarray) and data.ndim == 2 and data.shape[1] == n_features:
+                self.count += data.shape[0] > n_features
+            return convert(data, *args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},  # the tune stage's exact solution
+        {"alpha": 1.0},  # a given penalty: the direct solve
+        {"alpha": 0.0},  # EigenPro 2, early-stopped on held-out rows
+        {"solver": "cg"},
+        {"n_centers": 200},  # CG on centers
+        {"n_centers": 200, "solver": "eigenpro"},  # EigenPro 3
+        {"feature_learning": "full"},
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_learning_fit_copies_its_rows_to_the_device_once_whatever_the_solver(monkeypatch, params, dtype):
+    X, y = _few_relevant(700, 5, n_noise=2)
+    X = X.astype(dtype)
+    params = {"feature_learning": "diagonal", "feature_learning_iter": 1, "random_state": 0, **params}
+    expected = AdaptiveKernelRegressor(**params).fit(X, y)
+    copies = _RowCopies(monkeypatch, X.shape[1])
+    model = AdaptiveKernelRegressor(**params).fit(X, y)
+    assert copies.count == 1  # the plain fit, the path's fits, their AGOPs and scores, and the refit
+    assert len(model.feature_learning_scores_) >= 2
+    monkeypatch.undo()
+    # Taking the rows from the one copy changes no value: the model is the one fitted with copies.
+    np.testing.assert_array_equal(model.dual_coef_, expected.dual_coef_)
+
+
+def test_without_room_for_the_rows_on_the_device_every_stage_copies_its_own(monkeypatch):
+    X, y = _few_relevant(700, 6, n_noise=2)
+    params = {"feature_learning": "diagonal", "feature_learning_iter": 1, "random_state": 0}
+    expected = AdaptiveKernelRegressor(**params).fit(X, y)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate the rows")
+
+    monkeypatch.setattr(kernel_fit, "_copy_rows_to", out_of_memory)
+    model = AdaptiveKernelRegressor(**params).fit(X, y)
+    np.testing.assert_array_equal(model.dual_coef_, expected.dual_coef_)

@@ -46,12 +46,20 @@ import numpy as np
 import torch
 
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
+from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import plan_agop, plan_feature_learning
 from ..splits import holdout_split
-from .kernel_fit import fit_kernel_model, log_fit, tune_kernel
+from .kernel_fit import (
+    fit_kernel_model,
+    log_fit,
+    rows_of,
+    runtime_holding_rows,
+    tune_kernel,
+    with_rows_on_device,
+)
 
 __all__ = [
     "AGOP_POWER",
@@ -123,6 +131,20 @@ def transformed_rows(X, transform):
     return np.asarray(scaled, dtype=X.dtype)
 
 
+def transformed_on_device(X, transform):
+    """:func:`transformed_rows` of a tensor, on its device: for a diagonal ``L`` the same values to the bit.
+
+    A full ``L`` is a float64 product of torch's, which may round differently
+    from numpy's: a fit's host rows are then read back from these
+    (:func:`_transformed_input`), so that host and device hold the same rows.
+    """
+    if transform is None:
+        return X
+    factor = torch.as_tensor(transform, dtype=torch.float64, device=X.device)
+    scaled = X * factor if factor.ndim == 1 else X.double() @ factor
+    return scaled.to(X.dtype)
+
+
 def fit_with_feature_learning(data, runtime, parameters):
     """The kernel fit, with the metric learnt from its AGOP where ``parameters.feature_learning`` asks.
 
@@ -141,6 +163,8 @@ def fit_with_feature_learning(data, runtime, parameters):
     -------
     FeatureLearningResult
     """
+    data = with_rows_on_device(data, runtime)
+    runtime = runtime_holding_rows(runtime, data)
     if data.continuation is not None:
         transform = data.continuation.transform
         return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
@@ -161,8 +185,8 @@ def fit_with_feature_learning(data, runtime, parameters):
     train, held_out = holdout_split(
         data.X.shape[0], parameters.validation_fraction, copy.deepcopy(runtime.rng), data.stratify
     )
-    training = _rows(data, train)
-    rows = _HeldOutRows(np.asarray(data.X[held_out]), data.Y[held_out], parameters, runtime)
+    training = rows_of(data, train)
+    rows = _HeldOutRows(rows_of(data, held_out), parameters, runtime)
     tuning = tune_kernel(data, runtime, parameters)  # on every row: the final refit's own, where it is kept
     plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), parameters, tuning), None, parameters, tuning)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
@@ -191,22 +215,22 @@ class _Candidate:
 
 @dataclass(frozen=True)
 class _HeldOutRows:
-    """The rows feature learning holds out, and how a fitted model is scored on them."""
+    """The rows feature learning holds out (a :class:`KernelFitInput`), and how a fitted model is scored on them."""
 
-    X: np.ndarray
-    Y: np.ndarray
+    data: object
     parameters: object
     runtime: object
 
     def candidate(self, fit, transform, parameters, tuning):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        X = transformed_rows(self.X, transform)
+        X = _transformed_input(self.data, transform)
+        X, Y = (X.X if X.X_device is None else X.X_device), self.data.Y
         runtime = self.runtime
         events = MemoryEvents(runtime.memory_events, fit.solver)
         scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
         predictions = scores + fit.intercept
-        score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(self.Y)))
-        losses = _row_losses(predictions, self.Y, self.parameters.classifier)
+        score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
+        losses = _row_losses(predictions, Y, self.parameters.classifier)
         return _Candidate(transform, parameters, tuning, losses, score)
 
 
@@ -232,13 +256,14 @@ def _learning_path(data, training, rows, runtime, parameters):
     path_parameters, transform, path = _path_parameters(parameters), None, []
     tuning = tune_kernel(data, runtime, path_parameters).pinned()
     for step in range(n_iter + 1):
-        fit = fit_kernel_model(_transformed_input(training, transform), _fresh(runtime), path_parameters, tuning)
+        fitted_on = _transformed_input(training, transform)
+        fit = fit_kernel_model(fitted_on, _fresh(runtime), path_parameters, tuning)
         path.append(rows.candidate(fit, transform, path_parameters, tuning))
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
-        agop = torch.as_tensor(_input_space_agop(fit, training, transform, mode, runtime))
+        agop = torch.as_tensor(_input_space_agop(fit, fitted_on, transform, mode, runtime))
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
@@ -283,25 +308,19 @@ def _learnable(data, parameters):
     return True
 
 
-def _rows(data, indices):
-    """``data`` restricted to the rows ``indices`` (a fresh fit: no warm start)."""
-    stratify = None if data.stratify is None else data.stratify[indices]
-    return dataclasses.replace(
-        data,
-        X=np.asarray(data.X[indices]),
-        Y=data.Y[indices],
-        weights=data.weights[indices],
-        stratify=stratify,
-        continuation=None,
-    )
-
-
 def _transformed_input(data, transform):
-    """``data`` seen through ``L``: the rows and the user's centers transformed."""
+    """``data`` seen through ``L``: the rows and the user's centers transformed.
+
+    Rows held on the device are transformed there, and the host's read back from
+    them (on the CPU the same memory): no rows are copied to the device again.
+    """
     if transform is None:
         return data
     centers = None if data.centers is None else transformed_rows(data.centers, transform)
-    return dataclasses.replace(data, X=transformed_rows(np.asarray(data.X), transform), centers=centers)
+    if data.X_device is None:
+        return dataclasses.replace(data, X=transformed_rows(np.asarray(data.X), transform), centers=centers)
+    on_device = transformed_on_device(data.X_device, transform)
+    return dataclasses.replace(data, X=on_device.cpu().numpy(), centers=centers, X_device=on_device)
 
 
 def _fresh(runtime):
@@ -311,8 +330,11 @@ def _fresh(runtime):
     return dataclasses.replace(runtime, rng=copy.deepcopy(runtime.rng), generator=generator)
 
 
-def _input_space_agop(fit, training, transform, mode, runtime):
+def _input_space_agop(fit, fitted_on, transform, mode, runtime):
     """The AGOP of ``fit``'s predictor in the input coordinates: ``L G L^T`` of its AGOP ``G`` in ``X L``.
+
+    ``fitted_on`` is the data ``fit`` was fitted on (the rows ``X L``): the rows and
+    the centers are taken from its device copy where it has one.
 
     For a diagonal mode only the diagonal is computed (``L`` is then diagonal too,
     and ``diag(L G L) = L^2 diag(G)``).  Where the device runs out of memory, the
@@ -320,14 +342,16 @@ def _input_space_agop(fit, training, transform, mode, runtime):
     halving recorded in the fit's ``fit_attempts_``.
     """
     device, dtype = runtime.devices[0], runtime.dtype
-    X = transformed_rows(np.asarray(training.X), transform)
-    rows = torch.as_tensor(X, dtype=dtype, device=device)
-    centers = torch.as_tensor(fit.centers, dtype=dtype, device=device)
+    to_device = DeviceCopier(device, dtype, None)
+    on_device = fitted_on.X_device
+    rows = to_device(fitted_on.X if on_device is None else on_device)
+    from_rows = on_device is not None and fit.center_rows is not None
+    centers = to_device(taken_on_device(on_device, fit.center_rows) if from_rows else fit.centers)
     coef = fit.loop.coef.to(device, dtype)
-    n_rows, n_features = X.shape
+    n_rows, n_features = rows.shape
     itemsize = torch.finfo(dtype).bits // 8
     plan = plan_agop(n_rows, n_features, centers.shape[0], coef.shape[1], itemsize, runtime.budget, device.type)
-    weights = torch.as_tensor(training.weights, dtype=torch.float64, device=device)
+    weights = torch.as_tensor(fitted_on.weights, dtype=torch.float64, device=device)
     diagonal = mode == "diagonal"
 
     def agop_in_blocks(row_block):

@@ -29,9 +29,10 @@ import torch
 from sklearn.base import clone
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier, PredictionTensors
+from ..blockwise import DeviceCopier, PredictionTensors, rows_taken, taken_on_device
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel, searches_bandwidth
+from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..planning.kernel import (
     KernelProblem,
     KernelSettings,
@@ -110,6 +111,10 @@ class KernelFitInput:
         :func:`~skgpu_kernel.planning.kernel.plan_auto_centers` says (None: every point).
     continuation : KernelContinuation or None
         The previous fit, when ``warm_start`` continues it.
+    X_device : Tensor of shape (n, d) or None
+        The same rows on the compute device, in ``X``'s dtype: the fit's one copy
+        of them (:func:`with_rows_on_device`), which every stage takes its rows
+        from; None: each stage copies its rows from ``X``.
     """
 
     X: object
@@ -119,6 +124,7 @@ class KernelFitInput:
     centers: np.ndarray | None = None
     n_centers: int | None = None
     continuation: KernelContinuation | None = None
+    X_device: torch.Tensor | None = None
 
     @property
     def uses_centers(self):
@@ -198,6 +204,8 @@ class KernelFitResult:
     order : ndarray
         The shuffle of the training rows.
     centers : ndarray
+    center_rows : ndarray or None
+        The rows of the fit's data the centers are (None: the user's centers).
     plan : KernelFitPlan or None
         None for CG, which plans no batch.
     spectrum : PreconditionerPlan or None
@@ -227,6 +235,7 @@ class KernelFitResult:
     intercept: np.ndarray
     order: np.ndarray
     centers: np.ndarray
+    center_rows: np.ndarray | None
     plan: object
     spectrum: object
     operator: object
@@ -316,6 +325,7 @@ def fit_kernel_model(data, runtime, parameters, tuning=None):
         intercept=model.intercept,
         order=model.order,
         centers=outcome.centers,
+        center_rows=model.center_rows,
         plan=outcome.plan,
         spectrum=outcome.spectrum,
         operator=outcome.operator,
@@ -335,37 +345,53 @@ class _Model:
     intercept: np.ndarray
     order: np.ndarray
     early_stopping: bool
+    center_rows: np.ndarray | None  # the rows of the fit's data the centers are; None: the user's centers
 
 
 def _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver):
     """Split, centre, shuffle, draw the centers, then run ``solver`` (the policy's or "direct") and its fallbacks."""
     data, kernel, policy = resolved.data, tuned.kernel, tuned.policy
-    X, Y, weights, validation = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    split = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    X, Y, weights, validation = split.training.X, split.training.Y, split.training.weights, split.validation
     intercept = _intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and tuned.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
     factored_cg = solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
-    if data.uses_centers or factored_cg:  # Falkon's CG takes every training point as a center
-        centers, shares = _centers(data, X, order) if data.uses_centers else (X[order].astype(np.float64), None)
-        coef_init = _continued_center_coef(data.continuation, centers)
+    centers = _Centers.of(data, X, order, every_point=factored_cg)
+    if centers is not None:
+        coef_init = _continued_center_coef(data.continuation, centers.rows)
     else:
-        centers, shares, coef_init = None, None, _continued_coef(data.continuation, X, order)
+        coef_init = _continued_coef(data.continuation, X, order)
     joint = _fits_joint_intercept(parameters.fit_intercept, policy.alpha, validation)
     targets = np.hstack([Y - intercept, np.ones((Y.shape[0], 1))]) if joint else Y - intercept
     if joint and coef_init is not None:  # the ones column starts from zero
         coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)
     host = KernelHostData(
-        X, targets, weights, order, validation, centers, coef_init, data.centers is None, resolved.streamed, shares
+        X=X,
+        Y=targets,
+        weights=weights,
+        order=order,
+        validation=validation,
+        centers=None if centers is None else centers.rows,
+        coef_init=coef_init,
+        centers_from_data=data.centers is None,
+        streamed=resolved.streamed,
+        center_shares=None if centers is None else centers.shares,
+        X_device=split.training.X_device,
+        center_rows=None if centers is None else centers.indices,
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
     outcome = run_solver(solver, policy.alpha, host, runtime, settings)
     if joint:
-        residuals = None if not data.uses_centers else _JointResiduals(X, host.Y, weights, kernel, runtime.budget)
+        rows = X if split.training.X_device is None else split.training.X_device
+        residuals = None if not data.uses_centers else _JointResiduals(rows, host.Y, weights, kernel, runtime.budget)
         outcome, shift = _with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
-    return _Model(outcome, kernel, bandwidth, offset, intercept, order, policy.early_stopping)
+    center_rows = order if centers is None else centers.indices
+    center_rows = None if center_rows is None else split.of_data(center_rows)
+    return _Model(outcome, kernel, bandwidth, offset, intercept, order, policy.early_stopping, center_rows)
 
 
 def _direct_model(tuned, data, runtime, parameters, bandwidth):
@@ -385,11 +411,13 @@ def _direct_model(tuned, data, runtime, parameters, bandwidth):
     outcome = PathOutcome(
         KernelLoopResult.direct(coef),
         centers=centers,
-        device_cache=PredictionTensors.of_centers(kernel, to_device(centers), coef, to_device.offset),
+        device_cache=PredictionTensors.of_centers(
+            kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
+        ),
         attempts=(attempt,),
         record=(*runtime.memory_events, attempt.record()),
     )
-    return _Model(outcome, kernel, bandwidth, offset, intercept, order, False)
+    return _Model(outcome, kernel, bandwidth, offset, intercept, order, False, order)
 
 
 @dataclass(frozen=True)
@@ -669,12 +697,85 @@ def _path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
     return KernelFitSettings(kernel, bandwidth, offset, alpha, score, parameters)
 
 
+@dataclass(frozen=True)
+class _Split:
+    """The rows a solver fits (``training``: ``data`` restricted to them) and those it scores (or None).
+
+    ``train``: which of ``data``'s rows ``training`` holds (None: every one).
+    """
+
+    training: KernelFitInput
+    validation: HeldOut | None
+    train: np.ndarray | None = None
+
+    def of_data(self, indices):
+        """``indices`` into the training rows as indices into ``data``'s rows."""
+        return indices if self.train is None else self.train[indices]
+
+
 def _split(data, early_stopping, validation_fraction, rng):
-    """``(X, Y, weights, validation)``: the training rows and the held-out rows (:class:`HeldOut`, or None)."""
+    """The training rows and the held-out rows (:class:`HeldOut`, or None without early stopping)."""
     if not early_stopping:
-        return data.X, data.Y, data.weights, None
+        return _Split(data, None)
     train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
-    return data.X[train], data.Y[train], data.weights[train], HeldOut(data.X[held_out], data.Y[held_out])
+    validation = HeldOut(data.X[held_out], data.Y[held_out], taken_on_device(data.X_device, held_out))
+    return _Split(rows_of(data, train), validation, train)
+
+
+def with_rows_on_device(data, runtime):
+    """``data`` with its rows' one copy on the compute device (``X_device``), where the fit can hold one.
+
+    Every stage of the fit (the criteria's rows, the split, the shuffle, the
+    centers, the held-out scoring, feature learning's metrics) takes its rows
+    from this copy instead of copying them from the host again.  The copy keeps
+    the rows' dtype, so what a stage converts from it is what it converted from
+    the host, to the bit.  On the CPU a C-contiguous array is shared, not copied.
+    None is made for rows read in buffers, for a fit over a process group (its
+    ranks copy their own shares), or for rows over half of the memory budget;
+    where the device has no room for the copy, each stage copies its own rows,
+    as without one.  See :func:`runtime_holding_rows` for the budget.
+    """
+    if runtime.group is not None or is_out_of_core(data.X) or not isinstance(data.X, np.ndarray):
+        return data
+    if data.X.nbytes > runtime.budget // 2:
+        return data
+    try:
+        on_device = _copy_rows_to(data.X, runtime.devices[0])
+    except RuntimeError as error:  # out of device memory: every stage copies its own rows
+        out_of_memory_reason(error)
+        release_cached_memory(runtime.devices[0])
+        return data
+    return dataclasses.replace(data, X_device=on_device)
+
+
+def _copy_rows_to(X, device):
+    """``X`` on ``device`` in its own dtype (on the CPU, a C-contiguous array's own memory)."""
+    return torch.as_tensor(np.ascontiguousarray(X)).to(device)
+
+
+def runtime_holding_rows(runtime, data):
+    """``runtime`` with the device copy of ``data``'s rows taken off the budget the planners divide.
+
+    A copy on the CPU shares the host's memory, or stands for the copies each
+    stage made: the budget is the same as without it.
+    """
+    if data.X_device is None or data.X_device.device.type == "cpu":
+        return runtime
+    return dataclasses.replace(runtime, budget=runtime.budget - data.X_device.nbytes)
+
+
+def rows_of(data, indices):
+    """``data`` restricted to the rows ``indices``, its device copy too (a fresh fit: no warm start)."""
+    stratify = None if data.stratify is None else data.stratify[indices]
+    return dataclasses.replace(
+        data,
+        X=np.asarray(data.X[indices]),
+        Y=data.Y[indices],
+        weights=data.weights[indices],
+        stratify=stratify,
+        continuation=None,
+        X_device=taken_on_device(data.X_device, indices),
+    )
 
 
 def _intercept(fit_intercept, Y, weights):
@@ -691,22 +792,38 @@ def _streams(X, n_outputs, runtime):
     return is_out_of_core(X, runtime.itemsize * X.shape[0] * (X.shape[1] + n_outputs + 1), runtime.budget)
 
 
-def _centers(data, X, order):
-    """``(centers, shares)``: the p centers as a float64 host array, the user's or distinct shuffled training rows.
+@dataclass(frozen=True)
+class _Centers:
+    """The centers of a fit on centers: float64 host rows, the training rows they are, their shares.
 
-    ``shares`` (see :func:`_distinct_rows`) is None for the user's centers.
+    ``indices`` (into the training rows; None for the user's centers) let the
+    solvers take them from the rows' device copy; ``shares`` (see
+    :func:`_distinct_rows`) is None for the user's centers and for a uniform draw.
     """
-    if data.centers is not None:
-        return data.centers, None
-    n, n_centers = X.shape[0], data.n_centers
-    if n_centers > n:
-        warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
-        n_centers = n
-    return _distinct_rows(X, order, n_centers)
+
+    rows: np.ndarray
+    indices: np.ndarray | None = None
+    shares: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, data, X, order, every_point=False):
+        """The user's centers, distinct shuffled training rows, or every one (``every_point``: Falkon's CG); None."""
+        if every_point and not data.uses_centers:
+            return cls(X[order].astype(np.float64), order)
+        if not data.uses_centers:
+            return None
+        if data.centers is not None:
+            return cls(data.centers)
+        n, n_centers = X.shape[0], data.n_centers
+        if n_centers > n:
+            warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
+            n_centers = n
+        indices, shares = _distinct_rows(X, order, n_centers)
+        return cls(np.asarray(X[indices], dtype=np.float64), indices, shares)
 
 
 def _distinct_rows(X, order, count):
-    """``(rows, shares)``: the first ``count`` distinct rows of ``X[order]`` (fewer if ``X`` has fewer), float64.
+    """``(indices, shares)``: the first ``count`` distinct rows of ``X[order]`` (fewer if ``X`` has fewer).
 
     A repeated center adds nothing to the model's span but makes ``K(Z, Z)``
     singular, which slows CG and EigenPro 3's projection: on Fertility (254654 rows,
@@ -725,11 +842,11 @@ def _distinct_rows(X, order, count):
         _, first, counts = np.unique(keys, return_index=True, return_counts=True)
         by_position = np.argsort(first)  # first occurrences, in shuffled order
         taken, counts = first[by_position], counts[by_position]
-    centers = np.asarray(X[order[taken[:count]]], dtype=np.float64)
+    indices = order[taken[:count]]
     if taken.size == drawn:
-        return centers, None
+        return indices, None
     # Beyond p distinct values, the rows of the values left out are shared in proportion.
-    return centers, counts[:count] / counts[:count].sum()
+    return indices, counts[:count] / counts[:count].sum()
 
 
 def _continued_center_coef(continuation, centers):
@@ -815,7 +932,8 @@ class LooRows:
             # The class indices are the code columns, and for +-1 codes 1 is the positive class.
             labels = torch.as_tensor(np.asarray(data.stratify[rows], dtype=np.int64), device=device)
             classes = ClassCodes(labels, torch.as_tensor(intercept, dtype=torch.float64, device=device))
-        return cls(to_device(data.X[rows]), to_device(data.Y[rows] - intercept, center=False), w, classes, rows)
+        X = to_device(rows_taken(data.X, data.X_device, rows))
+        return cls(X, to_device(data.Y[rows] - intercept, center=False), w, classes, rows)
 
     @property
     def n_rows(self):

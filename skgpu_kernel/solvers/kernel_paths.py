@@ -25,7 +25,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
-from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity
+from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..buffer import as_row_source
 from ..device import is_out_of_memory, matmul_gflops, synchronize
 from ..grid import encode_on_grid
@@ -102,10 +102,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class HeldOut:
-    """Held-out rows and their targets: host arrays, or their copies on the device."""
+    """Held-out rows and their targets: host arrays, or their copies on the device.
+
+    ``X_device``: host rows' copy on the device, taken from the fit's one copy of its
+    rows (None: copied from ``X`` when they are needed there).
+    """
 
     X: object
     Y: object
+    X_device: object = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,11 @@ class KernelHostData:
     center_shares : ndarray of shape (p,) or None
         The share of the training rows each center's value stands for, when
         centers were drawn from repeated rows (CG's preconditioner reads it).
+    X_device : Tensor of shape (n, d) or None
+        ``X`` on the device, in its dtype (the fit's one copy of its rows, taken
+        there): every stage takes its rows from it; None: from ``X``.
+    center_rows : ndarray of shape (p,) or None
+        The training rows the centers are (None: the user's centers).
     """
 
     X: object
@@ -146,6 +156,8 @@ class KernelHostData:
     centers_from_data: bool = True
     streamed: bool = False
     center_shares: np.ndarray | None = None
+    X_device: torch.Tensor | None = None
+    center_rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +429,17 @@ class _PathContext:
         self.itemsize = runtime.itemsize
         self.events = MemoryEvents(runtime.memory_events, solver, runtime.log)
 
+    def rows(self, indices):
+        """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""
+        return self.to_device(rows_taken(self.data.X, self.data.X_device, indices))
+
+    def centers(self):
+        """The centers on the device, centred in the fit's dtype: the training rows they are, or the user's."""
+        data = self.data
+        if data.center_rows is None or data.X_device is None:
+            return self.to_device(data.centers)
+        return self.rows(data.center_rows)
+
     def shrinking(self, stage, what, sizes):
         """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this run.
 
@@ -498,7 +521,8 @@ class _PathContext:
         if self.data.validation is None:
             return None
         held_out = self.data.validation
-        return HeldOut(self.to_device(held_out.X), self.to_device(held_out.Y, center=False))
+        X = held_out.X if held_out.X_device is None else held_out.X_device
+        return HeldOut(self.to_device(X), self.to_device(held_out.Y, center=False))
 
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""
@@ -573,7 +597,7 @@ class _EveryPointOperators:
         data = context.data
         n_validation = 0 if data.validation is None else data.validation.X.shape[0]
         problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
-        self.X_dev = context.to_device(data.X[data.order])
+        self.X_dev = context.rows(data.order)
         self.centers_dev = context.kernel.prepare_centers(self.X_dev)
         self.measurements = measure_operator(context.kernel, self.X_dev, operator_probe_shape(problem))
         self.problem = operator_problem(problem, self.measurements)
@@ -846,7 +870,7 @@ def _run_direct(context, attempt):
     centers = data.X[data.order]  # every training row, in the fit's order
     # One copy of the rows to the device, uncentred in float64: K is evaluated on them
     # centred in float64, and the prediction tensors hold them centred in the fit's dtype.
-    uncentred = DeviceCopier(device, torch.float64, None)(centers)
+    uncentred = DeviceCopier(device, torch.float64, None)(rows_taken(data.X, data.X_device, data.order))
     rows = DeviceCopier(device, torch.float64, context.settings.offset).centred(uncentred)
     whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
     operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), whole)
@@ -895,9 +919,9 @@ class _EigenPro3Stages:
             centers_from_data=data.centers_from_data,
             streamed=data.streamed,
         )
-        self.Z_dev = context.to_device(data.centers)
+        self.Z_dev = context.centers()
         self.centers_dev = context.kernel.prepare_centers(self.Z_dev)
-        self.X_dev = None if problem.streamed else context.to_device(data.X[data.order])
+        self.X_dev = None if problem.streamed else context.rows(data.order)
         self.measurements = self._measurements(problem)
         self.problem = operator_problem(problem, self.measurements)
         self.operator_plan, self.center_codes = None, None
@@ -947,7 +971,7 @@ class _EigenPro3Stages:
         if self.X_dev is not None:
             probe_rows = self.X_dev[:BETA_PROBE_ROWS]
         else:
-            probe_rows = context.to_device(data.X[np.sort(data.order[:BETA_PROBE_ROWS])])
+            probe_rows = context.rows(np.sort(data.order[:BETA_PROBE_ROWS]))
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
         shift = context.ridge() / self.problem.n_rows
         spectral = context.spectral_settings(self.problem.n_rows, shift, shift)
@@ -1035,8 +1059,8 @@ def _run_centers_cg(context, attempt):
     """
     data, runtime, settings, kernel = context.data, context.runtime, context.settings, context.kernel
     to_device = context.to_device
-    centers = to_device(data.centers)
-    X, Y = to_device(data.X[data.order]), to_device(data.Y[data.order], center=False)
+    centers = context.centers()
+    X, Y = context.rows(data.order), to_device(data.Y[data.order], center=False)
     weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
     problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
     centers_to_check = None if data.centers_from_data else centers
