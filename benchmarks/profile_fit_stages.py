@@ -64,40 +64,56 @@ def stage_rows(stats):
 
 
 class TransferCounter:
-    """Counts copies of rows of ``X`` to the device, and those of at least half its rows (passes over ``X``)."""
+    """Counts host rows turned into tensors (every copy of rows to a device starts so), and passes over ``X``.
 
-    def __init__(self, n_rows):
-        self.n_rows, self.transfers, self.full_passes = n_rows, 0, 0
+    A transfer is a numpy array with ``X``'s columns and more rows than columns
+    given to ``torch.as_tensor``, ``torch.tensor``, ``torch.from_numpy`` or
+    ``torch.asarray`` (the ``d x d`` metric and AGOP are not rows); a pass over
+    ``X`` is one of at least half its rows.
+    """
+
+    NAMES = ("as_tensor", "tensor", "from_numpy", "asarray")
+
+    def __init__(self, n_rows, n_features):
+        self.n_rows, self.n_features, self.transfers, self.full_passes = n_rows, n_features, 0, 0
 
     def install(self):
-        from skgpu_kernel import blockwise
+        import torch
 
-        original = blockwise.DeviceCopier.__call__
-        counter = self
+        originals = {name: getattr(torch, name) for name in self.NAMES}
+        for name, convert in originals.items():
+            setattr(torch, name, self._counted(convert))
+        return originals
 
-        def counted(copier, array, center=True):
-            if center:  # rows of X (targets and weights are copied with center=False)
-                counter.transfers += 1
-                counter.full_passes += array.shape[0] >= 0.5 * counter.n_rows
-            return original(copier, array, center)
+    def _counted(self, convert):
+        def counted(data, *args, **kwargs):
+            if isinstance(data, np.ndarray) and data.ndim == 2 and data.shape[1] == self.n_features:
+                if data.shape[0] > self.n_features:
+                    self.transfers += 1
+                    self.full_passes += data.shape[0] >= 0.5 * self.n_rows
+            return convert(data, *args, **kwargs)
 
-        blockwise.DeviceCopier.__call__ = counted
-        return original
+        return counted
+
+    @staticmethod
+    def remove(originals):
+        import torch
+
+        for name, convert in originals.items():
+            setattr(torch, name, convert)
 
 
 def profile(name, params):
     X_train, y_train, _, _, _ = prepare(name)
     model = our_estimator(_task(name), **params)
-    counter = TransferCounter(X_train.shape[0])
-    original = counter.install()
+    counter = TransferCounter(*X_train.shape)
+    originals = counter.install()
     profiler = cProfile.Profile()
     tic = time.perf_counter()
     try:
         profiler.runcall(model.fit, X_train, y_train)
     finally:
-        from skgpu_kernel import blockwise
-
-        blockwise.DeviceCopier.__call__ = original
+        counter.remove(originals)
     seconds = time.perf_counter() - tic
     return seconds, stage_rows(pstats.Stats(profiler)), counter, X_train.shape
 
