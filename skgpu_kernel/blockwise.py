@@ -264,9 +264,8 @@ def measure_batch_capacity(kernel, X, centers, n_outputs, max_batch, column_bloc
 
     Returns
     -------
-    batch : int
-    throughputs : dict
-        Rows per second for each probed batch size.
+    SaturationBatch
+        The batch, and the rows per second of each probed batch size.
     """
     reference = centers[: min(centers.shape[0], PROBE_COLUMNS)]
     dtype, device = X.dtype, X.device

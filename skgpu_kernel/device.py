@@ -11,6 +11,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -19,6 +20,7 @@ from ._warnings import warn_user
 
 __all__ = [
     "ProbeSettings",
+    "SaturationBatch",
     "available_memory",
     "batch_limit",
     "column_block_size",
@@ -392,6 +394,24 @@ class ProbeSettings:
     time_limit: float = 2.0
 
 
+class SaturationBatch(NamedTuple):
+    """The batch at which samples per second stop growing, and the throughputs it was read from.
+
+    Attributes
+    ----------
+    batch : int
+    throughputs : dict
+        Samples per second by measured batch size (empty where none was measured).
+    """
+
+    batch: int
+    throughputs: dict
+
+    def bounded(self, batch):
+        """The same measurement with ``batch`` in place of its own (a bound or an agreement of ranks)."""
+        return self._replace(batch=batch)
+
+
 def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, settings=ProbeSettings()):
     """Smallest batch at which samples per second stop growing, measured once per machine.
 
@@ -421,13 +441,13 @@ def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, se
 
     Returns
     -------
-    batch : int
-    throughputs : dict
-        Samples per second for each measured batch size up to ``max_batch``.
+    SaturationBatch
+        The batch, and the samples per second of each measured batch size up to
+        ``max_batch``.
     """
     max_batch = int(max_batch)
     if max_batch <= settings.min_batch:
-        return max_batch, {}
+        return SaturationBatch(max_batch, {})
     if cache_key is None:
         return _saturation(_probe(run_batch, max_batch, device, settings), max_batch, settings.growth)
     key = repr((device_identity(device), cache_key))
@@ -461,9 +481,9 @@ def _saturation(throughputs, max_batch, growth):
     """The smallest batch up to ``max_batch`` within ``growth`` of the best throughput there."""
     allowed = {size: rate for size, rate in sorted(throughputs.items()) if size <= max_batch}
     if not allowed:
-        return max_batch, {}
+        return SaturationBatch(max_batch, {})
     peak = max(allowed.values())
-    return min(size for size, rate in allowed.items() if rate * growth >= peak), allowed
+    return SaturationBatch(min(size for size, rate in allowed.items() if rate * growth >= peak), allowed)
 
 
 def _probe(run_batch, max_batch, device, settings):

@@ -375,8 +375,8 @@ def _plan(rows, runtime, settings, randomness):
     if buffers.probe_max_batch is not None:
         key = ("sgd", device.type, device.index, runtime.dtype, problem.n_features, problem.n_outputs)
         key += (sample[0].is_sparse, type(rows.loss))
-        capacity = measure_sgd_capacity(sample[0], problem.n_outputs, rows.loss, buffers.probe_max_batch, key)
-        probe = ThroughputProbe(*capacity)
+        measured = measure_sgd_capacity(sample[0], problem.n_outputs, rows.loss, buffers.probe_max_batch, key)
+        probe = ThroughputProbe(measured.batch, measured.throughputs)
     plan = plan_bmgd(
         buffers,
         spectrum,

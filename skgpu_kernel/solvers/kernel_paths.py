@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..buffer import as_row_source
-from ..device import is_out_of_memory, matmul_gflops, synchronize
+from ..device import SaturationBatch, is_out_of_memory, matmul_gflops, synchronize
 from ..grid import encode_on_grid
 from ..operators import (
     CachedOperator,
@@ -373,7 +373,8 @@ def _run_eigenpro(stages):
     context = stages.context
     runtime, parameters = context.runtime, context.settings.parameters
     layout = stages.layout()
-    capacity, throughputs = stages.capacity(layout)
+    measured = stages.capacity(layout)
+    capacity = measured.batch
     layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.settings.bandwidth)
@@ -408,7 +409,9 @@ def _run_eigenpro(stages):
     preconditioner = spectrum.preconditioner if n_components else None
     result = stages.solve(layout, plan, prepared, preconditioner, loop)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
-    outcome = PathOutcome(result, plan, spectrum, throughputs, stages.centers_host(), stages.device_cache(result.coef))
+    outcome = PathOutcome(
+        result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
+    )
     return dataclasses.replace(outcome, operator=stages.operator_plan)
 
 
@@ -551,16 +554,17 @@ class _PathContext:
     def batch_capacity(self, layout, probe_rows, centers_dev, problem):
         """EigenPro's batch capacity: the user's batch, the memory limit of a cached kernel, or a throughput probe.
 
-        Returns ``(capacity, throughputs)``: the probe's timings (empty where none ran).
+        Returns a :class:`~skgpu_kernel.device.SaturationBatch`: the probe's timings
+        are empty where none ran.
         """
         given = self.given_batch(problem.n_rows)
         if given is not None:
-            return given, {}
+            return SaturationBatch(given, {})
         if layout.cached:
             # Steps read their kernel rows: an epoch reads the cache once whatever the
             # batch, so a larger batch costs no more per row and no throughput is probed
             # (see planning.kernel.cached_batch_limit).
-            return layout.memory_limit, {}
+            return SaturationBatch(layout.memory_limit, {})
         return measure_batch_capacity(
             self.kernel,
             probe_rows,
@@ -958,11 +962,12 @@ class _EigenPro3Stages:
     def capacity(self, layout):
         context = self.context
         probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
-        capacity, throughputs = context.batch_capacity(layout, probe_rows, self.centers_dev, self.problem)
+        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, self.problem)
         if context.given_batch(self.problem.n_rows) is None and not layout.cached:
             # Ranks time their own devices; they must agree on the batch to stay in step.
-            (capacity,) = agree([capacity], context.runtime.group, context.device)
-        return capacity, throughputs
+            (agreed,) = agree([measured.batch], context.runtime.group, context.device)
+            measured = measured.bounded(agreed)
+        return measured
 
     def spectrum(self, layout, capacity):
         # The spectrum is estimated on the first s centers (the Nystrom subsample), and

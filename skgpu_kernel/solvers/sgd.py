@@ -427,8 +427,8 @@ def measure_sgd_capacity(X, n_outputs, loss, max_batch, cache_key):
 
     Returns
     -------
-    batch : int
-    throughputs : dict
+    SaturationBatch
+        The batch, and the samples per second of each probed batch size.
     """
     device, dtype = X.device, X.dtype
     repeats = -(-int(max_batch) // X.shape[0])
