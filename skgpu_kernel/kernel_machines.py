@@ -31,6 +31,7 @@ from .solvers.feature_learning import (
     transformed_rows,
 )
 from .solvers.kernel_fit import (
+    FitRequest,
     KernelContinuation,
     KernelFitInput,
     KernelFitParameters,
@@ -151,7 +152,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         data = KernelFitInput(X, Y, weights, stratify, *self._validated_centers(X), self._continuation())
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
-        learnt = fit_with_feature_learning(data, runtime, parameters)
+        learnt = fit_with_feature_learning(FitRequest(data, parameters), runtime)
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt)

@@ -229,3 +229,69 @@ def test_no_solver_class_inherits_from_another():
         if inheriting:
             found[path.name] = inheriting
     assert not found, found
+
+
+# The stages of a kernel fit (issue 51) and the four objects that may cross them: the
+# request, the runtime and the plan in, the plan or a result out.
+STAGE_PARAMETERS = ("request", "runtime", "plan")
+
+
+def _fit_stages():
+    from skgpu_kernel.solvers import feature_learning, kernel_fit
+
+    stages = {name: kernel_fit for name in ("resolve", "tune", "choose_solver", "solve", "fit_kernel_model")}
+    stages.update(tune_kernel=kernel_fit, fit_with_feature_learning=feature_learning)
+    return stages
+
+
+def _foreign_parameters(function):
+    """The parameters of ``function`` that are not one of the stage objects."""
+    import inspect
+
+    return [name for name in inspect.signature(function).parameters if name not in STAGE_PARAMETERS]
+
+
+def test_the_stage_rule_finds_a_stage_taking_anything_else():
+    def stage(data, runtime, parameters, tuning=None):
+        return None
+
+    assert _foreign_parameters(stage) == ["data", "parameters", "tuning"]
+    assert _foreign_parameters(lambda request, runtime, plan=None: None) == []
+
+
+def test_a_fits_stages_take_only_the_request_the_runtime_and_the_plan():
+    found = {name: _foreign_parameters(getattr(module, name)) for name, module in _fit_stages().items()}
+    assert not any(found.values()), found
+
+
+def test_only_four_objects_cross_a_fits_stages(monkeypatch):
+    """A learning fit, each stage wrapped: its arguments and results are the request, runtime, plan and result."""
+    import numpy as np
+
+    from skgpu_kernel import AdaptiveKernelRegressor, kernel_machines
+    from skgpu_kernel.solvers import feature_learning, kernel_fit
+
+    allowed_in = (kernel_fit.FitRequest, kernel_fit.KernelRuntime, kernel_fit.FitPlan, type(None))
+    allowed_out = (kernel_fit.FitPlan, kernel_fit.KernelFitResult, feature_learning.FeatureLearningResult)
+    crossed = {}
+
+    def wrapped(name, stage):
+        def run(*args, **kwargs):
+            result = stage(*args, **kwargs)
+            crossed.setdefault(name, set()).update(type(value) for value in (*args, *kwargs.values(), result))
+            assert all(isinstance(value, allowed_in) for value in (*args, *kwargs.values())), (name, args)
+            assert isinstance(result, allowed_out), (name, type(result))
+            return result
+
+        return run
+
+    for name, module in _fit_stages().items():
+        stage = wrapped(name, getattr(module, name))
+        for holder in (kernel_fit, feature_learning, kernel_machines):  # every module that calls it by name
+            if hasattr(holder, name):
+                monkeypatch.setattr(holder, name, stage)
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-1, 1, (300, 4))
+    y = np.sin(3 * X[:, 0]) + X[:, 1]
+    AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=1, random_state=0).fit(X, y)
+    assert set(crossed) == set(_fit_stages())  # every stage ran

@@ -145,7 +145,7 @@ def transformed_on_device(X, transform):
     return scaled.to(X.dtype)
 
 
-def fit_with_feature_learning(data, runtime, parameters):
+def fit_with_feature_learning(request, runtime):
     """The kernel fit, with the metric learnt from its AGOP where ``parameters.feature_learning`` asks.
 
     ``"auto"`` is resolved by :func:`~skgpu_kernel.planning.agop.plan_feature_learning`
@@ -155,51 +155,56 @@ def fit_with_feature_learning(data, runtime, parameters):
 
     Parameters
     ----------
-    data : KernelFitInput
+    request : FitRequest
     runtime : KernelRuntime
-    parameters : KernelFitParameters
 
     Returns
     -------
     FeatureLearningResult
     """
-    data = with_rows_on_device(data, runtime)
-    runtime = runtime_holding_rows(runtime, data)
+    data = with_rows_on_device(request.data, runtime)
+    request, runtime = request.on(data), runtime_holding_rows(runtime, data)
     if data.continuation is not None:
-        transform = data.continuation.transform
-        return FeatureLearningResult(fit_kernel_model(_transformed_input(data, transform), runtime, parameters))
+        return FeatureLearningResult(fit_kernel_model(_transformed(request, data.continuation.transform), runtime))
+    parameters = request.parameters
     requested = parameters.feature_learning
     if requested in FEATURE_LEARNING_MODES:
-        _check_learnable(data, parameters)  # an explicit request fails before any fit
-    learnable = requested != "auto" or _learnable(data, parameters)
+        _check_learnable(request)  # an explicit request fails before any fit
+    learnable = requested != "auto" or _learnable(request)
     in_memory = not is_out_of_core(data.X)
     mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory, runtime.group is not None)
     if mode is None:
-        return FeatureLearningResult(fit_kernel_model(data, runtime, parameters))
-    parameters = dataclasses.replace(parameters, feature_learning=mode)
+        return FeatureLearningResult(fit_kernel_model(request, runtime))
     if data.X.shape[0] < 2:
         raise ValueError(
             "feature_learning chooses the metric on held-out rows and needs at least 2 samples; got "
             f"n_samples={data.X.shape[0]}. Set feature_learning=None to fit one sample."
         )
+    return _learnt(request.with_parameters(dataclasses.replace(parameters, feature_learning=mode)), runtime)
+
+
+def _learnt(request, runtime):
+    """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
+    data, parameters = request.data, request.parameters
     train, held_out = holdout_split(
         data.X.shape[0], parameters.validation_fraction, copy.deepcopy(runtime.rng), data.stratify
     )
-    training = rows_of(data, train)
+    training = request.on(rows_of(data, train))
     rows = _HeldOutRows(rows_of(data, held_out), parameters, runtime)
-    tuning = tune_kernel(data, runtime, parameters)  # on every row: the final refit's own, where it is kept
-    plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), parameters, tuning), None, parameters, tuning)
+    plan = tune_kernel(request, runtime)  # on every row: the final refit's own, where it is kept
+    plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), plan), None, request, plan)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(data, training, rows, runtime, parameters)
+    path = _learning_path(request, training, rows, runtime)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
-    final = fit_kernel_model(_transformed_input(data, chosen.transform), runtime, chosen.parameters, chosen.tuning)
+    final_request = _transformed(request.with_parameters(chosen.parameters), chosen.transform)
+    final = fit_kernel_model(final_request, runtime, chosen.plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
-    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration)
+    return FeatureLearningResult(final, parameters.feature_learning, chosen.transform, metric, scores, iteration)
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,7 +213,7 @@ class _Candidate:
 
     transform: np.ndarray | None
     parameters: object
-    tuning: object
+    plan: object  # the tuned FitPlan it is refitted with
     losses: np.ndarray
     score: float
 
@@ -221,7 +226,7 @@ class _HeldOutRows:
     parameters: object
     runtime: object
 
-    def candidate(self, fit, transform, parameters, tuning):
+    def candidate(self, fit, transform, request, plan):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
         X = _transformed_input(self.data, transform)
         X, Y = (X.X if X.X_device is None else X.X_device), self.data.Y
@@ -231,7 +236,7 @@ class _HeldOutRows:
         predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, self.parameters.classifier)
-        return _Candidate(transform, parameters, tuning, losses, score)
+        return _Candidate(transform, request.parameters, plan, losses, score)
 
 
 def _row_losses(predictions, Y, classifier):
@@ -243,7 +248,7 @@ def _row_losses(predictions, Y, classifier):
     return (predictions.argmax(axis=1) != Y.argmax(axis=1)).astype(np.float64)
 
 
-def _learning_path(data, training, rows, runtime, parameters):
+def _learning_path(request, training, rows, runtime):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
     The path's kernel is tuned once, on every row of ``data`` with ``M = I``, and its
@@ -252,18 +257,20 @@ def _learning_path(data, training, rows, runtime, parameters):
     ``feature_learning_iter`` updates or :data:`FEATURE_LEARNING_PATIENCE` without a
     lower held-out loss.
     """
+    parameters = request.parameters
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
     path_parameters, transform, path = _path_parameters(parameters), None, []
-    tuning = tune_kernel(data, runtime, path_parameters).pinned()
+    plan = tune_kernel(request.with_parameters(path_parameters), runtime).pinned()
+    training = training.with_parameters(path_parameters)
     for step in range(n_iter + 1):
-        fitted_on = _transformed_input(training, transform)
-        fit = fit_kernel_model(fitted_on, _fresh(runtime), path_parameters, tuning)
-        path.append(rows.candidate(fit, transform, path_parameters, tuning))
+        fitted_on = _transformed(training, transform)
+        fit = fit_kernel_model(fitted_on, _fresh(runtime), plan)
+        path.append(rows.candidate(fit, transform, fitted_on, plan))
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
-        agop = torch.as_tensor(_input_space_agop(fit, fitted_on, transform, mode, runtime))
+        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, mode, runtime))
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
@@ -293,19 +300,25 @@ def _learning_pays(learnt, plain):
     return bool(difference.mean() > LEARNING_MARGIN_SE * standard_error)
 
 
-def _check_learnable(data, parameters):
+def _check_learnable(request):
     """Fail before any fit when the kernel declares no gradient (it cannot learn features)."""
-    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X[:256])
+    parameters = request.parameters
+    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X[:256])
     kernel.gradient_kernel()
 
 
-def _learnable(data, parameters):
+def _learnable(request):
     """Whether the kernel declares its gradient (:meth:`~skgpu_kernel.kernels.RadialKernel.gradient_kernel`)."""
     try:
-        _check_learnable(data, parameters)
+        _check_learnable(request)
     except ValueError:  # Kernel.gradient_kernel's refusal
         return False
     return True
+
+
+def _transformed(request, transform):
+    """``request`` on its rows seen through ``L`` (:func:`_transformed_input`)."""
+    return request.on(_transformed_input(request.data, transform))
 
 
 def _transformed_input(data, transform):

@@ -1,18 +1,24 @@
-"""The kernel machines' one fit pipeline: policy, penalty, split, kernel, centers, then a path.
+"""The kernel machines' one fit pipeline, in stages: resolve, tune, choose the solver, solve.
 
-The estimator shell validates the input and hands over host arrays
-(:class:`KernelFitInput`), the resolved runtime (:class:`KernelRuntime`: devices,
-dtype, budget, random state) and its parameters (:class:`KernelFitParameters`).
-This module makes every further decision once, in order:
+The estimator shell validates the input and hands over a :class:`FitRequest` (the
+host arrays, :class:`KernelFitInput`, and its parameters,
+:class:`KernelFitParameters`) and the resolved runtime (:class:`KernelRuntime`:
+devices, dtype, budget, random state).  :func:`fit_kernel_model` then makes every
+further decision once, each stage adding its own to one :class:`FitPlan`:
 
-1. the policy (:func:`~skgpu_kernel.planning.kernel_policy.plan_kernel_fit`): the
+1. :func:`resolve`: the kernel by its rule, ``n_centers="auto"`` counted, and the
+   policy (:func:`~skgpu_kernel.planning.kernel_policy.plan_kernel_fit`): the
    solver, how ``alpha`` is resolved, whether to hold out a validation split;
-2. the leave-one-out ``alpha`` when the policy asks for it (a measurement on the
-   device, :func:`choose_alpha`), which settles the rest of the policy;
-3. the validation split, the intercept, the kernel on the training rows, the
-   shuffle, the centers and the warm start;
-4. one path of :mod:`skgpu_kernel.solvers.kernel_paths` (EigenPro 2, EigenPro 3
-   or CG),
+2. :func:`tune`: the bandwidth search and the leave-one-out ``alpha`` where the
+   policy asks for them (measurements on the device), which settle the rest of
+   the policy; or a tuned plan handed in (:func:`tune_kernel`'s, which feature
+   learning reuses);
+3. :func:`choose_solver`: the tune stage's solution, one factorisation, or the
+   policy's iterative solver;
+4. :func:`solve`: the validation split, the intercept, the kernel on the training
+   rows, the shuffle, the centers and the warm start, then the driver of
+   :mod:`skgpu_kernel.solvers.kernel_paths` (EigenPro 2, EigenPro 3, CG or a
+   direct solve, and their fallbacks),
 
 and returns one :class:`KernelFitResult` for the shell to store.  Random draws
 happen in a fixed order (validation split, shuffle, then a streamed fit's seed),
@@ -62,6 +68,8 @@ from .eigenpro import KernelLoopResult
 from .kernel_paths import Attempt, HeldOut, KernelFitSettings, KernelHostData, KernelRuntime, PathOutcome, run_solver
 
 __all__ = [
+    "FitPlan",
+    "FitRequest",
     "KernelContinuation",
     "KernelFitInput",
     "KernelFitParameters",
@@ -69,7 +77,11 @@ __all__ = [
     "KernelRuntime",
     "KernelTuning",
     "LooRows",
+    "choose_solver",
     "fit_kernel_model",
+    "resolve",
+    "solve",
+    "tune",
     "tune_kernel",
 ]
 
@@ -278,46 +290,173 @@ class KernelFitResult:
         return decisions
 
 
-def fit_kernel_model(data, runtime, parameters, tuning=None):
-    """Resolve and run a kernel fit: EigenPro 2, EigenPro 3, CG, or the tune stage's direct solution.
+@dataclass(frozen=True)
+class FitRequest:
+    """What one kernel fit is asked: the validated rows and the estimator's parameters.
+
+    One of the four objects that cross the stages of a fit, with the runtime
+    (:class:`KernelRuntime`), the plan (:class:`FitPlan`) and the result
+    (:class:`KernelFitResult`).
+    """
+
+    data: KernelFitInput
+    parameters: KernelFitParameters
+
+    def on(self, data):
+        """The same request on other rows (a subset, or the rows seen through a metric)."""
+        return dataclasses.replace(self, data=data)
+
+    def with_parameters(self, parameters):
+        """The same rows asked with other parameters (the learning path's kernel)."""
+        return dataclasses.replace(self, parameters=parameters)
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """Every decision of one kernel fit, made stage by stage: resolved, tuned, then its solver chosen.
+
+    Attributes
+    ----------
+    kernel : Kernel
+        The kernel with its bandwidth by the scale rule (or the user's).
+    bandwidth : float or None
+        That bandwidth.
+    data : KernelFitInput
+        The request's rows with ``n_centers="auto"`` counted.
+    policy : KernelFitPolicy
+        The policy of :func:`~skgpu_kernel.planning.kernel_policy.plan_kernel_fit`.
+    streamed : bool
+        EigenPro 3 reads the rows in buffers.
+    tuning : KernelTuning or None
+        The tune stage's bandwidth and penalty (None before it).
+    direct : str or None
+        :func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`'s decision
+        (None: the policy's solver iterates).
+    """
+
+    kernel: object
+    bandwidth: float | None
+    data: KernelFitInput
+    policy: object
+    streamed: bool
+    tuning: object = None
+    direct: str | None = None
+
+    @property
+    def solver(self):
+        """The solver the driver starts with: "direct" for a factored solve, else the tuned policy's."""
+        return "direct" if self.direct == DIRECT_FACTORED else self.tuning.policy.solver
+
+    @property
+    def fitted_bandwidth(self):
+        """The bandwidth fitted with: the rule's where no search chose it."""
+        return self.bandwidth if self.tuning.by_rule else self.tuning.kernel.bandwidth
+
+    def pinned(self):
+        """This plan with its tuning's bandwidth kept on any rows (:meth:`KernelTuning.pinned`)."""
+        return dataclasses.replace(self, tuning=self.tuning.pinned())
+
+
+def fit_kernel_model(request, runtime, plan=None):
+    """Resolve, tune, choose the solver, solve: EigenPro 2, EigenPro 3, CG, or the tune stage's direct solution.
 
     Parameters
     ----------
-    data : KernelFitInput
+    request : FitRequest
     runtime : KernelRuntime
-    parameters : KernelFitParameters
-    tuning : KernelTuning or None, default=None
-        The kernel's bandwidth and penalty as :func:`tune_kernel` chose them for
-        these parameters (on these rows or on a superset of them, which feature
-        learning's fits on its training rows reuse); None: chosen here.
+    plan : FitPlan or None, default=None
+        A tuned plan (:func:`tune_kernel`'s) of the same parameters on these rows or
+        on a superset of them, whose bandwidth and penalty feature learning's fits on
+        its training rows reuse; None: tuned here.
 
     Returns
     -------
     KernelFitResult
     """
-    resolved = _resolve(data, runtime, parameters)
-    tuned = _applied(tuning, resolved) if tuning is not None else None
-    if tuned is None:
-        tuned = _tune(resolved, runtime, parameters)
-    data = resolved.data
-    bandwidth = resolved.bandwidth if tuned.by_rule else tuned.kernel.bandwidth
-    warm_start, every_iteration = data.continuation is not None, parameters.tol is None
-    exact = tuned.solves(data.X)
-    direct = plan_direct_solve(tuned.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
-    if direct == DIRECT_FROM_TUNING:
-        model = _direct_model(tuned, data, runtime, parameters, bandwidth)
+    resolved = resolve(request, runtime)
+    if plan is not None:
+        resolved = dataclasses.replace(resolved, tuning=_applied(plan.tuning, resolved))
+    return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))
+
+
+def resolve(request, runtime):
+    """The resolve stage: the kernel (its bandwidth by rule), ``n_centers="auto"`` counted, streaming, the policy.
+
+    Returns
+    -------
+    FitPlan
+        Untuned.
+    """
+    parameters = request.parameters
+    kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X)
+    data = _resolve_auto_centers(request.data, runtime, parameters, kernel)
+    streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
+    policy_request = parameters.request(weighted=not data.equal_weights)
+    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, policy_request)
+    return FitPlan(kernel, bandwidth, data, policy, streamed)
+
+
+def tune(request, runtime, plan):
+    """The tune stage: ``plan`` with its bandwidth and penalty, chosen here unless it holds them already.
+
+    Returns
+    -------
+    FitPlan
+    """
+    if plan.tuning is not None:
+        return plan
+    return dataclasses.replace(plan, tuning=_tuned(request, runtime, plan))
+
+
+def tune_kernel(request, runtime):
+    """The bandwidth ("auto") and the penalty (leave-one-out) of the request's kernel on its rows.
+
+    Draws from a copy of ``runtime``'s random state: a fit handed the plan
+    draws what it would draw choosing them itself, and gives the same model.
+
+    Returns
+    -------
+    FitPlan
+        Tuned, for :func:`fit_kernel_model` to reuse on these rows or a subset.
+    """
+    return tune(request, runtime, resolve(request, runtime))
+
+
+def choose_solver(request, plan):
+    """The solver stage's choice: the tune stage's solution, one factorisation, or the policy's solver.
+
+    Returns
+    -------
+    FitPlan
+        With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`).
+    """
+    parameters, tuning = request.parameters, plan.tuning
+    warm_start, every_iteration = plan.data.continuation is not None, parameters.tol is None
+    exact = tuning.solves(plan.data.X)
+    direct = plan_direct_solve(tuning.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
+    return dataclasses.replace(plan, direct=direct)
+
+
+def solve(request, runtime, plan):
+    """The solve stage: the model of ``plan`` (every decision made), as the shell stores it.
+
+    Returns
+    -------
+    KernelFitResult
+    """
+    if plan.direct == DIRECT_FROM_TUNING:
+        model = _direct_model(request, runtime, plan)
     else:
-        solver = "direct" if direct == DIRECT_FACTORED else tuned.policy.solver
-        model = _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver)
-    outcome = model.outcome
-    selection = tuned.alpha_selection
+        model = _solved_model(request, runtime, plan)
+    outcome, tuning = model.outcome, plan.tuning
+    selection = tuning.alpha_selection
     return KernelFitResult(
         loop=outcome.result,
         solver=outcome.attempts[-1].solver,
         alpha=outcome.attempts[-1].alpha,
         attempts=list(outcome.record),
         alpha_selection=selection and selection.without_solution(),
-        bandwidth_selection=tuned.bandwidth_selection,
+        bandwidth_selection=tuning.bandwidth_selection,
         early_stopping=model.early_stopping,
         kernel=model.kernel,
         bandwidth=model.bandwidth,
@@ -348,13 +487,14 @@ class _Model:
     center_rows: np.ndarray | None  # the rows of the fit's data the centers are; None: the user's centers
 
 
-def _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver):
-    """Split, centre, shuffle, draw the centers, then run ``solver`` (the policy's or "direct") and its fallbacks."""
-    data, kernel, policy = resolved.data, tuned.kernel, tuned.policy
+def _solved_model(request, runtime, plan):
+    """Split, centre, shuffle, draw the centers, then run the plan's solver and its fallbacks."""
+    parameters, data, kernel, policy = request.parameters, plan.data, plan.tuning.kernel, plan.tuning.policy
+    bandwidth, solver = plan.fitted_bandwidth, plan.solver
     split = _split(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     X, Y, weights, validation = split.training.X, split.training.Y, split.training.weights, split.validation
     intercept = _intercept(parameters.fit_intercept, Y, weights)
-    if validation is not None and tuned.by_rule:  # the bandwidth rule reads the rows the model is fitted on
+    if validation is not None and plan.tuning.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     offset = _kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
@@ -377,7 +517,7 @@ def _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver):
         centers=None if centers is None else centers.rows,
         coef_init=coef_init,
         centers_from_data=data.centers is None,
-        streamed=resolved.streamed,
+        streamed=plan.streamed,
         center_shares=None if centers is None else centers.shares,
         X_device=split.training.X_device,
         center_rows=None if centers is None else centers.indices,
@@ -394,13 +534,14 @@ def _solved_model(tuned, resolved, runtime, parameters, bandwidth, solver):
     return _Model(outcome, kernel, bandwidth, offset, intercept, order, policy.early_stopping, center_rows)
 
 
-def _direct_model(tuned, data, runtime, parameters, bandwidth):
+def _direct_model(request, runtime, plan):
     """The tune stage's exact kernel ridge solution as the fit's model: no solver runs.
 
-    The criterion scored every row as a feature, in the order of ``tuned.scored_rows``:
+    The criterion scored every row as a feature, in the order of ``tuning.scored_rows``:
     those rows are the centers, its coefficients the model's.
     """
-    kernel, selection, order = tuned.kernel, tuned.alpha_selection, tuned.scored_rows
+    data, tuning, parameters, bandwidth = plan.data, plan.tuning, request.parameters, plan.fitted_bandwidth
+    kernel, selection, order = tuning.kernel, tuning.alpha_selection, tuning.scored_rows
     offset = _kernel_offset(kernel, data.X)
     to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
     centers = np.asarray(data.X[order], dtype=np.float64)
@@ -418,27 +559,6 @@ def _direct_model(tuned, data, runtime, parameters, bandwidth):
         record=(*runtime.memory_events, attempt.record()),
     )
     return _Model(outcome, kernel, bandwidth, offset, intercept, order, False, order)
-
-
-@dataclass(frozen=True)
-class _Resolved:
-    """What a fit decides before any measurement: the kernel by its rule, the centers counted, the policy."""
-
-    kernel: object
-    bandwidth: float | None
-    data: KernelFitInput
-    policy: object
-    streamed: bool
-
-
-def _resolve(data, runtime, parameters):
-    """The kernel (its bandwidth by rule), ``n_centers="auto"`` counted, streaming, and the policy of the fit."""
-    kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
-    data = _resolve_auto_centers(data, runtime, parameters, kernel)
-    streamed = data.uses_centers and _streams(data.X, data.Y.shape[1], runtime)
-    request = parameters.request(weighted=not data.equal_weights)
-    policy = plan_kernel_fit(_problem(data, runtime, kernel, streamed), runtime.budget, request)
-    return _Resolved(kernel, bandwidth, data, policy, streamed)
 
 
 @dataclass(frozen=True)
@@ -502,21 +622,8 @@ class KernelTuning:
         return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
 
 
-def tune_kernel(data, runtime, parameters):
-    """The tune stage: the bandwidth ("auto") and the penalty (leave-one-out) of ``parameters``' kernel on ``data``.
-
-    Draws from a copy of ``runtime``'s random state: a fit handed the result
-    draws what it would draw choosing them itself, and gives the same model.
-
-    Returns
-    -------
-    KernelTuning
-    """
-    return _tune(_resolve(data, runtime, parameters), runtime, parameters)
-
-
 def _applied(tuning, resolved):
-    """``tuning`` for the fit ``resolved`` (rows a subset of those tuned on), or None where it does not apply.
+    """``tuning`` for the fit ``resolved`` plans (rows a subset of those tuned on), or None where it does not apply.
 
     The penalty chosen by the rule is a per-sample penalty: it is applied to the
     fit's weight total, as the rule would choose it there (``alpha`` as it is where
@@ -536,9 +643,9 @@ def _applied(tuning, resolved):
     return dataclasses.replace(tuning, kernel=kernel, policy=policy)
 
 
-def _tune(resolved, runtime, parameters):
+def _tuned(request, runtime, plan):
     """Search the bandwidth ("auto") and score the penalty where the policy asks; a warm start keeps its bandwidth."""
-    data, kernel, policy = resolved.data, resolved.kernel, resolved.policy
+    parameters, data, kernel, policy = request.parameters, plan.data, plan.kernel, plan.policy
     searched = searches_bandwidth(parameters.kernel, parameters.bandwidth)
     continued = data.continuation.bandwidth if searched and data.continuation is not None else None
     if continued is not None:
