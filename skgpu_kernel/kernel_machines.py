@@ -585,13 +585,15 @@ default="eigenpro"
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
         (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
         ``"diagonal"`` learns one scale per feature, ``"full"`` a Mahalanobis
-        metric.  ``"auto"`` is ``"diagonal"`` from 2000 to 30000 rows in memory,
-        in one process, for a kernel that declares its gradient, and no learning
-        otherwise: measured on the real-data benchmark, learning paid there
-        (Computers, VietNamI, LetterRecognition) and never below or above, where
-        it cost 1.3-6.6x the fit time
+        metric.  ``"auto"`` is ``"diagonal"`` from 2000 rows in memory, in one
+        process, for a kernel that declares its gradient, and no learning
+        otherwise: measured on the real-data benchmark, learning never paid
+        below, where it cost 1.3-3x the fit time
         (:func:`~skgpu_kernel.planning.agop.plan_feature_learning`); the choice is
-        ``feature_learning_``.  ``validation_fraction`` of the rows (stratified
+        ``feature_learning_``.  Above 30000 rows the candidates are fitted on a
+        seeded subsample sized by their cost
+        (:func:`~skgpu_kernel.planning.agop.plan_learning_rows`), and only the
+        one kept on every row.  ``validation_fraction`` of the rows (stratified
         for the classifier) score the plain model (candidate 0) and the learning path's models (the
         Laplacian kernel for a named kernel, your own kernel instance otherwise,
         with ``M = I`` and then each learnt metric, at the bandwidth and ``alpha``

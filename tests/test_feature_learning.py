@@ -1,6 +1,7 @@
 """Feature learning inside the kernel estimators (issue 43): the metric from the AGOP, chosen on held-out rows."""
 
 import dataclasses
+import math
 import pickle
 
 import numpy as np
@@ -135,7 +136,8 @@ def test_without_feature_learning_no_metric_attributes_are_claimed():
         ("auto", 1999, True, None, True),
         ("auto", 2000, True, "diagonal", True),
         ("auto", 30000, True, "diagonal", True),
-        ("auto", 30001, True, None, True),
+        ("auto", 30001, True, "diagonal", True),  # no size is too large: candidates on a subsample
+        ("auto", 10**7, True, "diagonal", True),
         ("auto", 5000, False, None, True),
         ("auto", 5000, True, None, False),
         ("full", 100, True, "full", True),
@@ -282,3 +284,50 @@ def test_without_room_for_the_rows_on_the_device_every_stage_copies_its_own(monk
     monkeypatch.setattr(kernel_fit, "_copy_rows_to", out_of_memory)
     model = AdaptiveKernelRegressor(**params).fit(X, y)
     np.testing.assert_array_equal(model.dual_coef_, expected.dual_coef_)
+
+
+def test_the_candidates_rows_are_every_row_up_to_the_bound_then_a_share_of_the_final_fits_cost():
+    from skgpu_kernel.planning.agop import (
+        AUTO_LEARNING_MIN_ROWS,
+        LEARNING_COST_SHARE,
+        LEARNING_PATH_MAX_ROWS,
+        plan_learning_rows,
+    )
+
+    assert plan_learning_rows(LEARNING_PATH_MAX_ROWS, None, 5) == LEARNING_PATH_MAX_ROWS
+    # Beyond: 7 candidates on m rows cost the share of the final fit's n p kernel entries.
+    n, p = 400_000, 20_000
+    m = plan_learning_rows(n, p, 5)
+    assert m == int((LEARNING_COST_SHARE * n * p / 7) ** 0.5)
+    assert 7 * m * m <= LEARNING_COST_SHARE * n * p < 7 * (m + 1) ** 2
+    assert plan_learning_rows(10**9, None, 5) == LEARNING_PATH_MAX_ROWS
+    assert plan_learning_rows(LEARNING_PATH_MAX_ROWS + 1, 100, 5) == AUTO_LEARNING_MIN_ROWS
+
+
+def test_beyond_the_bound_the_candidates_are_fitted_on_a_subsample_and_a_kept_plain_model_is_the_plain_fit(
+    monkeypatch,
+):
+    import skgpu_kernel.planning.agop as agop_planning
+
+    monkeypatch.setattr(agop_planning, "LEARNING_PATH_MAX_ROWS", 1000)
+    monkeypatch.setattr(agop_planning, "AUTO_LEARNING_MIN_ROWS", 500)
+    monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: False)
+    fitted_rows = []
+    fit = feature_learning.fit_kernel_model
+
+    def counted(request, runtime, plan=None):
+        fitted_rows.append(request.data.X.shape[0])
+        return fit(request, runtime, plan)
+
+    monkeypatch.setattr(feature_learning, "fit_kernel_model", counted)
+    X, y = _few_relevant(3000, 7, n_noise=2)
+    params = {"random_state": 0, "dtype": "float64", "feature_learning_iter": 2}
+    model = AdaptiveKernelRegressor(**params).fit(X, y)
+    learning = agop_planning.plan_learning_rows(3000, None, 2)
+    assert model.feature_learning_ == "diagonal" and model.feature_learning_iteration_ == 0
+    assert learning < 3000
+    # Every candidate on the subsample's training rows; the final fit on every row.
+    assert fitted_rows[:-1] == [learning - math.ceil(0.1 * learning)] * (len(fitted_rows) - 1)
+    assert fitted_rows[-1] == 3000
+    plain = AdaptiveKernelRegressor(feature_learning=None, **params).fit(X, y)
+    np.testing.assert_array_equal(model.dual_coef_, plain.dual_coef_)

@@ -18,25 +18,35 @@ from ._account import MemoryAccount
 __all__ = [
     "AGOP_MAX_ROWS",
     "AGOP_MIN_ROWS",
-    "AUTO_LEARNING_MAX_ROWS",
     "AUTO_LEARNING_MIN_ROWS",
+    "LEARNING_COST_SHARE",
+    "LEARNING_PATH_MAX_ROWS",
     "AGOPPlan",
     "agop_rows",
     "plan_agop",
     "plan_feature_learning",
+    "plan_learning_rows",
 ]
 
-# feature_learning="auto" learns a diagonal metric from this many rows up to the next
-# bound (benchmarks/RESULTS.md, "The auto rule of feature learning").  Below: a tenth
+# feature_learning="auto" learns a diagonal metric from this many rows on
+# (benchmarks/RESULTS.md, "The auto rule of feature learning").  Below: a tenth
 # held out is under 200 rows, and the paired test that keeps a learnt model has the
 # power to see only large gains; over 5 seeded splits of the 6 sets below (214 to
 # 1475 rows) it never kept one, so learning cost 1.3-3x the time for nothing.
-# Above: on the 4 sets measured (CPSSW8, 61k rows; Fashion-MNIST, 70k; Fertility and
-# FertilityMorekids, 254k) the plain model was kept every time, at 2.1-6.6x its fit
-# time (Fashion-MNIST 30 s -> 200 s), while in between the learnt metric was kept on
-# Computers (-25% MSE), VietNamI (-20%) and LetterRecognition (-5% error).
 AUTO_LEARNING_MIN_ROWS = 2_000
-AUTO_LEARNING_MAX_ROWS = 30_000
+# Up to this many rows the learning path's candidates are fitted on every training
+# row: there the learnt metric was kept on Computers (-25% MSE), VietNamI (-20%) and
+# LetterRecognition (-5% error).  Above, on all 4 sets measured (CPSSW8, 61k rows;
+# Fashion-MNIST, 70k; Fertility and FertilityMorekids, 254k) the candidates on every
+# row cost 2.1-6.6x the plain fit (Fashion-MNIST 30 s -> 200 s): there they are
+# fitted on a seeded subsample (plan_learning_rows), and the one kept on every row.
+LEARNING_PATH_MAX_ROWS = 30_000
+# Beyond LEARNING_PATH_MAX_ROWS, the candidates' predicted cost as a share of the
+# final fit's (plan_learning_rows).  Measured (benchmarks/RESULTS.md, "Issue 51,
+# fourth part"): at 0.3 the candidates took 0.4-2.5 times the plain fit on the four
+# sets above 30000 rows (Fertility's 9343 rows solved directly, a factorisation
+# each, against a final CG on centers of 7.5 s).
+LEARNING_COST_SHARE = 0.1
 
 # At most this many rows estimate the AGOP: xRFM's default sample for it
 # (``total_points_to_sample``), enough for the d x d matrix of tabular data.
@@ -194,12 +204,51 @@ def plan_feature_learning(requested, n_samples, learnable, in_memory=True, distr
     Returns
     -------
     {"diagonal", "full"} or None
-        ``"auto"``: ``"diagonal"`` for a learnable kernel on
-        ``AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS`` rows in
-        memory, in one process, else None.
+        ``"auto"``: ``"diagonal"`` for a learnable kernel on at least
+        ``AUTO_LEARNING_MIN_ROWS`` rows in memory, in one process, else None.  No
+        size is too large: above ``LEARNING_PATH_MAX_ROWS`` rows the candidates are
+        fitted on a subsample (:func:`plan_learning_rows`).
     """
     if requested != "auto":
         return requested
-    if learnable and in_memory and not distributed and AUTO_LEARNING_MIN_ROWS <= n_samples <= AUTO_LEARNING_MAX_ROWS:
+    if learnable and in_memory and not distributed and n_samples >= AUTO_LEARNING_MIN_ROWS:
         return "diagonal"
     return None
+
+
+def plan_learning_rows(n_samples, n_centers, n_iter):
+    """The rows feature learning fits and scores its candidates on (the rest only in the final fit).
+
+    Every row up to ``LEARNING_PATH_MAX_ROWS`` (30000).  Beyond, a seeded subsample whose
+    candidates' predicted cost is ``LEARNING_COST_SHARE`` (0.1) of the final fit's:
+    a kernel fit's products grow as its rows times its centers, ``n p`` for the
+    final fit (``p = n`` with a center at every row) and ``m^2`` for each of the
+    ``n_iter + 2`` candidates on ``m`` rows (the plain model, the path's kernel with
+    ``M = I``, each learnt metric), so ``m = sqrt(share n p / (n_iter + 2))``,
+    within ``[AUTO_LEARNING_MIN_ROWS, LEARNING_PATH_MAX_ROWS]``.
+
+    Parameters
+    ----------
+    n_samples : int
+        Rows of the fit.
+    n_centers : int or None
+        The final fit's centers (None: every row).
+    n_iter : int
+        ``feature_learning_iter``.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> plan_learning_rows(20_000, None, 5), plan_learning_rows(60_000, None, 5)
+    (20000, 7171)
+    >>> plan_learning_rows(254_654, 10_000, 5)
+    6031
+    """
+    if n_samples <= LEARNING_PATH_MAX_ROWS:
+        return n_samples
+    centers = n_samples if n_centers is None else min(n_centers, n_samples)
+    rows = math.sqrt(LEARNING_COST_SHARE * n_samples * centers / (n_iter + 2))
+    return int(min(max(rows, AUTO_LEARNING_MIN_ROWS), LEARNING_PATH_MAX_ROWS))

@@ -50,7 +50,7 @@ from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
-from ..planning.agop import plan_agop, plan_feature_learning
+from ..planning.agop import plan_agop, plan_feature_learning, plan_learning_rows
 from ..splits import holdout_split
 from .kernel_fit import (
     fit_kernel_model,
@@ -186,25 +186,57 @@ def fit_with_feature_learning(request, runtime):
 def _learnt(request, runtime):
     """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
     data, parameters = request.data, request.parameters
-    train, held_out = holdout_split(
-        data.X.shape[0], parameters.validation_fraction, copy.deepcopy(runtime.rng), data.stratify
-    )
-    training = request.on(rows_of(data, train))
-    rows = _HeldOutRows(rows_of(data, held_out), parameters, runtime)
     plan = tune_kernel(request, runtime)  # on every row: the final refit's own, where it is kept
+    split = _CandidateRows.drawn(request, runtime, plan)
+    training = request.on(split.training)
+    rows = _HeldOutRows(split.held_out, parameters, runtime)
     plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), plan), None, request, plan)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(request, training, rows, runtime)
+    path = _learning_path(request.on(split.learning), training, rows, runtime)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     final_request = _transformed(request.with_parameters(chosen.parameters), chosen.transform)
-    final = fit_kernel_model(final_request, runtime, chosen.plan)
+    final_plan = chosen.plan
+    if chosen is not plain and split.learning is not data:  # the path's kernel tuned on every row, now
+        final_plan = tune_kernel(request.with_parameters(chosen.parameters), runtime).pinned()
+    final = fit_kernel_model(final_request, runtime, final_plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     return FeatureLearningResult(final, parameters.feature_learning, chosen.transform, metric, scores, iteration)
+
+
+@dataclass(frozen=True)
+class _CandidateRows:
+    """The rows feature learning fits its candidates on (``training``) and scores them on (``held_out``).
+
+    ``learning`` holds both: every row, or the subsample they were split from.
+    """
+
+    learning: object
+    training: object
+    held_out: object
+
+    @classmethod
+    def drawn(cls, request, runtime, plan):
+        """A held-out split of every row, or beyond ``LEARNING_PATH_MAX_ROWS`` of a seeded subsample.
+
+        The subsample's size is :func:`~skgpu_kernel.planning.agop.plan_learning_rows`'s,
+        from the final fit's rows and centers (``plan``, the plain kernel's on every row).
+        Both are drawn from a copy of the fit's random state: the final fit draws
+        what it would draw without feature learning.
+        """
+        data, parameters = request.data, request.parameters
+        n_rows = data.X.shape[0]
+        rng = copy.deepcopy(runtime.rng)
+        learning = plan_learning_rows(n_rows, plan.data.n_centers, parameters.feature_learning_iter)
+        if learning < n_rows:
+            log_fit(runtime, parameters, f"feature learning: candidates on {learning} of the {n_rows} rows")
+            data = rows_of(data, np.sort(rng.permutation(n_rows)[:learning]))
+        train, held_out = holdout_split(data.X.shape[0], parameters.validation_fraction, rng, data.stratify)
+        return cls(data, rows_of(data, train), rows_of(data, held_out))
 
 
 @dataclass(frozen=True, eq=False)
@@ -251,9 +283,10 @@ def _row_losses(predictions, Y, classifier):
 def _learning_path(request, training, rows, runtime):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
-    The path's kernel is tuned once, on every row of ``data`` with ``M = I``, and its
-    bandwidth and ``alpha`` are kept for every metric (as xRFM keeps one bandwidth
-    and one penalty) and for the final refit.  The path stops after
+    The path's kernel is tuned once, on every row of ``request`` (the learning
+    rows: every row, or the subsample beyond ``LEARNING_PATH_MAX_ROWS``) with ``M =
+    I``, and its bandwidth and ``alpha`` are kept for every metric (as xRFM keeps
+    one bandwidth and one penalty) and for the final refit.  The path stops after
     ``feature_learning_iter`` updates or :data:`FEATURE_LEARNING_PATIENCE` without a
     lower held-out loss.
     """
