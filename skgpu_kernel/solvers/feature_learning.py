@@ -260,8 +260,9 @@ class _HeldOutRows:
 
     def candidate(self, fit, transform, request, plan):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        X = _transformed_input(self.data, transform)
-        X, Y = (X.X if X.X_device is None else X.X_device), self.data.Y
+        held_out = _transformed_input(self.data, transform)
+        X = held_out.X if held_out.X_device is None else held_out.X_device
+        Y = held_out.Y
         runtime = self.runtime
         events = MemoryEvents(runtime.memory_events, fit.solver)
         scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
