@@ -260,9 +260,12 @@ class _HeldOutRows:
 
     def candidate(self, fit, transform, request, plan):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        held_out = _transformed_input(self.data, transform)
-        X = held_out.X if held_out.X_device is None else held_out.X_device
-        Y = held_out.Y
+        # Only predicted: rows held on the device are transformed there, and no host copy is read back.
+        if self.data.X_device is None:
+            X = transformed_rows(np.asarray(self.data.X), transform)
+        else:
+            X = transformed_on_device(self.data.X_device, transform)
+        Y = self.data.Y
         runtime = self.runtime
         events = MemoryEvents(runtime.memory_events, fit.solver)
         scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
