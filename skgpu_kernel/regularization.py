@@ -252,6 +252,14 @@ class BandwidthSelection:
     selection: AlphaSelection
     seconds: float = 0.0
 
+    def without_solution(self):
+        """This search without its selection's solution (what a fitted estimator keeps of it).
+
+        The solution's tensors stay on the fit's device: kept, they would hold device
+        memory after the fit and stop a CUDA model from loading where there is no GPU.
+        """
+        return dataclasses.replace(self, selection=self.selection.without_solution())
+
     def describe(self):
         """One line for ``verbose``: the scored grid and the choice."""
         scored = [f"{b:.3g}: {e:.4g}" for b, e in zip(self.bandwidths, self.errors, strict=True) if np.isfinite(e)]

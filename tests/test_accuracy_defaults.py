@@ -115,7 +115,7 @@ def test_eigenpro2_with_alpha_converges_to_kernel_ridge(alpha):
     assert error <= 1e-3, error
     # The penalty moves the spectrum that sets the analytic step: eigenvalues of (K + alpha I) / n.
     plain = AdaptiveKernelRegressor(
-        bandwidth=BANDWIDTH, alpha=0.0, fit_intercept=False, n_epochs=1, random_state=0
+        bandwidth=BANDWIDTH, alpha=0.0, fit_intercept=False, dtype="float64", n_epochs=1, random_state=0
     ).fit(X, y)
     np.testing.assert_allclose(model.top_eigenvalues_[0], plain.top_eigenvalues_[0] + alpha / X.shape[0], rtol=1e-6)
 

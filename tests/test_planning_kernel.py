@@ -133,6 +133,21 @@ def test_eigenpro3_requests_that_do_not_fit_are_refused(budget, changes, setting
         plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelSettings(**settings))
 
 
+@pytest.mark.parametrize(
+    ("budget", "settings"),
+    [(500 * MB, {"cache_kernel": True}), (70 * MB, {"projection": "exact"}), (30 * MB, {})],
+    ids=["cache", "exact projection", "minimal batch"],
+)
+def test_a_refused_budget_is_named_as_the_user_set_it_with_the_rows_held_on_the_device(budget, settings):
+    """The planners get what the rows held on the device leave; the message names ``memory_budget`` itself."""
+    held = 7 * MB
+    with pytest.raises(ValueError) as refused:
+        plan_eigenpro3_layout(_problem(held_bytes=held), budget - held, CPU, KernelSettings(**settings))
+    message = str(refused.value)
+    assert f"memory_budget={budget} bytes" in message
+    assert message.endswith(f"The training rows the fit holds on the device take {held} bytes of it.")
+
+
 def test_choices_decided_elsewhere_are_followed():
     problem = _problem()
     layout = plan_eigenpro3_layout(problem, 2000 * MB, CPU, KernelSettings(), choices=(False, False, True))

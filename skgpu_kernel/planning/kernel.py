@@ -145,6 +145,10 @@ class KernelProblem:
         (:func:`skgpu_kernel.planning.operator.plan_operator`): the rows (EigenPro 2)
         or the centers (EigenPro 3) are also kept as int8 codes, one byte per feature
         padded to a multiple of 8.
+    held_bytes : int
+        Bytes of ``memory_budget`` that the fit's rows held on the device already
+        take (off the budget the planners are given); messages name the budget as
+        the user set it.
     """
 
     n_rows: int
@@ -159,6 +163,17 @@ class KernelProblem:
     n_validation: int = 0
     unit_bounded_kernel: bool = False
     grid_codes: bool = False
+    held_bytes: int = 0
+
+    def named_budget(self, budget):
+        """``memory_budget`` as the user set it, in a message about the ``budget`` a planner was given."""
+        return f"memory_budget={budget + self.held_bytes} bytes"
+
+    def held_note(self):
+        """The sentence a budget message ends with where the fit's rows held on the device took part of it."""
+        if not self.held_bytes:
+            return ""
+        return f" The training rows the fit holds on the device take {self.held_bytes} bytes of it."
 
     @property
     def entry_bytes(self):
@@ -452,9 +467,9 @@ def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
         raise ValueError(
             f"cache_kernel=True: K(X, X) for {problem.n_rows} training rows"
             + (f" and {problem.n_validation} validation rows" if problem.n_validation else "")
-            + f" needs {memory.cache_bytes(itemsize)} bytes, but memory_budget={memory.budget} bytes leaves "
+            + f" needs {memory.cache_bytes(itemsize)} bytes, but {problem.named_budget(memory.budget)} leaves "
             f"{max(memory.budget - memory.fixed_bytes - working, 0)} bytes next to the other fixed costs. "
-            "Use cache_kernel='auto' or a larger memory_budget."
+            "Use cache_kernel='auto' or a larger memory_budget." + problem.held_note()
         )
     return 0
 
@@ -576,7 +591,7 @@ def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
     subsample_size = min(requested, p)
     buffer_rows = min(n, max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1))
     memory = CentersMemoryPlan(problem, budget, subsample_size, 2 * buffer_rows if problem.streamed else n)
-    _check_minimal_batch(memory, subsample_size)
+    _check_minimal_batch(problem, memory, subsample_size)
     if choices is None:
         choices = _choose_cache_and_projection(problem, memory, settings)
     cached, exact, cache_centers = (bool(choice) for choice in choices)
@@ -596,14 +611,14 @@ def _minimal_batch(memory):
     return min(memory.n_rows, _MINIMAL_BATCH)
 
 
-def _check_minimal_batch(memory, subsample_size):
+def _check_minimal_batch(problem, memory, subsample_size):
     minimal = _minimal_batch(memory)
     if memory.free_bytes() < memory.row_bytes * minimal:
         raise ValueError(
-            f"memory_budget={memory.budget} bytes is too small for EigenPro 3 on {memory.n_centers} centers: the "
+            f"{problem.named_budget(memory.budget)} is too small for EigenPro 3 on {memory.n_centers} centers: the "
             f"data, centers, coefficients and the {subsample_size}-point Nystrom eigensystem take "
             f"{memory.fixed_bytes} bytes, and a batch of {minimal} rows needs {memory.row_bytes * minimal} more. "
-            "Use a larger memory_budget, fewer centers or a smaller subsample_size."
+            "Use a larger memory_budget, fewer centers or a smaller subsample_size." + problem.held_note()
         )
 
 
@@ -619,10 +634,11 @@ def _choose_cache_and_projection(problem, memory, settings):
     if settings.cache_kernel is True and not cache_fits:
         raise ValueError(
             f"cache_kernel=True: K(X, centers) for {problem.n_rows} rows and {problem.n_local_centers} centers per "
-            f"device needs {memory.cache_bytes} bytes, but memory_budget={memory.budget} bytes leaves "
+            f"device needs {memory.cache_bytes} bytes, but {problem.named_budget(memory.budget)} leaves "
             f"{max(memory.free_bytes(), 0)} bytes next to the other fixed costs"
             + (" (X is streamed from its memory-mapped file)" if problem.streamed else "")
             + ". Use cache_kernel='auto' or a larger memory_budget."
+            + problem.held_note()
         )
     exact_bytes = memory.exact_projection_bytes
     if settings.cache_kernel == "auto":
@@ -635,8 +651,8 @@ def _choose_cache_and_projection(problem, memory, settings):
     if settings.projection == "exact" and not exact_fits:
         raise ValueError(
             f"projection='exact' factorises K(centers, centers): {exact_bytes} bytes for {problem.n_centers} "
-            f"centers, which do not fit memory_budget={memory.budget} bytes next to the other fixed costs "
-            f"({memory.fixed_bytes + cache} bytes). Use projection='auto' or 'iterative'."
+            f"centers, which do not fit {problem.named_budget(memory.budget)} next to the other fixed costs "
+            f"({memory.fixed_bytes + cache} bytes). Use projection='auto' or 'iterative'." + problem.held_note()
         )
     exact = exact_fits if settings.projection == "auto" else settings.projection == "exact"
     # Centers drawn from the training rows are the first p rows of the cached K(X, Z):

@@ -449,14 +449,14 @@ def solve(request, runtime, plan):
     else:
         model = _solved_model(request, runtime, plan)
     outcome, tuning = model.outcome, plan.tuning
-    selection = tuning.alpha_selection
+    selection, search = tuning.alpha_selection, tuning.bandwidth_selection
     return KernelFitResult(
         loop=outcome.result,
         solver=outcome.attempts[-1].solver,
         alpha=outcome.attempts[-1].alpha,
         attempts=list(outcome.record),
         alpha_selection=selection and selection.without_solution(),
-        bandwidth_selection=tuning.bandwidth_selection,
+        bandwidth_selection=search and search.without_solution(),
         early_stopping=model.early_stopping,
         kernel=model.kernel,
         bandwidth=model.bandwidth,
@@ -700,6 +700,7 @@ def _problem(data, runtime, kernel, streamed):
         n_shards=runtime.n_shards,
         streamed=streamed,
         unit_bounded_kernel=kernel.unit_bounded,
+        held_bytes=runtime.held_bytes,
     )
 
 
@@ -868,7 +869,8 @@ def runtime_holding_rows(runtime, data):
     """
     if data.X_device is None or data.X_device.device.type == "cpu":
         return runtime
-    return dataclasses.replace(runtime, budget=runtime.budget - data.X_device.nbytes)
+    held = data.X_device.nbytes
+    return dataclasses.replace(runtime, budget=runtime.budget - held, held_bytes=runtime.held_bytes + held)
 
 
 def rows_of(data, indices):

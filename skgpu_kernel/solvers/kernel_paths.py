@@ -168,7 +168,9 @@ class KernelRuntime:
     streamed fit's seed are drawn from it, in that order); ``generator`` seeds the
     epoch permutations; ``group`` is the ``torch.distributed`` group the centers
     are sharded over (or None); ``memory_events`` collects the fit's out-of-memory
-    events (:mod:`skgpu_kernel.out_of_memory`), in order, for ``fit_attempts_``.
+    events (:mod:`skgpu_kernel.out_of_memory`), in order, for ``fit_attempts_``;
+    ``held_bytes`` is what the fit's rows held on the device take of the user's
+    budget (already off ``budget``).
     """
 
     devices: list
@@ -181,6 +183,7 @@ class KernelRuntime:
     epochs_done: int = 0
     log: Callable | None = None
     memory_events: list = dataclasses.field(default_factory=list)
+    held_bytes: int = 0
 
     @property
     def itemsize(self):
@@ -517,7 +520,10 @@ class _PathContext:
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the run's own ``sizes``."""
         X, Y = self.data.X, self.data.Y
-        return KernelProblem(X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, **sizes)
+        held = self.runtime.held_bytes
+        return KernelProblem(
+            X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, held_bytes=held, **sizes
+        )
 
     def validation_tensors(self):
         """The held-out rows and targets on the device, or None."""
