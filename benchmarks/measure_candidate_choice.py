@@ -88,8 +88,10 @@ def main():
     args = parser.parse_args()
     print(machine_description("cpu"))
     print()
-    print("| set | splits | test error, gaussian | test error, laplacian | held-out picks the better | "
-          "leave-one-out picks the better | splits where the two scores disagree |")
+    print(
+        "| set | splits | test error, gaussian | test error, laplacian | held-out picks the better | "
+        "leave-one-out picks the better | splits where the two scores disagree |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in args.datasets:
         per_split = [_scores(name, split) for split in range(args.splits)]

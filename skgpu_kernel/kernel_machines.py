@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
 from .blockwise import DeviceCopier, PredictionTensors
+from .calibration import fit_temperature, log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
@@ -156,7 +157,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt)
+            self._store_calibration(learnt.held_out)
         return self
+
+    def _store_calibration(self, held_out):
+        """What the fit's held-out decision values set (the classifier's temperature); nothing for a regressor."""
 
     def _store_features(self, learnt):
         """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
@@ -888,13 +893,23 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-        Class labels."""
+        Class labels.
+    calibration_temperature_ : float
+        ``T`` of :meth:`predict_proba` (``sigmoid(s / T)``, ``softmax(S / T)``): the
+        temperature of least weighted log loss on decision values of rows the fit
+        held out, from the model fitted without them.  Where feature learning ran,
+        those of its chosen candidate on its held-out split (no extra fit); without
+        it, from 100 training rows on, one extra fit of the plain model on the
+        split's other rows, with the kernel tuned on every row (the model itself is
+        the same to the bit).  See the user guide's "Class probabilities".  1.0 with
+        fewer rows, for data streamed from a file and over a process group;
+        a warm start keeps the temperature of the fit it continues."""
         + _COMMON_ATTRIBUTES
         + """
     See Also
     --------
     AdaptiveKernelRegressor : The same machine for regression.
-    sklearn.calibration.CalibratedClassifierCV : Probabilities from the scores.
+    sklearn.calibration.CalibratedClassifierCV : Other calibrations of the scores.
 
     References
     ----------
@@ -1019,6 +1034,41 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
 
     def _validation_score(self, predictions, targets):
         return _accuracy_score(predictions, targets)
+
+    def _store_calibration(self, held_out):
+        self.calibration_temperature_ = 1.0 if held_out is None else fit_temperature(held_out)
+
+    def predict_proba(self, X):
+        """Class probabilities: the decision values scaled by ``calibration_temperature_``.
+
+        ``sigmoid(s / T)`` for two classes, ``softmax(S / T)`` for more, with ``T``
+        chosen on rows the fit held out (temperature scaling; see the attribute).
+        The most probable class is the one ``predict`` returns.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``.
+        """
+        return np.exp(self.predict_log_proba(X))
+
+    def predict_log_proba(self, X):
+        """Logarithms of :meth:`predict_proba`'s probabilities, computed without underflow.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes)
+        """
+        scores = self.decision_function(X)
+        return log_probabilities(scores, self.calibration_temperature_)
 
     def decision_function(self, X):
         """Raw scores: shape (n_samples,) for two classes (positive means ``classes_[1]``),

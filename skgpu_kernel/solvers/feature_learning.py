@@ -48,6 +48,7 @@ import torch
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
+from ..calibration import HeldOutDecisions
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import plan_agop, plan_feature_learning, plan_learning_rows
@@ -63,6 +64,7 @@ from .kernel_fit import (
 
 __all__ = [
     "AGOP_POWER",
+    "CALIBRATION_MIN_ROWS",
     "FEATURE_LEARNING_MODES",
     "FEATURE_LEARNING_PATIENCE",
     "LEARNING_KERNEL",
@@ -92,6 +94,10 @@ FEATURE_LEARNING_PATIENCE = 2
 # held-out rows) a learnt metric scored 0.12 better on them and 0.17 worse on the
 # test rows.
 LEARNING_MARGIN_SE = 2.0
+# A classifier fitted without feature learning holds rows out for its probabilities'
+# temperature from this many rows on (10 held-out rows at the default fraction); below,
+# its temperature is 1.
+CALIBRATION_MIN_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,10 @@ class FeatureLearningResult:
         then the learning path's (its kernel with ``M = I``, then each learnt metric).
     iteration : int
         The candidate chosen (0: the plain model).
+    held_out : HeldOutDecisions or None
+        The chosen candidate's decision values on the held-out rows, fitted without
+        them (what a classifier's probabilities are calibrated on); None where no
+        rows were held out.
     """
 
     fit: object
@@ -121,6 +131,7 @@ class FeatureLearningResult:
     metric: np.ndarray | None = None
     scores: tuple = ()
     iteration: int = 0
+    held_out: HeldOutDecisions | None = None
 
 
 def transformed_rows(X, transform):
@@ -173,6 +184,9 @@ def fit_with_feature_learning(request, runtime):
     learnable = requested != "auto" or _learnable(request)
     in_memory = not is_out_of_core(data.X)
     mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory, runtime.group is not None)
+    calibrated = parameters.classifier and in_memory and runtime.group is None
+    if mode is None and calibrated and data.X.shape[0] >= CALIBRATION_MIN_ROWS:
+        return _held_out_plain(request, runtime)
     if mode is None:
         return FeatureLearningResult(fit_kernel_model(request, runtime))
     if data.X.shape[0] < 2:
@@ -205,7 +219,23 @@ def _learnt(request, runtime):
     final = fit_kernel_model(final_request, runtime, final_plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
-    return FeatureLearningResult(final, parameters.feature_learning, chosen.transform, metric, scores, iteration)
+    mode = parameters.feature_learning
+    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, chosen.held_out)
+
+
+def _held_out_plain(request, runtime):
+    """A classifier's fit without feature learning, and its plain model's decision values on held-out rows.
+
+    The plain candidate of :func:`_learnt` alone: fitted on the held-out split's
+    other rows with the kernel tuned on every row, which the final fit reuses (it
+    is the fit without the held-out model, bit for bit).  Its decision values on the
+    held-out rows calibrate the classifier's probabilities.
+    """
+    plan = tune_kernel(request, runtime)
+    split = _CandidateRows.drawn(request, runtime, plan)
+    rows = _HeldOutRows(split.held_out, request.parameters, runtime)
+    plain = rows.candidate(fit_kernel_model(request.on(split.training), _fresh(runtime), plan), None, request, plan)
+    return FeatureLearningResult(fit_kernel_model(request, runtime, plan), held_out=plain.held_out)
 
 
 @dataclass(frozen=True)
@@ -248,6 +278,7 @@ class _Candidate:
     plan: object  # the tuned FitPlan it is refitted with
     losses: np.ndarray
     score: float
+    held_out: HeldOutDecisions
 
 
 @dataclass(frozen=True)
@@ -272,7 +303,8 @@ class _HeldOutRows:
         predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, self.parameters.classifier)
-        return _Candidate(transform, request.parameters, plan, losses, score)
+        held_out = HeldOutDecisions(predictions, Y, self.data.weights)
+        return _Candidate(transform, request.parameters, plan, losses, score, held_out)
 
 
 def _row_losses(predictions, Y, classifier):
