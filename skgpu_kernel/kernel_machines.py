@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
 from .blockwise import DeviceCopier, PredictionTensors
-from .calibration import fit_temperature, log_probabilities
+from .calibration import log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
@@ -157,11 +157,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt)
-            self._store_calibration(learnt.held_out)
+            self._store_calibration(learnt.temperature)
         return self
 
-    def _store_calibration(self, held_out):
-        """What the fit's held-out decision values set (the classifier's temperature); nothing for a regressor."""
+    def _store_calibration(self, temperature):
+        """The classifier's probability temperature; nothing for a regressor."""
 
     def _store_features(self, learnt):
         """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
@@ -1035,8 +1035,8 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
     def _validation_score(self, predictions, targets):
         return _accuracy_score(predictions, targets)
 
-    def _store_calibration(self, held_out):
-        self.calibration_temperature_ = 1.0 if held_out is None else fit_temperature(held_out)
+    def _store_calibration(self, temperature):
+        self.calibration_temperature_ = 1.0 if temperature is None else temperature
 
     def predict_proba(self, X):
         """Class probabilities: the decision values scaled by ``calibration_temperature_``.

@@ -25,7 +25,8 @@ SHELLS = {
     "linear_model.py": {"solvers.bmgd_fit"},
 }
 # What a shell may import from the package besides its family's pipeline: input
-# checks, prediction blocks, opening sources, resolving the runtime, names of
+# checks, prediction blocks, the probabilities of decision values (the temperature
+# itself is fitted in the pipeline), opening sources, resolving the runtime, names of
 # kernels, scaling rules and strategies (parameter types), the process group, and
 # the runner of a strategy's workers: the pipeline imports nothing from
 # ``parallel``, so the shell resolves where a fit trains (as it resolves the
@@ -34,6 +35,7 @@ SHELL_IMPORTS = {
     "_validation",
     "blockwise",
     "buffer",
+    "calibration",
     "device",
     "kernels",
     "scaling",

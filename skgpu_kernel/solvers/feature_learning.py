@@ -48,7 +48,7 @@ import torch
 from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
-from ..calibration import HeldOutDecisions
+from ..calibration import HeldOutDecisions, fit_temperature
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import plan_agop, plan_feature_learning, plan_learning_rows
@@ -119,10 +119,11 @@ class FeatureLearningResult:
         then the learning path's (its kernel with ``M = I``, then each learnt metric).
     iteration : int
         The candidate chosen (0: the plain model).
-    held_out : HeldOutDecisions or None
-        The chosen candidate's decision values on the held-out rows, fitted without
-        them (what a classifier's probabilities are calibrated on); None where no
-        rows were held out.
+    temperature : float or None
+        A classifier's probability temperature
+        (:func:`~skgpu_kernel.calibration.fit_temperature`), set on the chosen
+        candidate's decision values of the held-out rows, fitted without them; None
+        for a regressor, or where no rows were held out.
     """
 
     fit: object
@@ -131,7 +132,7 @@ class FeatureLearningResult:
     metric: np.ndarray | None = None
     scores: tuple = ()
     iteration: int = 0
-    held_out: HeldOutDecisions | None = None
+    temperature: float | None = None
 
 
 def transformed_rows(X, transform):
@@ -220,7 +221,8 @@ def _learnt(request, runtime):
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     mode = parameters.feature_learning
-    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, chosen.held_out)
+    temperature = _temperature(chosen, parameters)
+    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, temperature)
 
 
 def _held_out_plain(request, runtime):
@@ -235,7 +237,13 @@ def _held_out_plain(request, runtime):
     split = _CandidateRows.drawn(request, runtime, plan)
     rows = _HeldOutRows(split.held_out, request.parameters, runtime)
     plain = rows.candidate(fit_kernel_model(request.on(split.training), _fresh(runtime), plan), None, request, plan)
-    return FeatureLearningResult(fit_kernel_model(request, runtime, plan), held_out=plain.held_out)
+    temperature = _temperature(plain, request.parameters)
+    return FeatureLearningResult(fit_kernel_model(request, runtime, plan), temperature=temperature)
+
+
+def _temperature(candidate, parameters):
+    """A classifier's probability temperature from ``candidate``'s held-out decision values; None for a regressor."""
+    return fit_temperature(candidate.held_out) if parameters.classifier else None
 
 
 @dataclass(frozen=True)
