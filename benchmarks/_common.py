@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts: child processes, machine and memory reports."""
 
+import argparse
 import multiprocessing
 import os
 import platform
@@ -104,3 +105,20 @@ def matmul_peak_gflops(device):
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
     size = 4096 if device.type == "cuda" else 2048
     return matmul_gflops(device, torch.float32, size, size, size)
+
+
+def measurement_arguments(doc):
+    """``--datasets`` and ``--splits`` of a seeded-split measurement script, after printing the machine."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", required=True)
+    parser.add_argument("--splits", type=int, default=5)
+    args = parser.parse_args()
+    print(machine_description("cpu"))
+    print()
+    return args
+
+
+def print_table_header(columns):
+    """A markdown table's header: the first column left-aligned, the others right-aligned."""
+    print("| " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * (len(columns) - 1))

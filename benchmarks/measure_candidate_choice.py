@@ -31,10 +31,8 @@ Usage::
 Run it alone: a second process on the machine moves every time.
 """
 
-import argparse
-
 import numpy as np
-from _common import machine_description
+from _common import measurement_arguments, print_table_header
 from bench_real_data import _task, our_estimator, prepare
 from sklearn.model_selection import train_test_split
 
@@ -82,17 +80,18 @@ def _picks(rows, score):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", required=True)
-    parser.add_argument("--splits", type=int, default=5)
-    args = parser.parse_args()
-    print(machine_description("cpu"))
-    print()
-    print(
-        "| set | splits | test error, gaussian | test error, laplacian | held-out picks the better | "
-        "leave-one-out picks the better | splits where the two scores disagree |"
+    args = measurement_arguments(__doc__)
+    print_table_header(
+        [
+            "set",
+            "splits",
+            "test error, gaussian",
+            "test error, laplacian",
+            "held-out picks the better",
+            "leave-one-out picks the better",
+            "splits where the two scores disagree",
+        ]
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in args.datasets:
         per_split = [_scores(name, split) for split in range(args.splits)]
         tests = {kernel: np.array([rows[kernel]["test"] for rows in per_split]) for kernel in KERNELS}

@@ -15,10 +15,8 @@ Usage::
 Run it alone: a second process on the machine moves every time.
 """
 
-import argparse
-
 import numpy as np
-from _common import machine_description
+from _common import measurement_arguments, print_table_header
 from bench_real_data import our_estimator, prepare
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import log_loss, roc_auc_score
@@ -67,17 +65,19 @@ def _row(name, splits):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", required=True)
-    parser.add_argument("--splits", type=int, default=5)
-    args = parser.parse_args()
-    print(machine_description("cpu"))
-    print()
-    print(
-        "| set | splits | log loss, ours | log loss, HistGradientBoosting | ours - HistGB (paired) | ratio | "
-        "ROC AUC, ours / HistGB | error, ours / HistGB |"
+    args = measurement_arguments(__doc__)
+    print_table_header(
+        [
+            "set",
+            "splits",
+            "log loss, ours",
+            "log loss, HistGradientBoosting",
+            "ours - HistGB (paired)",
+            "ratio",
+            "ROC AUC, ours / HistGB",
+            "error, ours / HistGB",
+        ]
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.datasets:
         print(_row(name, args.splits), flush=True)
 
