@@ -201,11 +201,9 @@ def fit_with_feature_learning(request, runtime):
 def _learnt(request, runtime):
     """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
     data, parameters = request.data, request.parameters
-    plan = tune_kernel(request, runtime)  # on every row: the final refit's own, where it is kept
-    split = _CandidateRows.drawn(request, runtime, plan)
+    start = _PlainOnSplit.fitted(request, runtime)
+    split, rows, plain = start.split, start.rows, start.plain
     training = request.on(split.training)
-    rows = _HeldOutRows(split.held_out, parameters, runtime)
-    plain = rows.candidate(fit_kernel_model(training, _fresh(runtime), plan), None, request, plan)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
     path = _learning_path(request.on(split.learning), training, rows, runtime)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
@@ -233,17 +231,36 @@ def _held_out_plain(request, runtime):
     is the fit without the held-out model, bit for bit).  Its decision values on the
     held-out rows calibrate the classifier's probabilities.
     """
-    plan = tune_kernel(request, runtime)
-    split = _CandidateRows.drawn(request, runtime, plan)
-    rows = _HeldOutRows(split.held_out, request.parameters, runtime)
-    plain = rows.candidate(fit_kernel_model(request.on(split.training), _fresh(runtime), plan), None, request, plan)
+    plain = _PlainOnSplit.fitted(request, runtime).plain
     temperature = _temperature(plain, request.parameters)
-    return FeatureLearningResult(fit_kernel_model(request, runtime, plan), temperature=temperature)
+    return FeatureLearningResult(fit_kernel_model(request, runtime, plain.plan), temperature=temperature)
 
 
 def _temperature(candidate, parameters):
     """A classifier's probability temperature from ``candidate``'s held-out decision values; None for a regressor."""
     return fit_temperature(candidate.held_out) if parameters.classifier else None
+
+
+@dataclass(frozen=True)
+class _PlainOnSplit:
+    """The held-out split, its scoring, and the plain candidate fitted on its other rows.
+
+    The plain kernel is tuned on every row (``plain.plan``): the final refit's own,
+    where the plain model is kept.
+    """
+
+    split: object  # _CandidateRows
+    rows: object  # _HeldOutRows
+    plain: object  # _Candidate
+
+    @classmethod
+    def fitted(cls, request, runtime):
+        """Tune the plain kernel, draw the split, fit the plain model on its training rows and score it."""
+        plan = tune_kernel(request, runtime)
+        split = _CandidateRows.drawn(request, runtime, plan)
+        rows = _HeldOutRows(split.held_out, request.parameters, runtime)
+        fit = fit_kernel_model(request.on(split.training), _fresh(runtime), plan)
+        return cls(split, rows, rows.candidate(fit, None, request, plan))
 
 
 @dataclass(frozen=True)
