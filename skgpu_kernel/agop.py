@@ -32,7 +32,7 @@ from .device import resolve_memory_budget
 from .operators import EvaluatedOperator
 from .planning.agop import plan_agop
 
-__all__ = ["average_gradient_outer_product", "metric_from_agop", "metric_transform"]
+__all__ = ["average_gradient_outer_product", "metric_from_agop", "metric_transform", "tied_to_blocks"]
 
 
 def average_gradient_outer_product(
@@ -155,6 +155,42 @@ def _weighted_agop(gradient_kernel, rows, centers, coef, weights, diagonal, plan
         else:
             total.addmm_(weighted.reshape(-1, d).T, gradients.reshape(-1, d))
     return total / weights.sum()
+
+
+def tied_to_blocks(agop, blocks):
+    """The AGOP with each block of features (a category's one-hot columns) one scale, as xRFM's block-diagonal AGOP.
+
+    A block's columns are the levels of one categorical input column: the kernel
+    should see the column, not each level, so its entries become the block's mean
+    diagonal entry times the identity, and a full AGOP loses the block's entries
+    with every other feature.  What is left is block-diagonal with positive
+    semi-definite blocks (the other features' principal submatrix), so the metric's
+    power stays defined.
+
+    Parameters
+    ----------
+    agop : Tensor of shape (d, d), or (d,) for its diagonal
+    blocks : sequence of index arrays
+        The features of each block (at least two each; disjoint).
+
+    Returns
+    -------
+    Tensor
+        A new tensor (``agop`` itself without blocks).
+    """
+    if not len(blocks):
+        return agop
+    tied = agop.clone()
+    for block in blocks:
+        index = torch.as_tensor(block, device=agop.device)
+        if agop.ndim == 1:
+            tied[index] = agop[index].mean()
+            continue
+        scale = agop[index, index].mean()
+        tied[index, :] = 0.0
+        tied[:, index] = 0.0
+        tied[index, index] = scale
+    return tied
 
 
 def metric_from_agop(agop, diagonal=False, power=0.5):

@@ -17,7 +17,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils._tags import TransformerTags
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_y, check_array, check_consistent_length, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
 from .blockwise import DeviceCopier, PredictionTensors
@@ -38,6 +38,7 @@ from .solvers.kernel_fit import (
     KernelFitParameters,
     KernelRuntime,
 )
+from .tables import column_variances, fit_table_encoding
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
@@ -76,6 +77,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "distributed": ["boolean"],
         "feature_learning": [None, StrOptions({"auto", *FEATURE_LEARNING_MODES})],
         "feature_learning_iter": [Interval(Integral, 1, None, closed="left")],
+        "categorical_features": [StrOptions({"from_dtype"}), "array-like", None],
     }
 
     def __init__(
@@ -111,6 +113,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         distributed=False,
         feature_learning="auto",
         feature_learning_iter=5,
+        categorical_features="from_dtype",
     ):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -142,29 +145,75 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.distributed = distributed
         self.feature_learning = feature_learning
         self.feature_learning_iter = feature_learning_iter
+        self.categorical_features = categorical_features
 
     # --- fitting: validate -> fit_kernel_model -> store ----------------------------
+
+    def _encoded_table(self, X, *, reset):
+        """``X`` as the kernel sees it: checked, and encoded by the table encoding (fitted when ``reset``).
+
+        Numeric arrays, sparse matrices and DataFrames with categories, strings and
+        missing values are taken (:mod:`skgpu_kernel.tables`); a warm start keeps the
+        encoding of the fit it continues.
+        """
+        if not hasattr(X, "iloc"):
+            X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=None, ensure_all_finite=False)
+        elif min(X.shape) < 1:
+            raise ValueError(f"Found array with shape {X.shape}; the estimator needs at least 1 sample and 1 feature.")
+        budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
+        if reset and not (self.warm_start and hasattr(self, "table_encoding_")):
+            validate_data(self, X, skip_check_array=True, reset=True)
+            names = getattr(self, "feature_names_in_", None)
+            self.table_encoding_ = fit_table_encoding(X, self.categorical_features, names, budget)
+            self.is_categorical_ = self.table_encoding_.is_categorical
+            self.column_scaling_ = self.table_encoding_.scaling.name
+            if self.verbose:
+                print(self.table_encoding_.scaling.describe())
+        else:
+            validate_data(self, X, skip_check_array=True, reset=False)
+        return self.table_encoding_.transform(X, budget)
+
+    def _checked_targets(self, X, y, **checks):
+        """``y`` checked as scikit-learn's ``validate_data`` does, against the encoded ``X``."""
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        y = _check_y(y, estimator=self, **checks)
+        check_consistent_length(X, y)
+        return y
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
         X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
         check_representable(X, resolve_dtype(self.dtype), "X")
         check_representable(Y, resolve_dtype(self.dtype), "y")
-        data = KernelFitInput(X, Y, weights, stratify, *self._validated_centers(X), self._continuation())
+        data = KernelFitInput(
+            X,
+            Y,
+            weights,
+            stratify,
+            *self._validated_centers(X),
+            self._continuation(),
+            column_blocks=self.table_encoding_.categorical_blocks,
+        )
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
         learnt = fit_with_feature_learning(FitRequest(data, parameters), runtime)
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
-            self._store_features(learnt)
+            self._store_features(learnt, X)
             self._store_calibration(learnt.temperature)
         return self
 
     def _store_calibration(self, temperature):
         """The classifier's probability temperature; nothing for a regressor."""
 
-    def _store_features(self, learnt):
-        """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning)."""
+    def _store_features(self, learnt, X):
+        """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning).
+
+        A feature's importance is its share of the learnt squared distances: ``M_jj``
+        times the variance of the column the kernel sees (so that it does not depend
+        on the column's units), summed over the columns an input column becomes.
+        """
         learning = learnt.metric is not None
         self.feature_learning_ = learnt.mode
         self.metric_transform_ = learnt.transform
@@ -172,8 +221,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.feature_learning_scores_ = list(learnt.scores) if learning else None
         self.feature_learning_iteration_ = learnt.iteration if learning else None
         if learning:
-            diagonal = np.diag(learnt.metric)
-            self.feature_importances_ = diagonal / diagonal.sum()
+            shares = np.diag(learnt.metric) * column_variances(X)
+            per_column = np.bincount(self.table_encoding_.input_column, weights=shares, minlength=self.n_features_in_)
+            self.feature_importances_ = per_column / max(per_column.sum(), np.finfo(np.float64).tiny)
         else:
             self.__dict__.pop("feature_importances_", None)
 
@@ -183,10 +233,16 @@ class _BaseAdaptiveKernel(BaseEstimator):
             raise ValueError("Give either n_centers or centers, not both.")
         if self.centers is None:
             return None, self.n_centers
-        centers = check_array(self.centers, dtype=np.float64, ensure_all_finite=True, input_name="centers")
-        if centers.shape[1] != X.shape[1]:
-            raise ValueError(f"centers has {centers.shape[1]} features, but X has {X.shape[1]} features.")
-        return centers, None
+        centers = self.centers
+        if hasattr(centers, "iloc"):
+            if centers.isna().to_numpy().any():
+                raise ValueError("Input centers contains NaN: a center is a point of the input space.")
+        else:
+            centers = check_array(centers, dtype=None, ensure_all_finite=True, input_name="centers")
+        if centers.shape[1] != self.n_features_in_:
+            raise ValueError(f"centers has {centers.shape[1]} features, but X has {self.n_features_in_} features.")
+        encoded = self.table_encoding_.transform(centers)
+        return check_array(encoded, dtype=np.float64, ensure_all_finite=True, input_name="centers"), None
 
     def _continuation(self):
         """The previous fit when ``warm_start`` continues it, else None."""
@@ -287,7 +343,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _decision(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = self._encoded_table(X, reset=False)
         X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
         tensors = self._prediction_tensors()
         scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
@@ -315,7 +371,8 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True
+        tags.input_tags.allow_nan = True
         # float32 in, float32 out.  scikit-learn reads this tag of transformers only, so
         # check_estimator does not exercise it here: tests/test_dtype.py does.
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
@@ -609,6 +666,20 @@ default="eigenpro"
     feature_learning_iter : int, default=5
         The most metric updates; the path also stops after two fits without a lower
         held-out loss.
+    categorical_features : "from_dtype", array-like of bool, int or str, or None, \
+default="from_dtype"
+        The categorical columns of ``X``, as in
+        :class:`~sklearn.ensemble.HistGradientBoostingRegressor`.
+        ``"from_dtype"``: a DataFrame's ``category``, boolean and string columns (and
+        object columns of strings), and a numpy object array's columns of strings; a
+        boolean mask, integer indices or column names choose them; None: none.  Each
+        becomes one 0/1 column per level seen in ``fit`` (one column for two levels),
+        the 100 most frequent levels keeping their own and the rest sharing one;
+        missing values are a level of their own; a level unknown at ``predict`` is
+        equidistant from every known one.  Numeric columns may hold NaN (imputed by
+        the training mean, with an indicator column where ``fit`` saw any), and are
+        standardized when they are in different units (``column_scaling_``).  See
+        :ref:`tables` and :mod:`skgpu_kernel.tables`.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -761,17 +832,32 @@ _COMMON_ATTRIBUTES = """
         Projections made by the last fit (0 for EigenPro 2).
     feature_learning_ : {"diagonal", "full"} or None
         The feature learning the fit ran (``"auto"`` resolved); None: none.
-    metric_ : ndarray of shape (n_features, n_features) or None
-        The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` (the identity where
-        a model without a learnt metric was kept); None where no learning ran.
+    metric_ : ndarray of shape (n_encoded, n_encoded) or None
+        The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` on the encoded
+        columns (``table_encoding_``; a categorical column's levels one block with
+        one scale), the identity where a model without a learnt metric was kept;
+        None where no learning ran.
     metric_transform_ : ndarray of shape (n_features,) or (n_features, n_features), or None
         ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
         plain kernel machine on the rows ``X L``, in which ``centers_``,
         ``X_offset_`` and ``dual_coef_`` are expressed; None where no metric is
         applied.
-    feature_importances_ : ndarray of shape (n_features,)
-        ``diag(M)`` normalised to sum to 1 (for ``SelectFromModel``); defined only
-        where feature learning ran (``feature_learning_`` not None).
+    feature_importances_ : ndarray of shape (n_features_in_,)
+        Each input column's share of the learnt squared distances: ``M_jj`` times the
+        variance of the column the kernel sees, summed over the columns a category
+        becomes, normalised to sum to 1 (for ``SelectFromModel``); it does not depend
+        on a column's units.  Defined only where feature learning ran
+        (``feature_learning_`` not None).
+    table_encoding_ : TableEncoding
+        How each input column became columns of the matrix the kernel sees (the
+        encoded matrix of ``centers_``, ``metric_`` and ``dual_coef_``; see
+        :class:`skgpu_kernel.tables.TableEncoding`).
+    is_categorical_ : ndarray of shape (n_features_in_,), bool
+        The input columns taken as categorical (``categorical_features`` resolved).
+    column_scaling_ : {"standardize", "none"}
+        Whether the numeric columns were standardized on the training rows, or kept
+        in their units (already scaled, or sharing one range: see
+        :func:`skgpu_kernel.planning.columns.plan_column_scaling`).
     feature_learning_scores_ : list of float or None
         The held-out score (R^2 or accuracy) of each candidate: 0 the plain model,
         then the learning path's (its kernel with ``M = I``, then each learnt metric).
@@ -843,7 +929,8 @@ class AdaptiveKernelRegressor(RegressorMixin, _BaseAdaptiveKernel):
         -------
         self : object
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True, y_numeric=True)
+        X = self._encoded_table(X, reset=True)
+        y = self._checked_targets(X, y, multi_output=True, y_numeric=True)
         self._single_output = y.ndim == 1
         Y = y.reshape(-1, 1) if y.ndim == 1 else y
         return self._fit_targets(X, Y.astype(np.float64), sample_weight, stratify=None)
@@ -965,6 +1052,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         distributed=False,
         feature_learning="auto",
         feature_learning_iter=5,
+        categorical_features="from_dtype",
         class_weight=None,
     ):
         super().__init__(
@@ -998,6 +1086,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
             distributed=distributed,
             feature_learning=feature_learning,
             feature_learning_iter=feature_learning_iter,
+            categorical_features=categorical_features,
         )
         self.class_weight = class_weight
 
@@ -1018,7 +1107,8 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         -------
         self : object
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X = self._encoded_table(X, reset=True)
+        y = self._checked_targets(X, y)
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
         if self.classes_.shape[0] < 2:

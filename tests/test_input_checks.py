@@ -14,7 +14,7 @@ def _data():
     return X, (X[:, 0] > 0).astype(float)
 
 
-@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("estimator", [BufferedSGDRegressor, BufferedSGDClassifier])
 def test_inputs_whose_squares_overflow_float32_are_refused(estimator):
     X, y = _data()
     X[7, 2] = 1e300
@@ -22,6 +22,26 @@ def test_inputs_whose_squares_overflow_float32_are_refused(estimator):
         estimator(n_epochs=1).fit(X, y)
     X[7, 2] = 1e25  # finite in float32's range (3.4e38), but its square is not
     with pytest.raises(ValueError, match=r"X holds values up to 1e\+25"):
+        estimator(n_epochs=1).fit(X, y)
+
+
+@pytest.mark.parametrize("estimator", [AdaptiveKernelRegressor, AdaptiveKernelClassifier])
+def test_kernel_estimators_refuse_columns_kept_in_units_whose_squares_overflow(estimator):
+    X, y = _data()
+    X *= 1e25  # every column in one unit: kept as it is (skgpu_kernel.planning.columns)
+    with pytest.raises(ValueError, match=r"X holds values up to 2.\d+e\+25 .* float32 .* or use dtype='float64'"):
+        estimator(n_epochs=1).fit(X, y)
+
+
+@pytest.mark.parametrize("estimator", [AdaptiveKernelRegressor, AdaptiveKernelClassifier])
+def test_kernel_estimators_standardize_one_column_in_large_units_and_refuse_unmeasurable_spread(estimator):
+    X, y = _data()
+    X[7, 2] = 1e25  # a column in other units than the rest: standardized, so its squares are finite
+    model = estimator(n_epochs=1, random_state=0).fit(X, y)
+    assert model.column_scaling_ == "standardize"
+    assert np.all(np.isfinite(model.decision_function(X) if hasattr(model, "classes_") else model.predict(X)))
+    X[7, 2] = 1e300  # the column's variance overflows float64
+    with pytest.raises(ValueError, match=r"X holds values up to 1e\+300 .* overflow float64"):
         estimator(n_epochs=1).fit(X, y)
 
 

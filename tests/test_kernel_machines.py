@@ -345,11 +345,13 @@ def test_pickle_round_trip_and_cpu_fallback_for_a_cuda_model(digits):
 @pytest.mark.parametrize(
     ("X", "y", "error", "match"),
     [
-        (np.array([[1.0, np.nan], [0.0, 1.0]]), [0.0, 1.0], ValueError, "NaN"),
+        # NaN, strings and sparse matrices in X are taken (tests/test_tables.py); these are not.
         (np.array([[1.0, np.inf], [0.0, 1.0]]), [0.0, 1.0], ValueError, "infinity"),
+        (np.array([[1.0, -np.inf], [np.nan, 1.0]]), [0.0, 1.0], ValueError, "infinity"),
         (np.empty((0, 3)), [], ValueError, "0 sample"),
         (np.ones((4, 2, 2)), [0.0, 1.0, 0.0, 1.0], ValueError, "dim 3"),
-        (np.array([["a", "b"], ["c", "d"]]), [0.0, 1.0], ValueError, "string|float"),
+        (np.array([[{"a": 1}, 1.0], [2.0, 1.0]], dtype=object), [0.0, 1.0], TypeError, "string or a real number"),
+        (np.array([[1.0 + 1j, 1.0], [2.0, 1.0]]), [0.0, 1.0], ValueError, "[Cc]omplex"),
         (np.ones((3, 2)), [0.0, np.nan, 1.0], ValueError, "NaN"),
     ],
 )
@@ -358,10 +360,10 @@ def test_bad_training_input_names_the_problem(X, y, error, match):
         AdaptiveKernelRegressor(alpha=0.0).fit(X, y)
 
 
-def test_sparse_input_is_refused_with_a_type_error():
-    X = sp.csr_matrix(np.eye(4))
-    with pytest.raises(TypeError, match=r"[Ss]parse"):
-        AdaptiveKernelRegressor(alpha=0.0).fit(X, np.arange(4.0))
+def test_sparse_input_beyond_the_memory_budget_is_refused_by_size():
+    X = sp.csr_matrix(np.eye(64))  # 32 KiB dense
+    with pytest.raises(ValueError, match=r"sparse matrix of shape \(64, 64\).*0.00 GiB, over the memory budget"):
+        AdaptiveKernelRegressor(alpha=0.0, memory_budget=1024).fit(X, np.arange(64.0))
 
 
 def test_wrong_feature_count_at_predict():

@@ -27,7 +27,8 @@ SHELLS = {
 # What a shell may import from the package besides its family's pipeline: input
 # checks, prediction blocks, the probabilities of decision values (the temperature
 # itself is fitted in the pipeline), opening sources, resolving the runtime, names of
-# kernels, scaling rules and strategies (parameter types), the process group, and
+# kernels, scaling rules and strategies (parameter types), the process group, the
+# encoding of tables (categories, missing values, units: input checks that are fitted), and
 # the runner of a strategy's workers: the pipeline imports nothing from
 # ``parallel``, so the shell resolves where a fit trains (as it resolves the
 # device) and hands the runner down.
@@ -39,6 +40,7 @@ SHELL_IMPORTS = {
     "device",
     "kernels",
     "scaling",
+    "tables",
     "parallel.runner",
     "parallel.strategies",
     "process_group",

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform
+from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform, tied_to_blocks
 from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
 from ..calibration import HeldOutDecisions, fit_temperature
@@ -369,6 +369,7 @@ def _learning_path(request, training, rows, runtime):
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
+        agop = tied_to_blocks(agop, request.data.column_blocks)
         metric = metric_from_agop(agop, mode == "diagonal", AGOP_POWER)
         transform = np.asarray(metric_transform(torch.as_tensor(metric)))
     return path

@@ -127,6 +127,10 @@ class KernelFitInput:
         The same rows on the compute device, in ``X``'s dtype: the fit's one copy
         of them (:func:`with_rows_on_device`), which every stage takes its rows
         from; None: each stage copies its rows from ``X``.
+    column_blocks : tuple of ndarray
+        The columns of ``X`` that encode one categorical input column each (its
+        levels' indicators, at least two): one block of a learnt metric
+        (:func:`~skgpu_kernel.agop.tied_to_blocks`).
     """
 
     X: object
@@ -137,6 +141,7 @@ class KernelFitInput:
     n_centers: int | None = None
     continuation: KernelContinuation | None = None
     X_device: torch.Tensor | None = None
+    column_blocks: tuple = ()
 
     @property
     def uses_centers(self):
