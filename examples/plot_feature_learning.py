@@ -21,7 +21,8 @@ fitted again on every row.
 
 This example fits ``y = sin(3 x_0) + x_1 x_2`` with 20 more features the target
 does not depend on, with and without feature learning, and plots the learnt
-importances (the diagonal of ``M``, ``feature_importances_``) and the held-out
+importances (the diagonal of ``M`` times each feature's variance, normalised:
+``feature_importances_``) and the held-out
 score of each candidate.
 """
 
@@ -63,7 +64,7 @@ fig, (ax_importance, ax_scores) = plt.subplots(1, 2, figsize=(10, 3.8))
 colors = ["tab:red"] * 3 + ["tab:gray"] * (N_FEATURES - 3)
 ax_importance.bar(np.arange(N_FEATURES), learnt.feature_importances_, color=colors)
 ax_importance.set_xlabel("feature (red: the three the target depends on)")
-ax_importance.set_ylabel("feature_importances_ (diag of M, sum 1)")
+ax_importance.set_ylabel("feature_importances_ (diag(M) var, sum 1)")
 ax_importance.set_title("Learnt importances")
 iterations = np.arange(len(learnt.feature_learning_scores_))
 ax_scores.plot(iterations, learnt.feature_learning_scores_, "o-")

@@ -674,7 +674,7 @@ default="from_dtype"
         object columns of strings), and a numpy object array's columns of strings; a
         boolean mask, integer indices or column names choose them; None: none.  Each
         becomes one 0/1 column per level seen in ``fit`` (one column for two levels),
-        the 100 most frequent levels keeping their own and the rest sharing one;
+        the 255 most frequent levels keeping their own and the rest sharing one;
         missing values are a level of their own; a level unknown at ``predict`` is
         equidistant from every known one.  Numeric columns may hold NaN (imputed by
         the training mean, with an indicator column where ``fit`` saw any), and are

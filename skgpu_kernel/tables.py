@@ -56,7 +56,10 @@ __all__ = [
 ]
 
 # Levels of a categorical column with a column of their own; the rest share one.
-MAX_CATEGORY_LEVELS = 100
+# HistGradientBoosting's limit on a category's levels.  A smaller cap pools levels that
+# carry the signal: at 100, VietNamI's 194 communes (each about 140 rows) lost 94 to the
+# shared column, and the test MSE rose from 0.177 to 0.255 (split 0).
+MAX_CATEGORY_LEVELS = 255
 # Bytes of the float64 block of rows the column statistics read at once: a block of a
 # few MB stays in cache (Fashion-MNIST's 60000 x 784 pixels: 0.1 s, against 5 s in
 # blocks of 65536 rows).

@@ -16,7 +16,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import AdaptiveKernelClassifier
 from skgpu_kernel.calibration import HeldOutDecisions, fit_temperature, log_probabilities
-from skgpu_kernel.solvers import feature_learning
+from skgpu_kernel.planning import agop as planning_agop
 
 
 def _sampled(n, n_classes, temperature, seed=0):
@@ -108,7 +108,7 @@ def test_the_held_out_fit_leaves_the_model_as_it_is_without_it(cancer, monkeypat
     X, _, y, _ = cancer
     params = {"feature_learning": None, "random_state": 0}
     calibrated = AdaptiveKernelClassifier(**params).fit(X, y)
-    monkeypatch.setattr(feature_learning, "CALIBRATION_MIN_ROWS", 10**9)
+    monkeypatch.setattr(planning_agop, "CALIBRATION_MIN_ROWS", 10**9)
     plain = AdaptiveKernelClassifier(**params).fit(X, y)
     assert plain.calibration_temperature_ == 1.0 and calibrated.calibration_temperature_ != 1.0
     np.testing.assert_array_equal(calibrated.dual_coef_, plain.dual_coef_)
@@ -135,3 +135,19 @@ def test_probabilities_in_scikit_learns_meta_estimators():
     uniform = log_loss(y_test, np.full((len(y_test), 3), 1 / 3))
     for model in (search, voting, stacking, calibrated):
         assert log_loss(y_test, model.predict_proba(X_test)) < 0.5 * uniform
+
+
+@pytest.mark.parametrize(
+    ("classifier", "learning", "n_samples", "in_memory", "distributed", "held_out"),
+    [
+        (True, None, 100, True, False, True),  # from CALIBRATION_MIN_ROWS on
+        (True, None, 99, True, False, False),
+        (False, None, 10_000, True, False, False),  # a regressor has no probabilities
+        (True, "diagonal", 10_000, True, False, False),  # feature learning's split calibrates
+        (True, None, 10_000, False, False, False),  # a memory map would be copied
+        (True, None, 10_000, True, True, False),  # a process group's rows
+    ],
+)
+def test_the_calibration_split_rule(classifier, learning, n_samples, in_memory, distributed, held_out):
+    rule = planning_agop.plan_calibration_split(classifier, learning, n_samples, in_memory, distributed)
+    assert rule is held_out

@@ -19,11 +19,13 @@ __all__ = [
     "AGOP_MAX_ROWS",
     "AGOP_MIN_ROWS",
     "AUTO_LEARNING_MIN_ROWS",
+    "CALIBRATION_MIN_ROWS",
     "LEARNING_COST_SHARE",
     "LEARNING_PATH_MAX_ROWS",
     "AGOPPlan",
     "agop_rows",
     "plan_agop",
+    "plan_calibration_split",
     "plan_feature_learning",
     "plan_learning_rows",
 ]
@@ -34,6 +36,10 @@ __all__ = [
 # power to see only large gains; over 5 seeded splits of the 6 sets below (214 to
 # 1475 rows) it never kept one, so learning cost 1.3-3x the time for nothing.
 AUTO_LEARNING_MIN_ROWS = 2_000
+# A classifier fitted without feature learning holds rows out for its probabilities'
+# temperature from this many rows on (10 held-out rows at the default fraction); below,
+# its temperature is 1.
+CALIBRATION_MIN_ROWS = 100
 # Up to this many rows the learning path's candidates are fitted on every training
 # row: there the learnt metric was kept on Computers (-25% MSE), VietNamI (-20%) and
 # LetterRecognition (-5% error).  Above, on all 4 sets measured (CPSSW8, 61k rows;
@@ -214,6 +220,31 @@ def plan_feature_learning(requested, n_samples, learnable, in_memory=True, distr
     if learnable and in_memory and not distributed and n_samples >= AUTO_LEARNING_MIN_ROWS:
         return "diagonal"
     return None
+
+
+def plan_calibration_split(classifier, learning, n_samples, in_memory=True, distributed=False):
+    """Whether a fit without feature learning holds rows out to calibrate a classifier's probabilities.
+
+    Feature learning's own held-out split calibrates where it runs; without it, a
+    classifier with at least ``CALIBRATION_MIN_ROWS`` rows in memory, in one
+    process, fits its plain model once more on the split's other rows (the
+    probabilities' temperature; ``skgpu_kernel.calibration``).
+
+    Parameters
+    ----------
+    classifier : bool
+    learning : {"diagonal", "full"} or None
+        The feature learning the fit runs (:func:`plan_feature_learning`).
+    n_samples : int
+    in_memory, distributed : bool
+        As for :func:`plan_feature_learning`: the split would copy memory-mapped
+        rows, and a process group's data is not one process's to hold out.
+
+    Returns
+    -------
+    bool
+    """
+    return classifier and learning is None and in_memory and not distributed and n_samples >= CALIBRATION_MIN_ROWS
 
 
 def plan_learning_rows(n_samples, n_centers, n_iter):

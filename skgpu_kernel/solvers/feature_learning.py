@@ -51,7 +51,7 @@ from ..buffer import is_out_of_core
 from ..calibration import HeldOutDecisions, fit_temperature
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
-from ..planning.agop import plan_agop, plan_feature_learning, plan_learning_rows
+from ..planning.agop import plan_agop, plan_calibration_split, plan_feature_learning, plan_learning_rows
 from ..splits import holdout_split
 from .kernel_fit import (
     fit_kernel_model,
@@ -64,7 +64,6 @@ from .kernel_fit import (
 
 __all__ = [
     "AGOP_POWER",
-    "CALIBRATION_MIN_ROWS",
     "FEATURE_LEARNING_MODES",
     "FEATURE_LEARNING_PATIENCE",
     "LEARNING_KERNEL",
@@ -94,10 +93,6 @@ FEATURE_LEARNING_PATIENCE = 2
 # held-out rows) a learnt metric scored 0.12 better on them and 0.17 worse on the
 # test rows.
 LEARNING_MARGIN_SE = 2.0
-# A classifier fitted without feature learning holds rows out for its probabilities'
-# temperature from this many rows on (10 held-out rows at the default fraction); below,
-# its temperature is 1.
-CALIBRATION_MIN_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -183,10 +178,9 @@ def fit_with_feature_learning(request, runtime):
     if requested in FEATURE_LEARNING_MODES:
         _check_learnable(request)  # an explicit request fails before any fit
     learnable = requested != "auto" or _learnable(request)
-    in_memory = not is_out_of_core(data.X)
-    mode = plan_feature_learning(requested, data.X.shape[0], learnable, in_memory, runtime.group is not None)
-    calibrated = parameters.classifier and in_memory and runtime.group is None
-    if mode is None and calibrated and data.X.shape[0] >= CALIBRATION_MIN_ROWS:
+    in_memory, distributed, n_samples = not is_out_of_core(data.X), runtime.group is not None, data.X.shape[0]
+    mode = plan_feature_learning(requested, n_samples, learnable, in_memory, distributed)
+    if plan_calibration_split(parameters.classifier, mode, n_samples, in_memory, distributed):
         return _held_out_plain(request, runtime)
     if mode is None:
         return FeatureLearningResult(fit_kernel_model(request, runtime))
