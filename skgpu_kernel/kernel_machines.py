@@ -153,7 +153,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """``X`` as the kernel sees it: checked, and encoded by the table encoding (fitted when ``reset``).
 
         Numeric arrays, sparse matrices and DataFrames with categories, strings and
-        missing values are taken (:mod:`skgpu_kernel.tables`); a warm start keeps the
+        missing values are taken (``skgpu_kernel.tables``); a warm start keeps the
         encoding of the fit it continues.
         """
         if not hasattr(X, "iloc"):
@@ -679,7 +679,7 @@ default="from_dtype"
         equidistant from every known one.  Numeric columns may hold NaN (imputed by
         the training mean, with an indicator column where ``fit`` saw any), and are
         standardized when they are in different units (``column_scaling_``).  See
-        :ref:`tables` and :mod:`skgpu_kernel.tables`.
+        :ref:`tables` and ``skgpu_kernel.tables``.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -842,7 +842,7 @@ _COMMON_ATTRIBUTES = """
         plain kernel machine on the rows ``X L``, in which ``centers_``,
         ``X_offset_`` and ``dual_coef_`` are expressed; None where no metric is
         applied.
-    feature_importances_ : ndarray of shape (n_features_in_,)
+    feature_importances_ : ndarray of shape (n_features,)
         Each input column's share of the learnt squared distances: ``M_jj`` times the
         variance of the column the kernel sees, summed over the columns a category
         becomes, normalised to sum to 1 (for ``SelectFromModel``); it does not depend
@@ -852,7 +852,7 @@ _COMMON_ATTRIBUTES = """
         How each input column became columns of the matrix the kernel sees (the
         encoded matrix of ``centers_``, ``metric_`` and ``dual_coef_``; see
         :class:`skgpu_kernel.tables.TableEncoding`).
-    is_categorical_ : ndarray of shape (n_features_in_,), bool
+    is_categorical_ : ndarray of shape (n_features,), bool
         The input columns taken as categorical (``categorical_features`` resolved).
     column_scaling_ : {"standardize", "none"}
         Whether the numeric columns were standardized on the training rows, or kept
@@ -864,7 +864,7 @@ _COMMON_ATTRIBUTES = """
     feature_learning_iteration_ : int or None
         The candidate kept (0: the plain model).
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape ``(n_features_in_,)``
+    feature_names_in_ : ndarray of shape ``(n_features,)``
         Defined when ``X`` has string feature names.
 """
 
