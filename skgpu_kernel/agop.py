@@ -32,7 +32,7 @@ from .device import resolve_memory_budget
 from .operators import EvaluatedOperator
 from .planning.agop import plan_agop
 
-__all__ = ["average_gradient_outer_product", "metric_from_agop", "metric_transform", "tied_to_blocks"]
+__all__ = ["average_gradient_outer_product", "block_diagonal", "metric_from_agop", "metric_transform"]
 
 
 def average_gradient_outer_product(
@@ -157,40 +157,48 @@ def _weighted_agop(gradient_kernel, rows, centers, coef, weights, diagonal, plan
     return total / weights.sum()
 
 
-def tied_to_blocks(agop, blocks):
-    """The AGOP with each block of features (a category's one-hot columns) one scale, as xRFM's block-diagonal AGOP.
+def block_diagonal(agop, blocks, diagonal=False):
+    """The AGOP with each block of features (a category's one-hot columns) one block of the metric, as xRFM's.
 
-    A block's columns are the levels of one categorical input column: the kernel
-    should see the column, not each level, so its entries become the block's mean
-    diagonal entry times the identity, and a full AGOP loses the block's entries
-    with every other feature.  What is left is block-diagonal with positive
-    semi-definite blocks (the other features' principal submatrix), so the metric's
-    power stays defined.
+    A block's columns are the levels of one categorical input column: the metric
+    keeps the AGOP's entries among them, which learn how far apart the levels are
+    (a full block can place them on a line, as a tree sorts levels by their
+    effect), and drops their entries with every other feature.  A diagonal metric
+    keeps one scale per other feature, its diagonal entry; a full one keeps the
+    other features' entries among themselves.  Every kept block is a principal
+    submatrix of the positive semi-definite AGOP, so the result is positive
+    semi-definite too and the metric's power stays defined.
 
     Parameters
     ----------
-    agop : Tensor of shape (d, d), or (d,) for its diagonal
+    agop : Tensor of shape (d, d), or (d,) for its diagonal without blocks
+        From :func:`average_gradient_outer_product`; with blocks it must be the
+        full matrix.
     blocks : sequence of index arrays
         The features of each block (at least two each; disjoint).
+    diagonal : bool, default=False
+        Whether the features outside the blocks keep one scale each.
 
     Returns
     -------
-    Tensor
-        A new tensor (``agop`` itself without blocks).
+    Tensor of shape (d, d), or (d,) for a diagonal metric without blocks
+        ``agop`` itself where it stays as it is: no blocks and a full metric, or
+        no blocks and a diagonal one given as its diagonal (a matrix ``agop`` with
+        ``diagonal`` and no blocks becomes its diagonal).
     """
     if not len(blocks):
-        return agop
-    tied = agop.clone()
-    for block in blocks:
-        index = torch.as_tensor(block, device=agop.device)
-        if agop.ndim == 1:
-            tied[index] = agop[index].mean()
-            continue
-        scale = agop[index, index].mean()
-        tied[index, :] = 0.0
-        tied[:, index] = 0.0
-        tied[index, index] = scale
-    return tied
+        return agop.diagonal() if diagonal and agop.ndim == 2 else agop
+    if agop.ndim != 2:
+        raise ValueError(f"Blocks of features need the (d, d) AGOP, got shape {tuple(agop.shape)}.")
+    kept = torch.diag(agop.diagonal()) if diagonal else agop.clone()
+    indices = [torch.as_tensor(block, device=agop.device) for block in blocks]
+    for index in indices:
+        kept[index, :] = 0.0
+        kept[:, index] = 0.0
+    for index in indices:
+        square = (index.unsqueeze(1), index.unsqueeze(0))
+        kept[square] = agop[square]
+    return kept
 
 
 def metric_from_agop(agop, diagonal=False, power=0.5):

@@ -164,6 +164,32 @@ class TableEncoding:
         """For each encoded column, the input column it comes from (``feature_importances_`` sums over them)."""
         return np.repeat(np.arange(len(self.columns)), [column.width for column in self.columns])
 
+    def squared_distance_shares(self, X, metric):
+        """Each input column's part of the mean squared distance under ``metric``, on the encoded rows ``X``.
+
+        ``tr(M_BB Cov_BB)``, ``B`` the encoded columns of the input column: ``M_jj``
+        times the variance for a column kept as one, the block's levels together
+        for a category (the squared distance between two rows drawn at random is
+        twice the sum over the blocks, where ``M`` has no entries between them).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features_out)
+            Encoded rows (:meth:`transform`).
+        metric : ndarray of shape (n_features_out, n_features_out)
+
+        Returns
+        -------
+        ndarray of shape (n_columns,)
+        """
+        shares = np.bincount(
+            self.input_column, weights=np.diag(metric) * column_variances(X), minlength=len(self.columns)
+        )
+        for block in self.categorical_blocks:
+            square = np.ix_(block, block)
+            shares[self.input_column[block[0]]] = float(np.sum(metric[square] * _covariance(X, block)))
+        return shares
+
     def transform(self, X, memory_budget=None):
         """The kernel's float matrix for ``X`` (validated as in ``fit``)."""
         X = _dense(X, memory_budget)
@@ -275,6 +301,23 @@ def categorical_mask(X, categorical_features, feature_names=None):
 def column_variances(X):
     """Each column's variance (float64, population), read in row blocks."""
     return _column_statistics(X).std ** 2
+
+
+def _covariance(X, columns):
+    """The (population) covariance matrix of ``X[:, columns]``, read in row blocks.
+
+    For 0/1 indicator columns: their moments about zero do not cancel.
+    """
+    width = len(columns)
+    products, sums = np.zeros((width, width)), np.zeros(width)
+    rows = max(1, _BLOCK_BYTES // (8 * max(width, 1)))
+    for start in range(0, X.shape[0], rows):
+        part = np.asarray(X[start : start + rows, columns], dtype=np.float64)
+        products += part.T @ part
+        sums += part.sum(axis=0)
+    n_rows = max(X.shape[0], 1)
+    mean = sums / n_rows
+    return products / n_rows - np.outer(mean, mean)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 from numpy.testing import assert_allclose, assert_array_equal
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
-from skgpu_kernel.agop import tied_to_blocks
+from skgpu_kernel.agop import block_diagonal
 from skgpu_kernel.planning.columns import plan_column_scaling
 from skgpu_kernel.tables import MAX_CATEGORY_LEVELS, fit_table_encoding
 
@@ -226,37 +226,72 @@ def test_the_units_rule(low, high, mean, std, indicators, standardize):
     assert plan_column_scaling(low, high, mean, std, indicators).standardize is standardize
 
 
-def test_tied_blocks_make_each_category_one_scale_of_a_positive_semidefinite_metric():
+def test_block_diagonal_keeps_each_category_one_positive_semidefinite_block():
     rng = np.random.RandomState(0)
     root = torch.as_tensor(rng.randn(6, 6))
     agop = root @ root.T
-    blocks = (np.array([1, 2, 3]),)
-    tied = tied_to_blocks(agop, blocks)
-    scale = agop[1:4, 1:4].diagonal().mean()
-    assert_allclose(tied[1:4, 1:4].numpy(), scale.item() * np.eye(3), atol=1e-12)
-    assert_array_equal(tied[1:4, [0, 4, 5]].numpy(), 0.0)
-    assert_array_equal(tied[np.ix_([0, 4, 5], [0, 4, 5])].numpy(), agop[np.ix_([0, 4, 5], [0, 4, 5])].numpy())
-    assert torch.linalg.eigvalsh(tied).min() >= -1e-12
-    diagonal = tied_to_blocks(agop.diagonal(), blocks)
-    assert_allclose(diagonal[1:4].numpy(), scale.item())
-    assert tied_to_blocks(agop, ()) is agop
+    inside, outside = np.array([1, 2, 3]), np.array([0, 4, 5])
+    full = block_diagonal(agop, (inside,))
+    assert_array_equal(full[np.ix_(inside, inside)].numpy(), agop[np.ix_(inside, inside)].numpy())
+    assert_array_equal(full[np.ix_(inside, outside)].numpy(), 0.0)
+    assert_array_equal(full[np.ix_(outside, outside)].numpy(), agop[np.ix_(outside, outside)].numpy())
+    diagonal = block_diagonal(agop, (inside,), diagonal=True)
+    assert_array_equal(diagonal[np.ix_(inside, inside)].numpy(), agop[np.ix_(inside, inside)].numpy())
+    assert_array_equal(diagonal[np.ix_(outside, outside)].numpy(), np.diag(agop.diagonal()[outside].numpy()))
+    assert_array_equal(diagonal[np.ix_(inside, outside)].numpy(), 0.0)
+    for kept in (full, diagonal):
+        assert torch.linalg.eigvalsh(kept).min() >= -1e-12
+    assert block_diagonal(agop, ()) is agop
+    assert_array_equal(block_diagonal(agop, (), diagonal=True).numpy(), agop.diagonal().numpy())
+    with pytest.raises(ValueError, match="the \\(d, d\\) AGOP"):
+        block_diagonal(agop.diagonal(), (inside,), diagonal=True)
+
+
+def _region_table(n=400):
+    """Age and a region of four levels, of which only "north" moves the target, and eight noise columns."""
+    rng = np.random.RandomState(0)
+    frame = pd.DataFrame({f"noise{k}": rng.randn(n) for k in range(8)})  # columns a metric should shrink
+    frame.insert(0, "age", rng.uniform(18, 90, n))
+    frame.insert(1, "region", pd.Categorical(rng.choice(["east", "north", "south", "west"], n)))
+    y = np.sin(frame["age"].to_numpy() / 8) + (frame["region"] == "north").to_numpy() + 0.05 * rng.randn(n)
+    return frame, y
 
 
 @pytest.mark.parametrize("mode", ["diagonal", "full"])
-def test_a_learnt_metric_gives_each_categorical_column_one_scale(mode):
-    rng = np.random.RandomState(0)
-    n = 400
-    frame = pd.DataFrame({f"noise{k}": rng.randn(n) for k in range(8)})  # columns a metric should shrink
-    frame.insert(0, "age", rng.uniform(18, 90, n))
-    frame.insert(1, "region", pd.Categorical(rng.choice(["north", "south", "east", "west"], n)))
-    y = np.sin(frame["age"].to_numpy() / 8) + (frame["region"] == "north").to_numpy() + 0.05 * rng.randn(n)
+def test_a_learnt_metric_keeps_each_categorical_column_one_block_that_tells_its_levels_apart(mode):
+    frame, y = _region_table()
     model = AdaptiveKernelRegressor(random_state=0, feature_learning=mode, dtype="float64").fit(frame, y)
     assert model.feature_learning_iteration_ > 0  # a learnt metric was kept
-    region = np.arange(1, 5)  # after age
-    block = model.metric_[np.ix_(region, region)]
-    assert_allclose(block, block[0, 0] * np.eye(4), rtol=1e-10, atol=1e-12)
+    region = np.arange(1, 5)  # after age: east, north, south, west
     others = np.setdiff1d(np.arange(model.metric_.shape[0]), region)
-    # zero up to the rounding of the full metric's matrix power (its largest entry is 1)
+    # zero up to the rounding of the metric's matrix power (its largest entry is 1)
     assert_allclose(model.metric_[np.ix_(region, others)], 0.0, atol=1e-12)
+    if mode == "diagonal":
+        noise = others[others > 0]
+        assert_allclose(model.metric_[np.ix_(noise, noise)], np.diag(np.diag(model.metric_)[noise]), atol=1e-12)
+    block = model.metric_[np.ix_(region, region)]
+    levels = np.eye(4)
+
+    def squared_distance(a, b):
+        return (levels[a] - levels[b]) @ block @ (levels[a] - levels[b])
+
+    # only "north" moves the target: the block sets it apart from the three levels that do not
+    for other in (0, 2, 3):
+        assert squared_distance(1, other) > 4 * squared_distance(0, 2)
     assert model.feature_importances_.shape == (10,)
     assert model.feature_importances_[0] > 0.5 and model.feature_importances_[2:].max() < 0.01
+
+
+def test_importances_count_a_category_block_with_its_covariance():
+    frame, y = _region_table()
+    model = AdaptiveKernelRegressor(random_state=0, feature_learning="full", dtype="float64").fit(frame, y)
+    region = np.flatnonzero(model.table_encoding_.input_column == 1)
+    block = model.metric_[np.ix_(region, region)]
+    assert np.abs(block - np.diag(np.diag(block))).max() > 0.01  # the block's entries between levels count
+    encoded = model.table_encoding_.transform(frame)
+    covariance = np.cov(encoded, rowvar=False, bias=True)
+    shares = []
+    for column in range(frame.shape[1]):
+        block = np.flatnonzero(model.table_encoding_.input_column == column)
+        shares.append(np.sum(model.metric_[np.ix_(block, block)] * covariance[np.ix_(block, block)]))
+    assert_allclose(model.feature_importances_, np.array(shares) / np.sum(shares), rtol=1e-10)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..agop import average_gradient_outer_product, metric_from_agop, metric_transform, tied_to_blocks
+from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
 from ..calibration import HeldOutDecisions, fit_temperature
@@ -348,6 +348,9 @@ def _learning_path(request, training, rows, runtime):
     parameters = request.parameters
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
     path_parameters, transform, path = _path_parameters(parameters), None, []
+    # A category's block of the metric needs the AGOP's entries among its levels.
+    blocks = request.data.column_blocks
+    diagonal_agop = mode == "diagonal" and not len(blocks)
     plan = tune_kernel(request.with_parameters(path_parameters), runtime).pinned()
     training = training.with_parameters(path_parameters)
     for step in range(n_iter + 1):
@@ -358,13 +361,13 @@ def _learning_path(request, training, rows, runtime):
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
-        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, mode, runtime))
+        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, diagonal_agop, runtime))
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
-        agop = tied_to_blocks(agop, request.data.column_blocks)
-        metric = metric_from_agop(agop, mode == "diagonal", AGOP_POWER)
+        agop = block_diagonal(agop, blocks, mode == "diagonal")
+        metric = metric_from_agop(agop, agop.ndim == 1, AGOP_POWER)
         transform = np.asarray(metric_transform(torch.as_tensor(metric)))
     return path
 
@@ -432,13 +435,13 @@ def _fresh(runtime):
     return dataclasses.replace(runtime, rng=copy.deepcopy(runtime.rng), generator=generator)
 
 
-def _input_space_agop(fit, fitted_on, transform, mode, runtime):
+def _input_space_agop(fit, fitted_on, transform, diagonal, runtime):
     """The AGOP of ``fit``'s predictor in the input coordinates: ``L G L^T`` of its AGOP ``G`` in ``X L``.
 
     ``fitted_on`` is the data ``fit`` was fitted on (the rows ``X L``): the rows and
     the centers are taken from its device copy where it has one.
 
-    For a diagonal mode only the diagonal is computed (``L`` is then diagonal too,
+    With ``diagonal`` only the diagonal is computed (``L`` is then diagonal too,
     and ``diag(L G L) = L^2 diag(G)``).  Where the device runs out of memory, the
     AGOP is computed again with half the rows per block (the same subsample), each
     halving recorded in the fit's ``fit_attempts_``.
@@ -454,7 +457,6 @@ def _input_space_agop(fit, fitted_on, transform, mode, runtime):
     itemsize = torch.finfo(dtype).bits // 8
     plan = plan_agop(n_rows, n_features, centers.shape[0], coef.shape[1], itemsize, runtime.budget, device.type)
     weights = torch.as_tensor(fitted_on.weights, dtype=torch.float64, device=device)
-    diagonal = mode == "diagonal"
 
     def agop_in_blocks(row_block):
         blocks = dataclasses.replace(plan, row_block=row_block)
@@ -469,7 +471,8 @@ def _input_space_agop(fit, fitted_on, transform, mode, runtime):
         return agop
     if diagonal:
         return transform**2 * agop
-    return transform @ agop @ transform.T
+    factor = np.diag(transform) if transform.ndim == 1 else transform
+    return factor @ agop @ factor.T
 
 
 def _seed(runtime):

@@ -130,7 +130,7 @@ class KernelFitInput:
     column_blocks : tuple of ndarray
         The columns of ``X`` that encode one categorical input column each (its
         levels' indicators, at least two): one block of a learnt metric
-        (:func:`~skgpu_kernel.agop.tied_to_blocks`).
+        (:func:`~skgpu_kernel.agop.block_diagonal`).
     """
 
     X: object
