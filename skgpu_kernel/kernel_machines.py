@@ -647,8 +647,9 @@ default="eigenpro"
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
         (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
         ``"diagonal"`` learns one scale per feature (and, for a categorical
-        column, a block over its levels), ``"full"`` a Mahalanobis metric.  ``"auto"`` is ``"diagonal"`` from 2000 rows in memory, in one
-        process, for a kernel that declares its gradient, and no learning
+        column, a block over its levels), ``"full"`` a Mahalanobis metric.
+        ``"auto"`` is ``"diagonal"`` from 2000 rows in memory, in one process, for
+        a kernel that declares its gradient, and no learning
         otherwise: measured on the real-data benchmark, learning never paid
         below, where it cost 1.3-3x the fit time
         (:func:`~skgpu_kernel.planning.agop.plan_feature_learning`); the choice is
