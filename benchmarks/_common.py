@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: child processes, machine and memory reports."""
+"""Helpers shared by the benchmark scripts: child processes, machine reports, memory, means and standard errors."""
 
 import argparse
 import multiprocessing
@@ -8,6 +8,7 @@ import queue as queue_module
 import resource
 import signal
 
+import numpy as np
 import torch
 
 
@@ -122,3 +123,10 @@ def print_table_header(columns):
     """A markdown table's header: the first column left-aligned, the others right-aligned."""
     print("| " + " | ".join(columns) + " |")
     print("|---|" + "---:|" * (len(columns) - 1))
+
+
+def mean_and_standard_error(values):
+    """``(mean, standard error)`` of ``values`` (NaN error for a single value)."""
+    values = np.asarray(values, dtype=np.float64)
+    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return values.mean(), se

@@ -29,7 +29,7 @@ import argparse
 import time
 
 import numpy as np
-from _common import machine_description, publish
+from _common import machine_description, mean_and_standard_error, publish
 
 SPLITS = {"digits": 5, "LetterRecognition": 3, "FashionMNIST": 1}
 KEPT, STANDARDIZED = "kept (the rule)", "standardized"
@@ -95,12 +95,6 @@ def measure(name):
     return X.shape, results
 
 
-def _mean_se(values):
-    values = np.asarray(values, dtype=np.float64)
-    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
-    return values.mean(), se
-
-
 def report(tables):
     lines = [
         "| table | shape | variant | test error ± SE | fit s (median) | kernel evaluated |",
@@ -109,14 +103,14 @@ def report(tables):
     summary = ["", "| table | standardized - kept (paired) | fit time standardized / kept |", "|---|---|---:|"]
     for name, (shape, results) in tables.items():
         for variant, record in results.items():
-            mean, se = _mean_se(record["errors"])
+            mean, se = mean_and_standard_error(record["errors"])
             how = "; ".join(sorted(record["how"]))
             lines.append(
                 f"| {name} | {shape[0]} x {shape[1]} (all rows) | {variant} | {mean:.4f} ± {se:.4f} | "
                 f"{np.median(record['seconds']):.2f} | {how} |"
             )
         difference = np.subtract(results[STANDARDIZED]["errors"], results[KEPT]["errors"])
-        mean, se = _mean_se(difference)
+        mean, se = mean_and_standard_error(difference)
         ratio = np.median(results[STANDARDIZED]["seconds"]) / np.median(results[KEPT]["seconds"])
         summary.append(f"| {name} | {mean:+.4f} ± {se:.4f} | {ratio:.2f} |")
     return "\n".join(lines + summary)

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from _common import machine_description, publish
+from _common import machine_description, mean_and_standard_error, publish
 from bench_real_data import XRFMBaseline, our_estimator, xrfm_unavailable
 
 
@@ -190,18 +190,12 @@ def split_scores(table, frame, y, seed, xrfm_max_rows):
     return fits
 
 
-def _mean_se(values):
-    values = np.asarray(values, dtype=np.float64)
-    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
-    return values.mean(), se
-
-
 def summarize(name, table, per_split, n_rows):
     """Markdown rows of one table, and its summary numbers."""
     methods = list(per_split[0])
     lines = []
     for method in methods:
-        error, se = _mean_se([split[method].error for split in per_split])
+        error, se = mean_and_standard_error([split[method].error for split in per_split])
         log_loss = np.mean([split[method].log_loss for split in per_split])
         auc = np.mean([split[method].auc for split in per_split])
         seconds = np.median([split[method].seconds for split in per_split])
@@ -209,12 +203,12 @@ def summarize(name, table, per_split, n_rows):
             f"| {name} | {n_rows} | {method} | {error:.5g} ± {se:.2g} | {log_loss:.4g} | {auc:.4g} | {seconds:.2f} |"
         )
     errors = {method: np.array([split[method].error for split in per_split]) for method in methods}
-    versus_pipeline = _mean_se(errors[OURS_CATEGORIES] - errors[OURS_HAND_BUILT])
+    versus_pipeline = mean_and_standard_error(errors[OURS_CATEGORIES] - errors[OURS_HAND_BUILT])
     summary = {
         "table": name,
         "task": table.task,
         "raw minus hand-built": versus_pipeline,
-        "strings minus categories": _mean_se(errors[OURS_STRINGS] - errors[OURS_CATEGORIES]),
+        "strings minus categories": mean_and_standard_error(errors[OURS_STRINGS] - errors[OURS_CATEGORIES]),
         "error / HGB": errors[OURS_CATEGORIES].mean() / errors[HGB].mean(),
         "seconds / HGB": _median_seconds(per_split, OURS_CATEGORIES) / _median_seconds(per_split, HGB),
         "scaling": per_split[0][OURS_CATEGORIES].notes["scaling"],

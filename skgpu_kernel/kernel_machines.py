@@ -677,7 +677,8 @@ default="from_dtype"
         becomes one 0/1 column per level seen in ``fit`` (one column for two levels),
         the 255 most frequent levels keeping their own and the rest sharing one;
         missing values are a level of their own; a level unknown at ``predict`` is
-        equidistant from every known one.  Numeric columns may hold NaN (imputed by
+        zeros across its block, equidistant from every known level in the plain
+        kernel.  Numeric columns may hold NaN (imputed by
         the training mean, with an indicator column where ``fit`` saw any), and are
         standardized when they are in different units (``column_scaling_``).  See
         :ref:`tables` and ``skgpu_kernel.tables``.
@@ -836,8 +837,8 @@ _COMMON_ATTRIBUTES = """
     metric_ : ndarray of shape (n_encoded, n_encoded) or None
         The learnt metric ``M`` of the kernel ``k(||x - z||_M)`` on the encoded
         columns (``table_encoding_``; a categorical column's levels one block, with
-        no entries to the other columns), the identity where a model without a learnt metric was kept;
-        None where no learning ran.
+        no entries to the other columns), the identity where a model without a
+        learnt metric was kept; None where no learning ran.
     metric_transform_ : ndarray of shape (n_features,) or (n_features, n_features), or None
         ``L`` with ``M = L L^T`` (a vector for a diagonal ``L``): the model is the
         plain kernel machine on the rows ``X L``, in which ``centers_``,
@@ -845,8 +846,8 @@ _COMMON_ATTRIBUTES = """
         applied.
     feature_importances_ : ndarray of shape (n_features,)
         Each input column's share of the learnt squared distances: ``M_jj`` times the
-        variance of the column the kernel sees, summed over the columns a category
-        becomes, normalised to sum to 1 (for ``SelectFromModel``); it does not depend
+        variance of the column the kernel sees, ``tr(M_BB Cov_BB)`` over the block
+        ``B`` of columns a category becomes, normalised to sum to 1 (for ``SelectFromModel``); it does not depend
         on a column's units.  Defined only where feature learning ran
         (``feature_learning_`` not None).
     table_encoding_ : TableEncoding

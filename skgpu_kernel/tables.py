@@ -19,8 +19,9 @@ The rules:
   indicator.  Ordered categories are taken as unordered.  Missing values (None,
   NaN, ``pd.NA``) seen in ``fit`` are a level of their own.
 - **An unknown level at predict** (never seen in ``fit``, or missing where ``fit``
-  had no missing value) is equidistant from every known level: zeros across a
-  one-hot block, 0.5 in a two-level column.
+  had no missing value) is zeros across a one-hot block, 0.5 in a two-level
+  column: equidistant from every known level in the plain kernel (a learnt
+  metric's block puts it at squared distance ``M_ll`` from level ``l``).
 - **Many levels**: the ``MAX_CATEGORY_LEVELS`` most frequent keep a column each and
   the rest share one, so that an identifier with thousands of levels adds at most
   ``MAX_CATEGORY_LEVELS + 2`` columns.

@@ -348,7 +348,8 @@ def _learning_path(request, training, rows, runtime):
     parameters = request.parameters
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
     path_parameters, transform, path = _path_parameters(parameters), None, []
-    # A category's block of the metric needs the AGOP's entries among its levels.
+    # A category's block of the metric needs the AGOP's entries among its levels: the
+    # AGOP, the metric and L are vectors only for a diagonal mode without blocks.
     blocks = request.data.column_blocks
     diagonal_agop = mode == "diagonal" and not len(blocks)
     plan = tune_kernel(request.with_parameters(path_parameters), runtime).pinned()
@@ -367,7 +368,7 @@ def _learning_path(request, training, rows, runtime):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
             break
         agop = block_diagonal(agop, blocks, mode == "diagonal")
-        metric = metric_from_agop(agop, agop.ndim == 1, AGOP_POWER)
+        metric = metric_from_agop(agop, diagonal_agop, AGOP_POWER)
         transform = np.asarray(metric_transform(torch.as_tensor(metric)))
     return path
 
@@ -471,8 +472,7 @@ def _input_space_agop(fit, fitted_on, transform, diagonal, runtime):
         return agop
     if diagonal:
         return transform**2 * agop
-    factor = np.diag(transform) if transform.ndim == 1 else transform
-    return factor @ agop @ factor.T
+    return transform @ agop @ transform.T
 
 
 def _seed(runtime):
