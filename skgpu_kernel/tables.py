@@ -419,9 +419,10 @@ def _numeric_block(X, numeric):
 
 
 def _as_float(values):
-    """A numeric column as float64, missing values (None, NaN, ``pd.NA``) as NaN."""
+    """A numeric column as float64 (float32 kept), missing values (None, NaN, ``pd.NA``) as NaN."""
     if hasattr(values, "to_numpy"):  # a pandas Series, nullable dtypes included
-        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+        single = str(values.dtype).lower() == "float32"
+        return values.to_numpy(dtype=np.float32 if single else np.float64, na_value=np.nan)
     values = np.asarray(values)
     if values.dtype == object:
         values = np.where(_missing(values), np.nan, values)

@@ -295,3 +295,52 @@ def test_importances_count_a_category_block_with_its_covariance():
         block = np.flatnonzero(model.table_encoding_.input_column == column)
         shares.append(np.sum(model.metric_[np.ix_(block, block)] * covariance[np.ix_(block, block)]))
     assert_allclose(model.feature_importances_, np.array(shares) / np.sum(shares), rtol=1e-10)
+
+
+def _every_kind_of_column(n=240, seed=0):
+    """A DataFrame with numeric, string, category and boolean columns and missing values in each kind."""
+    frame, y = _table(n, seed)
+    rng = np.random.RandomState(seed + 1)
+    frame["insured"] = rng.rand(n) > 0.4  # boolean
+    frame["plan"] = pd.Series(rng.choice(["basic", "plus", "gold"], n), dtype=object)  # strings
+    frame.loc[frame.index[::9], "age"] = np.nan
+    frame.loc[frame.index[::13], "plan"] = None
+    frame["region"] = frame["region"].where(np.arange(n) % 17 != 0)
+    return frame, y
+
+
+@pytest.mark.parametrize("estimator", [AdaptiveKernelRegressor, AdaptiveKernelClassifier])
+def test_a_dataframe_of_every_column_kind_fits_predicts_pickles_and_keeps_float32(estimator):
+    import pickle
+
+    frame, y = _every_kind_of_column()
+    frame = frame.astype({"age": np.float32, "income": np.float32, "rooms": np.float32})
+    y = y if estimator is AdaptiveKernelRegressor else np.where(y > np.median(y), "high", "low")
+    model = estimator(random_state=0, feature_learning=None).fit(frame[:200], y[:200])
+    assert_array_equal(model.is_categorical_, [False, False, True, True, False, True, True])
+    test = frame[200:]
+    predicted = model.predict(test)
+    assert predicted.shape == (40,)
+    decisions = model.decision_function(test) if estimator is AdaptiveKernelClassifier else predicted
+    assert np.isfinite(decisions).all()
+    assert model.table_encoding_.transform(test).dtype == np.float32  # float32 columns stay float32
+    if estimator is AdaptiveKernelRegressor:
+        assert predicted.dtype == np.float32
+    restored = pickle.loads(pickle.dumps(model))
+    assert_array_equal(restored.table_encoding_.transform(test), model.table_encoding_.transform(test))
+    assert_array_equal(restored.predict(test), predicted)
+
+
+def test_a_column_scaled_by_1e4_reaches_the_standardized_fit_error_within_5_percent():
+    rng = np.random.RandomState(0)
+    X = rng.randn(600, 4)
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.randn(600)
+    raw = X.copy()
+    raw[:, 1] *= 1e4
+    train, test = slice(0, 500), slice(500, None)
+    model = AdaptiveKernelRegressor(random_state=0).fit(raw[train], y[train])
+    mean, std = X[train].mean(axis=0), X[train].std(axis=0)
+    scaled = AdaptiveKernelRegressor(random_state=0).fit((X[train] - mean) / std, y[train])
+    raw_error = np.mean((model.predict(raw[test]) - y[test]) ** 2)
+    scaled_error = np.mean((scaled.predict((X[test] - mean) / std) - y[test]) ** 2)
+    assert raw_error <= 1.05 * scaled_error
