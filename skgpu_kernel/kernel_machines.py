@@ -316,6 +316,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.memory_budget_ = runtime.budget
         self.solver_, self.alpha_, self.alpha_selection_ = fit.solver, fit.alpha, fit.alpha_selection
         self.fit_attempts_ = fit.attempts
+        self.fit_check_ = fit.check
         self.bandwidth_selection_ = fit.bandwidth_selection
         self.early_stopping_ = fit.early_stopping
         self.kernel_, self.bandwidth_, self.X_offset_ = fit.kernel, fit.bandwidth, fit.offset

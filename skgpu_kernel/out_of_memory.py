@@ -19,6 +19,11 @@ warning) as
 ``stage`` is one of :data:`STAGES`, ``shrank`` names the size that changed (a block's
 rows, ``subsample_size``, ``batch_size``, a cache), ``from`` and ``to`` are its values
 (``"cached"`` and ``"evaluated"`` for a cache) and ``reason`` is the error's first line.
+
+The same record takes the step halvings of an EigenPro loop that diverged
+(``skgpu_kernel.solvers.epochs.EpochGuard``) as
+``{"event": "diverged", "stage": "epoch", "solver": ..., "changed": "step size factor",
+"from": ..., "to": ..., "reason": ...}``.
 """
 
 import dataclasses
@@ -79,6 +84,13 @@ class MemoryEvents:
         self.records.append(record)
         if self.log is not None:
             self.log(f"out of memory in the {stage}: {what} {old} -> {new} ({reason})")
+
+    def changed(self, stage, what, old, new, reason):
+        """Record that ``stage`` went on with ``what`` changed from ``old`` to ``new`` after a divergence."""
+        record = {"event": "diverged", "stage": stage, "solver": self.solver, "changed": what}
+        self.records.append({**record, "from": old, "to": new, "reason": reason})
+        if self.log is not None:
+            self.log(f"diverged in the {stage}: {what} {old:g} -> {new:g} ({reason})")
 
 
 def out_of_memory_reason(error):

@@ -28,6 +28,8 @@ from ._account import MemoryAccount
 
 __all__ = [
     "CG_MAX_CONDITION",
+    "HALF_ROUNDING",
+    "HALF_ROUNDING_SHARE",
     "SHIFTED_MAX_COMPONENTS",
     "CentersCount",
     "CentersMemoryPlan",
@@ -43,6 +45,7 @@ __all__ = [
     "cached_batch_limit",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
+    "half_cache_harmless",
     "operating_batch",
     "plan_alpha",
     "plan_auto_centers",
@@ -404,8 +407,8 @@ class EigenPro2Layout:
         return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
 
 
-def plan_eigenpro2_layout(problem, budget, device, settings):
-    """Stage 1 of an EigenPro 2 fit (every training row a center).
+def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=None):
+    """Stage 1 of an EigenPro 2 fit (every training row a center), and of CG on every point.
 
     Parameters
     ----------
@@ -415,6 +418,10 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     settings : KernelSettings
         ``settings.cache_dtype`` is the cache's storage (see
         :func:`plan_kernel_cache`).
+    definite_penalty : float or None, default=None
+        The smallest diagonal shift of the system a solver needs positive definite
+        (CG on every point: the penalty on the normalised weights); None for
+        EigenPro 2 (see :func:`plan_kernel_cache`).
 
     Returns
     -------
@@ -423,19 +430,20 @@ def plan_eigenpro2_layout(problem, budget, device, settings):
     n = problem.n_rows
     subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
     memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
-    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_dtype)
+    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_dtype, definite_penalty)
     layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
     limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
     return dataclasses.replace(layout, memory_limit=limit)
 
 
-def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
+def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto", definite_penalty=None):
     """Bytes per entry of EigenPro 2's ``K(X, X)`` cache, or 0 to compute kernel blocks per batch.
 
     The cache is kept when it fits the budget next to the fixed costs, the blocks
     that fill it and a batch of ``_MINIMAL_BATCH`` rows.  ``cache_dtype="auto"``
     stores it in the training dtype, or else, for a float32 fit of a kernel with
-    values in [-1, 1], in float16; a named dtype stores it in that dtype only.
+    values in [-1, 1], in float16 where the solver tolerates its rounding
+    (:func:`half_cache_harmless`); a named dtype stores it in that dtype only.
     ``cache_kernel=True`` raises when none fits; ``False`` never caches.
 
     Parameters
@@ -444,6 +452,9 @@ def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
     memory : TrainingMemoryPlan
     cache_kernel : bool or "auto"
     cache_dtype : {"auto", "float16", "float32", "float64"}, default="auto"
+    definite_penalty : float or None, default=None
+        The smallest diagonal shift of the system the solver needs positive
+        definite (CG on every point); None for EigenPro 2, which needs none.
 
     Returns
     -------
@@ -458,6 +469,8 @@ def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
     if cache_kernel is False:
         return 0
     candidates = _cache_itemsizes(problem, cache_dtype)
+    if cache_dtype == "auto" and not half_cache_harmless(problem.n_rows, definite_penalty):
+        candidates = [itemsize for itemsize in candidates if itemsize != 2]
     minimal = min(problem.n_rows, _MINIMAL_BATCH)
     working = max(memory.fill_bytes(), memory.cached_batch_bytes(minimal))
     for itemsize in candidates:
@@ -472,6 +485,51 @@ def plan_kernel_cache(problem, memory, cache_kernel, cache_dtype="auto"):
             "Use cache_kernel='auto' or a larger memory_budget." + problem.held_note()
         )
     return 0
+
+
+# float16's unit roundoff: a kernel value in [-1, 1] stored in 16 bits is off by at most
+# this times its size.
+HALF_ROUNDING = 2.0**-11
+
+# The share of the penalty that the 16-bit cache's rounding may take (see
+# half_cache_harmless): CG's stated tolerance below float64 (CG_ROUNDING_TOL).
+HALF_ROUNDING_SHARE = 1e-2
+
+
+def half_cache_harmless(n_rows, definite_penalty):
+    """Whether a 16-bit ``K(X, X)`` cache is provably harmless to the solver that reads it.
+
+    The stored matrix is ``K + E`` with ``|E_ij| <= u |K_ij| <= u`` (``u`` =
+    :data:`HALF_ROUNDING`, kernels with values in [-1, 1]), so ``||E||_2 <= n u``
+    (Gershgorin).  A solver that needs ``K + alpha W^-1`` positive definite (CG on
+    every point, ``W^-1 >= 1`` on normalised weights) keeps it so, with the
+    solution moved by at most ``n u / (alpha - n u)`` relatively, when ``n u <=
+    HALF_ROUNDING_SHARE alpha``: a 1% perturbation, CG's own tolerance below
+    float64.  On 47030 rows at ``alpha`` 0.026 the bound is 23 against 2.6e-4, and
+    CG diverged there (issue 62).  EigenPro 2 (``definite_penalty`` None) needs no
+    definiteness: its early-stopped gradient steps see the rounding as a
+    perturbation of each step's gradient by at most ``u`` times the kernel's scale,
+    each epoch is judged by the divergence rule (rolled back, the step halved and
+    recorded), held-out rows pick the epoch and the last check compares the model
+    with the trivial one; the 16-bit cache stays allowed there.
+
+    Parameters
+    ----------
+    n_rows : int
+    definite_penalty : float or None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> half_cache_harmless(2048, None), half_cache_harmless(2048, 100.0), half_cache_harmless(2048, 1.0)
+    (True, True, False)
+    """
+    if definite_penalty is None:
+        return True
+    return n_rows * HALF_ROUNDING <= HALF_ROUNDING_SHARE * definite_penalty
 
 
 # The kernel cache's storage by bytes per entry (a plan's cache_itemsize), and back.

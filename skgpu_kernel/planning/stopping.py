@@ -30,20 +30,40 @@ square system of every point is not monotone, so there no stall is read).  A run
 that ends by none of these above ``CG_TOL`` in float64, or above
 ``CG_ROUNDING_TOL`` below it, is unfinished (a ``ConvergenceWarning``).
 ``tol=None`` runs every iteration up to ``n_epochs``.
+
+Divergence has one rule too (:class:`DivergenceRule`, :func:`plan_divergence`):
+each iterative solver watches one measure per iteration (EigenPro's epoch loss,
+CG's merit, CG on every point's penalised training objective), and that measure
+diverged when it is not finite, when it exceeds ``ceiling`` times its reference
+(the zero model's value), or when it stays above ``growth`` times its lowest
+value (or a floor) for ``window`` iterations in a row.  A solver that diverged
+returns its best iterate by that measure, and the driver decides what to try
+next (``skgpu_kernel.solvers.kernel_paths.run_solver``).
 """
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
+    "BEST_ITERATE_SLACK",
+    "CG_RESIDUAL_CEILING",
     "CG_RESIDUAL_PATIENCE",
     "CG_ROUNDING_TOL",
     "CG_TOL",
+    "FIT_CHECK_ROWS",
+    "FIT_CHECK_STANDARD_ERRORS",
     "MONITORS",
     "NEVER",
     "CGStoppingPlan",
+    "DivergenceRule",
     "StoppingPlan",
+    "fit_check_rows",
     "plan_cg_stopping",
+    "plan_divergence",
     "plan_stopping",
+    "worse_than_trivial",
 ]
 
 MONITORS = ("validation_score", "train_loss", "none")
@@ -121,6 +141,12 @@ CG_TOL = 1e-6
 # with the training loss within 0.2% of float64's, so above 1e-2 means unfinished.
 CG_ROUNDING_TOL = 1e-2
 
+# A CG run whose relative residual ends above this (its value at a cold start, 1) made
+# no progress on its system, whatever stopped it: the training objective's rule
+# included (issue 62: a 16-bit cache at a small penalty left the residual at 5.05 while
+# the objective, measured on the same rounded products, had stopped changing).
+CG_RESIDUAL_CEILING = 1.0
+
 # Iterations without a new low of the residual after which CG on centers has hit the
 # rounding floor of its kernel blocks: float32 blocks stall between 1e-5 and 1e-2
 # (LetterRecognition, p = 2000 and 10000) while making small new lows now and then.
@@ -141,12 +167,32 @@ class CGStoppingPlan:
         Stop after this many iterations without a new low of the residual (None: never).
     objective : StoppingPlan
         The package's rule on the relative training loss.
+    residual_ceiling : float
+        A run that ends with its residual above this is unfinished whatever
+        stopped it, the objective's rule included (:data:`CG_RESIDUAL_CEILING`).
     """
 
     residual_tol: float
     stated_tol: float
     residual_patience: int | None
     objective: StoppingPlan
+    residual_ceiling: float = CG_RESIDUAL_CEILING
+
+    def unfinished(self, stop, residual):
+        """Whether a run that ended by ``stop`` with the relative ``residual`` is unfinished (it warns).
+
+        Finished: the residual met its tolerance, or the objective's rule ended the
+        run below :attr:`residual_ceiling`, or the residual is within :attr:`stated_tol`.
+
+        Examples
+        --------
+        >>> plan = plan_cg_stopping(1e-4, 3, float64=False)
+        >>> plan.unfinished("objective", 0.5), plan.unfinished("objective", 5.0), plan.unfinished("iterations", 0.5)
+        (False, True, True)
+        """
+        if stop == "converged" or (stop == "objective" and residual <= self.residual_ceiling):
+            return False
+        return residual > self.stated_tol
 
 
 def plan_cg_stopping(tol, n_iter_no_change, float64, square_system=False):
@@ -182,3 +228,130 @@ def plan_cg_stopping(tol, n_iter_no_change, float64, square_system=False):
         residual_patience=None if square_system else CG_RESIDUAL_PATIENCE,
         objective=objective,
     )
+
+
+@dataclass(frozen=True)
+class DivergenceRule:
+    """When an iterative solver's measure (lower is better) says the iteration diverged.
+
+    Attributes
+    ----------
+    ceiling : float or None
+        Diverged at once above ``ceiling`` times the reference (the zero model's
+        value of the measure); None: no ceiling.
+    growth : float
+        Diverged when the measure exceeds its lowest value so far (or ``floor``,
+        where larger) by ``growth - 1`` times that value's size ...
+    window : int
+        ... for this many iterations in a row.
+    best_slack : float
+        A run that ends unconverged returns its best measured iterate when its last
+        measured one is above it by more than ``best_slack`` times the reference
+        (else its last iterate, which carries the last step's progress).
+
+    Examples
+    --------
+    >>> rule = DivergenceRule(ceiling=10.0, growth=1.5, window=1)
+    >>> rule.exceeded(2.0, lowest=1.0, reference=3.0), rule.exceeded(1.4, lowest=1.0, reference=3.0)
+    ('grew', None)
+    >>> rule.exceeded(31.0, lowest=math.inf, reference=3.0), rule.exceeded(math.nan, 1.0, 3.0)
+    ('above the zero model', 'not finite')
+    """
+
+    ceiling: float | None
+    growth: float
+    window: int
+    best_slack: float = 0.0
+
+    def exceeded(self, value, lowest, reference=None, floor=-math.inf):
+        """Why one ``value`` breaks the rule (``"not finite"``, ``"above the zero model"``, ``"grew"``), or None.
+
+        ``lowest`` is the lowest value measured before; ``floor`` the level below
+        which values are not judged by their growth (the noise of the measure).
+        The caller counts ``"grew"`` over :attr:`window` iterations.
+        """
+        if not math.isfinite(value):
+            return "not finite"
+        if self.ceiling is not None and reference is not None and value > self.ceiling * max(reference, 1e-30):
+            return "above the zero model"
+        base = max(lowest, floor)
+        if value > base + (self.growth - 1.0) * abs(base):
+            return "grew"
+        return None
+
+    def keeps_best(self, last, best, reference):
+        """Whether an unconverged run returns its best measured iterate rather than its last one."""
+        return not math.isfinite(last) or last > best + self.best_slack * abs(reference)
+
+
+# EigenPro's epoch loss (mean loss over the epoch, each batch before its step): above
+# 1e4 times the zero model's it diverged, and so did an epoch whose loss grew 1.5
+# times over the lowest epoch loss (above a noise floor): in the interpolation regime
+# a stable step decreases the loss epoch after epoch.
+EIGENPRO_DIVERGENCE = DivergenceRule(ceiling=1e4, growth=1.5, window=1)
+
+# CG's merit (what exact CG lowers at every step: the objective on centers, the
+# A-norm quadratic on every point): the exact line search cannot make it grow, so
+# growth by half its size means rounding has taken over.
+CG_MERIT_DIVERGENCE = DivergenceRule(ceiling=None, growth=1.5, window=1)
+
+# CG on every point's penalised training objective, measured with the same products
+# (a kernel cache in 16 bits included).  Exact CG lowers the A-norm of the error, not
+# this objective, so single iterations may raise it; a model ten times worse than the
+# zero model on its own training rows, or an objective ten times its lowest for three
+# iterations in a row, is an operator that is no longer positive definite (a 16-bit
+# cache at a small penalty: 1.7 -> 198 -> ... -> 720, issue 62), not CG's path.  A run
+# that ends unconverged above its best objective by 0.1% of the zero model's returns
+# the best iterate.
+BEST_ITERATE_SLACK = 1e-3
+CG_OBJECTIVE_DIVERGENCE = DivergenceRule(ceiling=10.0, growth=10.0, window=3, best_slack=BEST_ITERATE_SLACK)
+
+_DIVERGENCE_RULES = {
+    "epoch loss": EIGENPRO_DIVERGENCE,
+    "merit": CG_MERIT_DIVERGENCE,
+    "objective": CG_OBJECTIVE_DIVERGENCE,
+}
+
+
+def plan_divergence(measure):
+    """The divergence rule of a solver's ``measure``: ``"epoch loss"``, ``"merit"`` or ``"objective"``.
+
+    Examples
+    --------
+    >>> plan_divergence("objective").window
+    3
+    """
+    return _DIVERGENCE_RULES[measure]
+
+
+# The last check of a fit: the model's weighted squared error on at most this many of
+# its training rows (evenly spaced, no random draw) against the trivial predictor's
+# (the rows' weighted mean: the class prior for a classifier's one-hot targets).
+FIT_CHECK_ROWS = 2048
+# Worse than the trivial predictor "beyond noise": the mean of the paired differences
+# of the two squared errors is above this many of its standard errors.
+FIT_CHECK_STANDARD_ERRORS = 2.0
+
+
+def fit_check_rows(n_rows):
+    """The training rows the last check scores: at most :data:`FIT_CHECK_ROWS`, evenly spaced.
+
+    Examples
+    --------
+    >>> fit_check_rows(5).tolist(), fit_check_rows(10_000).size
+    ([0, 1, 2, 3, 4], 2048)
+    """
+    if n_rows <= FIT_CHECK_ROWS:
+        return np.arange(n_rows)
+    return np.linspace(0, n_rows - 1, FIT_CHECK_ROWS).astype(np.int64)
+
+
+def worse_than_trivial(mean_difference, standard_error):
+    """Whether paired differences (model's squared error minus the trivial one's) say the model is worse.
+
+    Examples
+    --------
+    >>> worse_than_trivial(1.0, 0.4), worse_than_trivial(1.0, 0.6), worse_than_trivial(-1.0, 0.0)
+    (True, False, False)
+    """
+    return mean_difference > 0 and mean_difference > FIT_CHECK_STANDARD_ERRORS * standard_error

@@ -84,7 +84,7 @@ import torch
 
 from .._warnings import warn_user
 from ..operators import EvaluatedOperator, OperatorBlocks
-from ..planning.stopping import NEVER, StoppingPlan
+from ..planning.stopping import NEVER, DivergenceRule, StoppingPlan, plan_divergence
 from .eigenpro3 import ExactProjection
 from .epochs import EpochClock, Stopping, epoch_record, format_record
 
@@ -114,10 +114,6 @@ _GRAM_BLOCK = 512
 # relative to the mean diagonal, B's stretch along a direction of K(Z, Z) below j is
 # about 1 / sqrt(j (M j + alpha)).
 _FLOAT64_STRETCH_BOUND = 1e-18
-
-# The objective measured at an iterate this many times the lowest so far means
-# rounding dominates (the exact line search cannot make it grow); as in epochs.py.
-_GROWTH_FACTOR = 1.5
 
 
 def default_jitter(dtype, alpha, mass):
@@ -185,6 +181,13 @@ class CGSettings:
         Computers (5007 rows, every row a center, float32 blocks) the residual
         stalled at 1.3e-3 after 3 iterations and kept making new lows for 24 more,
         with the objective flat to 1e-4.
+    objective_divergence : DivergenceRule or None, default=None
+        The divergence rule of the training objective, for systems whose merit is
+        not the objective (CG on every point, whose merit is the A-norm quadratic):
+        a run that breaks it stops (``"diverged"``) with its best iterate by the
+        objective, and an unconverged run returns that iterate where its last
+        measured objective is worse (:meth:`DivergenceRule.keeps_best`).  None: the
+        merit's rule alone (on centers the merit is the objective).
     """
 
     max_iterations: int = 100
@@ -193,6 +196,7 @@ class CGSettings:
     log: Callable[[str], None] | None = None
     n_iter_no_change: int | None = 10
     stopping: StoppingPlan = NEVER
+    objective_divergence: DivergenceRule | None = None
 
 
 @dataclass
@@ -216,8 +220,10 @@ class CentersSolveResult:
         that met it is not updated again while the others iterate),
         ``"objective"`` (the ``stopping`` plan), ``"residual stalled"``
         (``n_iter_no_change``), ``"objective grew"`` (rounding; the best
-        coefficients kept), ``"curvature"`` (a column's curvature was not
-        positive) or ``"iterations"`` (``max_iterations``).
+        coefficients kept), ``"diverged"`` (the training objective broke
+        ``objective_divergence``; the best coefficients kept), ``"curvature"`` (a
+        column's curvature was not positive) or ``"iterations"``
+        (``max_iterations``).
     """
 
     coef: torch.Tensor
@@ -615,6 +621,8 @@ def conjugate_gradients(system, coef, residual, reference, settings):
         images, train_loss, merit = system.evaluate(coef, step_coef)
         if monitor.diverged(merit, coef):
             return history, "objective grew"
+        if monitor.objective_diverged(train_loss, coef, settings.log):
+            return history, "diverged"
         both = system.transposed(images)
         residual, image = both[:, :n_outputs].neg(), both[:, n_outputs:]
         curvature = (direction * image).sum(dim=0)
@@ -633,36 +641,42 @@ def conjugate_gradients(system, coef, residual, reference, settings):
         if bool(active.any()):
             stop = monitor.stagnated(float(relative[active].max()), merit, settings.log)
             if stop:
-                return history, stop
+                return history, monitor.unconverged(stop, coef)
     if bool(met.all()):
         return history, "converged"
-    return history, "iterations" if bool(active.any()) else "curvature"
+    return history, monitor.unconverged("iterations" if bool(active.any()) else "curvature", coef)
 
 
 class _Monitor:
-    """Rollback to the best measured coefficients when the objective grows; residual stagnation.
+    """Rollback to the best measured coefficients when the merit or the objective diverges; residual stagnation.
 
-    The objective is measured in the kernel blocks' dtype at the coefficients an
-    iteration starts from (rounded to that dtype, as they will be returned).  The
-    exact line search cannot make it grow, so growth by ``_GROWTH_FACTOR`` means
-    rounding has taken over: with float32 blocks and a tiny ``alpha`` the exact
-    solution can have coefficients so large that float32 cannot evaluate it.
+    The merit and the objective are measured in the kernel blocks' dtype at the
+    coefficients an iteration starts from (rounded to that dtype, as they will be
+    returned).  The exact line search cannot make the merit grow, so its growth
+    (:data:`~skgpu_kernel.planning.stopping.CG_MERIT_DIVERGENCE`) means rounding has
+    taken over: with float32 blocks and a tiny ``alpha`` the exact solution can have
+    coefficients so large that float32 cannot evaluate it.  Where the settings carry
+    the objective's own rule, its best iterate is kept too.
     """
 
     def __init__(self, coef, settings):
         self.n_iter_no_change = settings.n_iter_no_change
+        self.merit_rule = plan_divergence("merit")
         self.best_loss, self.best_coef = math.inf, coef.clone()
         self.lowest_residual, self.without_new_low = math.inf, 0
         self.objective = Stopping(settings.stopping)
+        self.objective_rule = settings.objective_divergence
+        if self.objective_rule is not None:
+            self.best_objective, self.best_objective_coef = math.inf, coef.clone()
+            self.reference, self.last_objective, self.growths = None, math.inf, 0
 
     def diverged(self, merit, coef):
         """Record CG's merit at ``coef``; on growth put the best coefficients back (a warning) and say so.
 
-        Growth is by ``_GROWTH_FACTOR - 1`` times the best merit's size (which may be
+        Growth is by ``growth - 1`` times the best merit's size (which may be
         negative: CG's quadratic on the square system).
         """
-        allowed = self.best_loss + (_GROWTH_FACTOR - 1.0) * abs(self.best_loss)
-        if math.isfinite(merit) and merit <= allowed:
+        if self.merit_rule.exceeded(merit, self.best_loss) is None:
             if merit < self.best_loss:
                 self.best_loss = merit
                 self.best_coef.copy_(coef)
@@ -675,6 +689,37 @@ class _Monitor:
             RuntimeWarning,
         )
         return True
+
+    def objective_diverged(self, objective, coef, log):
+        """Record the training objective at ``coef``; where it broke its rule, the best iterate put back and True."""
+        rule = self.objective_rule
+        if rule is None:
+            return False
+        if self.reference is None:
+            self.reference = objective  # the zero model's, from a cold start
+        why = rule.exceeded(objective, self.best_objective, self.reference)
+        self.growths = self.growths + 1 if why == "grew" else 0
+        self.last_objective = objective
+        if why is None or (why == "grew" and self.growths < rule.window):
+            if objective < self.best_objective:
+                self.best_objective = objective
+                self.best_objective_coef.copy_(coef)
+            return False
+        coef.copy_(self.best_objective_coef)
+        if log is not None:
+            log(
+                f"stopping: the training objective diverged ({why}: {objective:.4g}, lowest "
+                f"{self.best_objective:.4g}, the start's {self.reference:.4g}); keeping the best iterate"
+            )
+        return True
+
+    def unconverged(self, stop, coef):
+        """``stop``, with the best iterate by the objective put back where the last measured one is worse."""
+        rule = self.objective_rule
+        if rule is not None and self.reference is not None:
+            if rule.keeps_best(self.last_objective, self.best_objective, self.reference):
+                coef.copy_(self.best_objective_coef)
+        return stop
 
     def stagnated(self, residual, train_loss, log):
         """Record the largest relative residual and the objective; which has stopped improving, or None."""

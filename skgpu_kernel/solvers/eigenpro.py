@@ -89,9 +89,9 @@ class LoopSettings:
     log : callable or None
         Receives progress messages.
     events : MemoryEvents or None
-        Where an out-of-memory halving of the batch is recorded (the fit's
-        ``fit_attempts_``; see :mod:`skgpu_kernel.out_of_memory`); the loops log
-        the halving themselves.
+        Where an out-of-memory halving of the batch, and a halving of the step
+        after a divergence, are recorded (the fit's ``fit_attempts_``; see
+        :mod:`skgpu_kernel.out_of_memory`); the loops log the halving themselves.
     """
 
     batch_size: int
@@ -105,7 +105,7 @@ class LoopSettings:
 
     def guard(self, coef):
         """The epoch guard of a loop on ``coef`` with these settings."""
-        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log)
+        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log, self.events)
 
 
 @dataclass(frozen=True)

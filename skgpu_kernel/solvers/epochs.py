@@ -39,6 +39,7 @@ import torch
 from .._warnings import warn_user
 from ..device import synchronize
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
+from ..planning.stopping import plan_divergence
 
 __all__ = [
     "CORE_KEYS",
@@ -52,11 +53,8 @@ __all__ = [
 
 CORE_KEYS = ("epoch", "n_steps", "train_loss", "learning_rate", "validation_score", "seconds")
 
-# Mean training loss this many times the loss of the zero model counts as divergence,
-# and so does an epoch whose loss grew this many times over the lowest epoch loss:
-# in the interpolation regime a stable step decreases the loss epoch after epoch.
-_DIVERGENCE_FACTOR = 1e4
-_GROWTH_FACTOR = 1.5
+# Halvings of the step after which a loop that keeps diverging stops with its last
+# stable coefficients (each one is recorded in the fit's record, fit_attempts_).
 _MAX_STEP_HALVINGS = 10
 # Epoch losses below this fraction of the zero model's loss are not judged by their growth.
 _NOISE_FLOOR = 1e-2
@@ -100,6 +98,10 @@ class Stopping:
         """Put the coefficients of the best validation score back (no-op without validation)."""
         self._rule.restore_best(state)
 
+    def rolled_back(self):
+        """Epochs undone by a rollback no longer count as epochs without a gain (the best score is kept)."""
+        self._rule.epochs_without_gain = 0
+
 
 class EpochGuard:
     """Epoch-end bookkeeping of the EigenPro loops: divergence rollback, history, validation, early stopping.
@@ -126,10 +128,13 @@ class EpochGuard:
     stopping : Stopping
         When to stop before ``n_epochs``.
     log : callable or None
+    events : MemoryEvents or None
+        The fit's record, where each halving of the step is recorded (stage
+        ``"epoch"``, what changed ``"step size factor"``, the reason).
     """
 
-    def __init__(self, coef, first_step, n_epochs, stopping, log):
-        self.coef, self.n_epochs, self.log = coef, n_epochs, log
+    def __init__(self, coef, first_step, n_epochs, stopping, log, events=None):
+        self.coef, self.n_epochs, self.log, self.events = coef, n_epochs, log, events
         self.step, self.epoch, self.rollback = first_step, 0, 1.0
         self.rolled_back = False
         self.history = []
@@ -165,14 +170,20 @@ class EpochGuard:
                 return False
             self._halvings += 1
             self.rollback *= 0.5
+            reason = (
+                f"training diverged in epoch {self.epoch + 1} (mean loss {train_loss:.3g}, lowest "
+                f"{self._anchor_loss:.3g}, the zero model's {loss_of_zero_model:.3g})"
+            )
+            if self.events is not None:
+                self.events.changed("epoch", "step size factor", 2.0 * self.rollback, self.rollback, reason)
             warn_user(
-                f"Training diverged in epoch {self.epoch + 1} (mean loss {train_loss:.3g}, lowest "
-                f"{self._anchor_loss:.3g}); resuming from the start of epoch {self._anchor_epoch + 1} with the "
+                f"{reason[0].upper()}{reason[1:]}; resuming from the start of epoch {self._anchor_epoch + 1} with the "
                 f"scaling rule's step size halved ({self.rollback:g} times the rule's, "
                 f"{self.rollback * rate_at(self.step):.4g} at the next update).",
                 RuntimeWarning,
             )
             self.epoch, self._anchor_loss = self._anchor_epoch, math.inf
+            self.stopping.rolled_back()
             return True
         if train_loss < self._anchor_loss:
             self._anchor_coef, self._anchor_epoch = self._epoch_start, self.epoch
@@ -348,8 +359,7 @@ def format_record(record, n_epochs):
 
 
 def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
-    if not math.isfinite(train_loss) or train_loss > _DIVERGENCE_FACTOR * max(loss_of_zero_model, 1e-30):
-        return True
+    """Whether an epoch's loss breaks the planned rule (:data:`~skgpu_kernel.planning.stopping.EIGENPRO_DIVERGENCE`)."""
     # Near the interpolant the loss sits at the rounding level of the predictions, or at
     # the level of the SGD noise, where it fluctuates by more than the growth factor
     # without diverging (DNA, 1350 rows, float32: a mean loss of 2.7e-4 then 4.2e-4,
@@ -357,4 +367,5 @@ def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
     # floor within an epoch or two.
     rounding_floor = loss_of_zero_model * (1e3 * torch.finfo(dtype).eps) ** 2
     floor = max(rounding_floor, _NOISE_FLOOR * loss_of_zero_model)
-    return train_loss > _GROWTH_FACTOR * max(lowest_loss, floor)
+    rule = plan_divergence("epoch loss")
+    return rule.exceeded(train_loss, lowest_loss, loss_of_zero_model, floor) is not None

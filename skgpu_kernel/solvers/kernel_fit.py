@@ -65,6 +65,7 @@ from ..regularization import (
 )
 from ..splits import holdout_split
 from .eigenpro import KernelLoopResult
+from .fit_check import check_fit
 from .kernel_paths import Attempt, HeldOut, KernelFitSettings, KernelHostData, KernelRuntime, PathOutcome, run_solver
 
 __all__ = [
@@ -259,6 +260,7 @@ class KernelFitResult:
     throughputs: dict
     device_cache: object
     attempts: list
+    check: dict | None = None
 
     @property
     def decisions(self):
@@ -475,6 +477,7 @@ def solve(request, runtime, plan):
         operator=outcome.operator,
         throughputs=outcome.throughputs,
         device_cache=outcome.device_cache,
+        check=outcome.check,
     )
 
 
@@ -554,14 +557,20 @@ def _direct_model(request, runtime, plan):
     intercept = _intercept(True, data.Y, data.weights) + selection.solution.intercept.cpu().numpy()
     log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
     attempt = Attempt("direct", selection.alpha)
+    device_cache = PredictionTensors.of_centers(
+        kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
+    )
+    # The exact solution cannot diverge; its last check is recorded as every fit's is.
+    check = check_fit(
+        lambda rows: device_cache.predict(kernel, rows, runtime.budget), data.X, data.Y - intercept, data.weights
+    )
     outcome = PathOutcome(
         KernelLoopResult.direct(coef),
         centers=centers,
-        device_cache=PredictionTensors.of_centers(
-            kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
-        ),
+        device_cache=device_cache,
         attempts=(attempt,),
         record=(*runtime.memory_events, attempt.record()),
+        check=check.record(),
     )
     return _Model(outcome, kernel, bandwidth, offset, intercept, order, False, order)
 

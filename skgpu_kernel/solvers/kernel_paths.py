@@ -59,7 +59,7 @@ from ..planning.kernel import (
     plan_every_point_cg,
 )
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
-from ..planning.stopping import plan_cg_stopping, plan_stopping
+from ..planning.stopping import plan_cg_stopping, plan_divergence, plan_stopping
 from ..preconditioner import (
     PenalisedRows,
     SpectralSettings,
@@ -75,6 +75,7 @@ from .centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, center_ope
 from .direct import solve_kernel_ridge
 from .eigenpro import KernelLoopResult, KernelTrainingData, LoopSettings, fit_eigenpro
 from .eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
+from .fit_check import check_fit
 from .full_kernel_cg import fit_full_kernel_cg
 
 # CG that rounding breaks down above its stated residual (a curvature was not
@@ -84,6 +85,10 @@ from .full_kernel_cg import fit_full_kernel_cg
 # stalled at 1e-3 while the objective had settled to six digits.
 CG_FALLBACK_REFITS = 3
 _ROUNDING_STOPS = ("curvature", "objective grew")
+# CG on every point that ended by one of these stops above its stated residual is refit
+# by the driver's safe changes (_safer_attempt): its operator was not positive definite
+# to the digits its penalty needs, or rounding took over.
+_BROKEN_STOPS = ("curvature", "objective grew", "diverged")
 # Out of memory in the preconditioner's eigensystem, the Nystrom subsample is halved
 # down to this many points (fewer when the plan had fewer).
 SMALLEST_SUBSAMPLE = 100
@@ -237,6 +242,8 @@ class Fallback:
         The penalty to run with (None: the same).
     cache_kernel : bool or None
         ``cache_kernel`` to plan with (None: the estimator's).
+    cache_dtype : str or None
+        ``kernel_cache_dtype`` to plan with (None: the estimator's).
     coef_init : Tensor or None
         Coefficients to start from (None: the fit's warm start, if any).
     warning : str or None
@@ -248,6 +255,7 @@ class Fallback:
     solver: str | None = None
     alpha: float | None = None
     cache_kernel: object = None
+    cache_dtype: str | None = None
     coef_init: torch.Tensor | None = None
     warning: str | None = None
     category: type = ConvergenceWarning
@@ -261,6 +269,7 @@ class Attempt:
     alpha: float
     reason: str = "planned"
     cache_kernel: object = None
+    cache_dtype: str | None = None
     coef_init: torch.Tensor | None = None
     n_refits: int = 0
 
@@ -276,6 +285,7 @@ class Attempt:
             alpha=self.alpha if fallback.alpha is None else fallback.alpha,
             reason=fallback.reason,
             cache_kernel=self.cache_kernel if fallback.cache_kernel is None else fallback.cache_kernel,
+            cache_dtype=self.cache_dtype if fallback.cache_dtype is None else fallback.cache_dtype,
             coef_init=fallback.coef_init,
             n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
         )
@@ -295,6 +305,8 @@ class PathOutcome:
     this one last.  ``record``: the fit's record of what was tried
     (``fit_attempts_``): the out-of-memory events reported before the driver ran,
     then each attempt's :meth:`Attempt.record` followed by the events of its run.
+    ``check``: the last check of the model (:class:`~skgpu_kernel.solvers.fit_check.FitCheck`'s
+    record, ``fit_check_``), or None where none ran.
     """
 
     result: KernelLoopResult | None
@@ -307,6 +319,7 @@ class PathOutcome:
     fallback: Fallback | None = None
     attempts: tuple = ()
     record: tuple = ()
+    check: dict | None = None
 
 
 class _FallbackNeeded(Exception):
@@ -324,16 +337,22 @@ def run_solver(solver, alpha, data, runtime, settings):
     solver and the data (centers or every point).  A path asks for a fallback by
     returning or raising one (:class:`Fallback`): CG broken down by rounding, refit
     with a larger penalty (at most :data:`CG_FALLBACK_REFITS` times); CG on every
-    point whose preconditioned system is too ill-conditioned, fitted by EigenPro 2;
-    a kernel cache the device refused, fitted without it.  The driver warns, runs
-    the new attempt from scratch and records every attempt in the outcome, as
+    point that diverged, refit with a 32-bit kernel cache in place of a 16-bit one,
+    else with a larger penalty; CG on every point whose preconditioned system is too
+    ill-conditioned, fitted by EigenPro 2; a kernel cache the device refused,
+    fitted without it.  Every model a path returns then meets the last check
+    (:func:`~skgpu_kernel.solvers.fit_check.check_fit`): one worse than the trivial
+    predictor beyond noise is refit by the same order of safe changes
+    (:func:`_safer_attempt`), and where none is left the fit keeps the trivial
+    model with a ``ConvergenceWarning`` naming what was tried.  The driver warns,
+    runs the new attempt from scratch and records every attempt in the outcome, as
     scikit-learn's ``_ridge_regression`` reports the solver that actually ran,
     with the out-of-memory events of each run after it (``runtime.memory_events``).
 
     Returns
     -------
     PathOutcome
-        The last attempt's, with ``attempts`` and ``record``.
+        The last attempt's, with ``attempts``, ``record`` and ``check``.
     """
     attempt, attempts = Attempt(solver, alpha), []
     events = runtime.memory_events
@@ -346,10 +365,89 @@ def run_solver(solver, alpha, data, runtime, settings):
         record.extend(events[reported:])
         fallback = outcome.fallback
         if fallback is None:
-            return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
-        if fallback.warning is not None:
-            warn_user(fallback.warning, fallback.category)
+            check = _last_check(outcome, data, runtime, settings)
+            outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
+            if check is None or check.passed:
+                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+            why = (
+                f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
+                f"trivial predictor's, {check.trivial_loss:.4g}"
+            )
+            fallback = _safer_attempt(attempt, outcome.operator, runtime.dtype, data, why)
+            if fallback is None:
+                outcome = _trivial_model(outcome, attempts)
+                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+        _warn_of(fallback, attempt, settings.parameters.solver)
         attempt = attempt.after(fallback)
+
+
+def _warn_of(fallback, attempt, requested):
+    """The fallback's warning; a plain one where it leaves a solver the user named and has none of its own."""
+    if fallback.warning is not None:
+        warn_user(fallback.warning, fallback.category)
+    elif fallback.solver not in (None, attempt.solver) and requested == attempt.solver:
+        warn_user(f"solver={requested!r} was not kept: {fallback.reason} (fit_attempts_ records it).", UserWarning)
+
+
+def _last_check(outcome, data, runtime, settings):
+    """The last check of the attempt's model on its training rows, or None where it is not run.
+
+    Not under a process group: the ranks would have to agree on a fallback, and
+    each holds the same model (its coefficients agreed every epoch).
+    """
+    if runtime.group is not None or outcome.device_cache is None or data.X.shape[0] < 2:
+        return None
+    kernel, budget = settings.kernel, runtime.budget
+    events = MemoryEvents(runtime.memory_events, None, runtime.log)
+
+    def predict(rows):
+        return outcome.device_cache.predict(kernel, rows, budget, events)
+
+    check = check_fit(predict, data.X, data.Y, data.weights)
+    if runtime.log is not None:
+        verdict = "passed" if check.passed else "FAILED"
+        runtime.log(
+            f"[{settings.parameters.name}] last check {verdict}: squared error {check.model_loss:.4g} against the "
+            f"trivial predictor's {check.trivial_loss:.4g} on {check.n_rows} training rows ({check.seconds:.2f} s)"
+        )
+    return check
+
+
+def _safer_attempt(attempt, operator_plan, dtype, data, why):
+    """The next safe change after ``attempt``'s model went wrong (``why``), cheapest first; None when none is left.
+
+    1. a 16-bit kernel cache stored in the training dtype (its products exact
+       where that does not fit the budget): the cheapest, it changes only rounding;
+    2. the penalty ten times larger (at least the dtype's resolution of the rows'
+       weight), at most :data:`CG_FALLBACK_REFITS` times: the last resort, it
+       changes the model.
+    An EigenPro loop halves its own step before it returns (each halving recorded).
+    """
+    if operator_plan is not None and operator_plan.cache_dtype == "float16":
+        wider = str(dtype).removeprefix("torch.")
+        reason = f"{why}: the 16-bit kernel cache's rounding; refit with the cache in {wider}"
+        warning = f"{reason[0].upper()}{reason[1:]} (or computed per product where it does not fit)."
+        return Fallback(reason, cache_dtype=wider, warning=warning)
+    if attempt.n_refits >= CG_FALLBACK_REFITS:
+        return None
+    larger = max(10.0 * attempt.alpha, torch.finfo(dtype).eps * float(data.weights.sum()))
+    reason = f"{why}: refit with alpha {larger:.3g} (was {attempt.alpha:.3g})"
+    warning = f"{reason[0].upper()}{reason[1:]}; alpha_ holds the penalty used. Set a larger alpha or dtype='float64'."
+    return Fallback(reason, alpha=larger, warning=warning)
+
+
+def _trivial_model(outcome, attempts):
+    """The trivial model (zero coefficients: the intercept, the targets' weighted mean) after every attempt failed."""
+    tried = "; ".join(f"{attempt.solver} at alpha {attempt.alpha:.3g} ({attempt.reason})" for attempt in attempts)
+    warn_user(
+        f"Every attempt of the fit gave a model worse than the trivial predictor (the targets' weighted mean) on "
+        f"its training rows: {tried}. The fit keeps the trivial model; check the bandwidth and the scale of the "
+        "data, or set a larger alpha or dtype='float64'.",
+        ConvergenceWarning,
+    )
+    coef = torch.zeros_like(outcome.result.coef)
+    result = dataclasses.replace(outcome.result, coef=coef, converged=False)
+    return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
 
 
 def _run_attempt(attempt, data, runtime, settings):
@@ -359,6 +457,8 @@ def _run_attempt(attempt, data, runtime, settings):
     parameters = settings.parameters
     if attempt.cache_kernel is not None:
         parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
+    if attempt.cache_dtype is not None:
+        parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
     settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
     run = SOLVER_PATHS[attempt.solver, data.centers is not None]
     try:
@@ -602,8 +702,8 @@ class _EveryPointOperators:
     are taken.
     """
 
-    def __init__(self, context):
-        self.context = context
+    def __init__(self, context, definite_penalty=None):
+        self.context, self.definite_penalty = context, definite_penalty
         data = context.data
         n_validation = 0 if data.validation is None else data.validation.X.shape[0]
         problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
@@ -620,7 +720,8 @@ class _EveryPointOperators:
     def layout(self, subsample_size=None):
         context = self.context
         planning = context.planning(subsample_size)
-        return plan_eigenpro2_layout(self.problem, context.runtime.budget, context.device, planning)
+        budget, device = context.runtime.budget, context.device
+        return plan_eigenpro2_layout(self.problem, budget, device, planning, self.definite_penalty)
 
     def build(self, plan):
         """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
@@ -697,7 +798,8 @@ class _EveryPointOperators:
             rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
         else:
             n = self.problem.n_rows
-            rows = min(result.batch_size, plan.batch_size)  # out of memory halves the plan's batch
+            # Out of memory halves the plan's batch; CG has none (its row blocks are the plan's).
+            rows = plan.batch_size if result.batch_size is None else min(result.batch_size, plan.batch_size)
             rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
         runtime.log(f"[{self.context.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
@@ -813,7 +915,8 @@ def _run_every_point_cg(context, attempt):
     solved directly instead.
     """
     runtime, parameters, data = context.runtime, context.settings.parameters, context.data
-    rows = _EveryPointOperators(context)
+    # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
+    rows = _EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
     layout, eigensystem = context.on_subsample(
         rows.layout(), rows.layout, lambda sized: nystrom_eigensystem(context.kernel, X_dev[: sized.subsample_size])
@@ -844,8 +947,15 @@ def _run_every_point_cg(context, attempt):
     # A-norm), so no stall rule reads it: its own objective stops it below float64.
     cg_settings = _cg_settings(parameters, runtime, square_system=True)
     solved = fit_full_kernel_cg(products, Y, weights, penalised.alpha, preconditioner, cg_settings, coef_init)
+    if _broken_down(solved, runtime.dtype, parameters):
+        residual = solved.history[-1]["relative_residual"]
+        iterations = len(solved.history)
+        why = f"CG on every point stopped ({solved.stop}) after {iterations} iterations (residual {residual:.3g})"
+        fallback = _safer_attempt(attempt, rows.operator_plan, runtime.dtype, data, why)
+        if fallback is not None:
+            return PathOutcome(None, fallback=fallback)
     coef = solved.coef.to(runtime.dtype)
-    _warn_if_unfinished(solved, runtime.dtype, parameters)
+    _warn_if_unfinished(solved, runtime.dtype, parameters, "on every point")
     score = None if operators.validation is None else rows.held_out_score(operators)
     result = _cg_loop_result(solved, coef, score)
     rows.report_epochs(result, cg_plan.fit, operators.train)
@@ -1095,7 +1205,7 @@ def _run_centers_cg(context, attempt):
         if refit is not None:
             return PathOutcome(None, fallback=refit)
     coef = solved.coef.to(runtime.dtype)
-    _warn_if_unfinished(solved, runtime.dtype, settings.parameters)
+    _warn_if_unfinished(solved, runtime.dtype, settings.parameters, "on the centers")
     result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
     return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=_stored_plan(operator, rows))
@@ -1194,6 +1304,7 @@ def _cg_settings(parameters, runtime, square_system=False):
         log=runtime.log,
         n_iter_no_change=stopping.residual_patience,
         stopping=stopping.objective,
+        objective_divergence=plan_divergence("objective") if square_system else None,
     )
 
 
@@ -1214,15 +1325,15 @@ def _cg_loop_result(solved, coef, held_out_score=None):
     return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
 
 
-def _warn_if_unfinished(solved, dtype, parameters):
-    """A ``ConvergenceWarning`` when CG ended unfinished (see :func:`_unfinished_residual`).
+def _warn_if_unfinished(solved, dtype, parameters, where):
+    """A ``ConvergenceWarning`` when CG ``where`` (on the centers, on every point) ended unfinished.
 
-    Growth of the objective has warned already.
+    See :func:`_unfinished_residual`; growth of the objective has warned already.
     """
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is not None and solved.stop != "objective grew":
         warn_user(
-            f"Conjugate gradients on the centers stopped ({solved.stop}) after {len(solved.history)} iterations "
+            f"Conjugate gradients {where} stopped ({solved.stop}) after {len(solved.history)} iterations "
             f"with a relative residual of {residual:.3g}, above its tolerance "
             f"{_cg_stopping(parameters, dtype).stated_tol:g} for {dtype}: the model is not yet the penalised "
             "least-squares solution. Raise n_epochs (the iteration bound), or use a larger alpha, fewer centers or "
@@ -1232,15 +1343,25 @@ def _warn_if_unfinished(solved, dtype, parameters):
 
 
 def _unfinished_residual(solved, dtype, parameters):
-    """The final relative residual where CG ended above its stated tolerance, else None.
+    """The final relative residual where CG ended unfinished, else None.
 
-    Finished: the residual met it, or (below float64) the objective rule ended the
-    fit, or ``tol=None`` asked for every iteration up to the bound.
+    Finished: the residual met its tolerance, or (below float64) the objective rule
+    ended the fit with the residual below its start
+    (:meth:`~skgpu_kernel.planning.stopping.CGStoppingPlan.unfinished`), or
+    ``tol=None`` asked for every iteration up to the bound.
     """
-    if parameters.tol is None or not solved.history or solved.stop in ("converged", "objective"):
+    if parameters.tol is None or not solved.history:
         return None
     residual = solved.history[-1]["relative_residual"]
-    return residual if residual > _cg_stopping(parameters, dtype).stated_tol else None
+    return residual if _cg_stopping(parameters, dtype).unfinished(solved.stop, residual) else None
+
+
+def _broken_down(solved, dtype, parameters):
+    """Whether CG ended unfinished by a breakdown (:data:`_BROKEN_STOPS`) or with its residual above its start."""
+    residual = _unfinished_residual(solved, dtype, parameters)
+    if residual is None:
+        return False
+    return solved.stop in _BROKEN_STOPS or residual > _cg_stopping(parameters, dtype).residual_ceiling
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):
