@@ -244,6 +244,8 @@ class Fallback:
         ``cache_kernel`` to plan with (None: the estimator's).
     cache_dtype : str or None
         ``kernel_cache_dtype`` to plan with (None: the estimator's).
+    n_components : int or None
+        EigenPro's preconditioner components (None: the estimator's).
     coef_init : Tensor or None
         Coefficients to start from (None: the fit's warm start, if any).
     warning : str or None
@@ -256,6 +258,7 @@ class Fallback:
     alpha: float | None = None
     cache_kernel: object = None
     cache_dtype: str | None = None
+    n_components: int | None = None
     coef_init: torch.Tensor | None = None
     warning: str | None = None
     category: type = ConvergenceWarning
@@ -270,6 +273,7 @@ class Attempt:
     reason: str = "planned"
     cache_kernel: object = None
     cache_dtype: str | None = None
+    n_components: int | None = None
     coef_init: torch.Tensor | None = None
     n_refits: int = 0
 
@@ -286,6 +290,7 @@ class Attempt:
             reason=fallback.reason,
             cache_kernel=self.cache_kernel if fallback.cache_kernel is None else fallback.cache_kernel,
             cache_dtype=self.cache_dtype if fallback.cache_dtype is None else fallback.cache_dtype,
+            n_components=self.n_components if fallback.n_components is None else fallback.n_components,
             coef_init=fallback.coef_init,
             n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
         )
@@ -373,7 +378,7 @@ def run_solver(solver, alpha, data, runtime, settings):
                 f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
                 f"trivial predictor's, {check.trivial_loss:.4g}"
             )
-            fallback = _safer_attempt(attempt, outcome.operator, runtime.dtype, data, why)
+            fallback = _safer_attempt(attempt, outcome, data, runtime.dtype, why)
             if fallback is None:
                 outcome = _trivial_model(outcome, attempts)
                 return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
@@ -413,22 +418,31 @@ def _last_check(outcome, data, runtime, settings):
     return check
 
 
-def _safer_attempt(attempt, operator_plan, dtype, data, why):
-    """The next safe change after ``attempt``'s model went wrong (``why``), cheapest first; None when none is left.
+def _safer_attempt(attempt, outcome, data, dtype, why):
+    """The next safe change after ``attempt``'s model (``outcome``) went wrong (``why``); None when none is left.
+
+    In this order, the cheapest first:
 
     1. a 16-bit kernel cache stored in the training dtype (its products exact
-       where that does not fit the budget): the cheapest, it changes only rounding;
-    2. the penalty ten times larger (at least the dtype's resolution of the rows'
-       weight), at most :data:`CG_FALLBACK_REFITS` times: the last resort, it
-       changes the model.
-    An EigenPro loop halves its own step before it returns (each halving recorded).
+       where that does not fit the budget): it changes only rounding;
+    2. EigenPro with half its preconditioner's components: its analytic step,
+       ``1 / lambda_{k+1}``, shrinks with them (the loop has halved its own step
+       already, each halving recorded);
+    3. the penalty ten times larger (at least the dtype's resolution of the rows'
+       weight), at most :data:`CG_FALLBACK_REFITS` times, EigenPro 3 excepted (its
+       SGD has no penalty): the last resort, it changes the model.
     """
+    operator_plan, spectrum = outcome.operator, outcome.spectrum
     if operator_plan is not None and operator_plan.cache_dtype == "float16":
         wider = str(dtype).removeprefix("torch.")
         reason = f"{why}: the 16-bit kernel cache's rounding; refit with the cache in {wider}"
         warning = f"{reason[0].upper()}{reason[1:]} (or computed per product where it does not fit)."
         return Fallback(reason, cache_dtype=wider, warning=warning)
-    if attempt.n_refits >= CG_FALLBACK_REFITS:
+    n_components = 0 if spectrum is None else spectrum.preconditioner.n_components
+    if attempt.solver == "eigenpro" and n_components > 0:
+        reason = f"{why}: refit with {n_components // 2} preconditioner components (was {n_components})"
+        return Fallback(reason, n_components=n_components // 2, warning=f"{reason[0].upper()}{reason[1:]}.")
+    if attempt.n_refits >= CG_FALLBACK_REFITS or (attempt.solver == "eigenpro" and data.centers is not None):
         return None
     larger = max(10.0 * attempt.alpha, torch.finfo(dtype).eps * float(data.weights.sum()))
     reason = f"{why}: refit with alpha {larger:.3g} (was {attempt.alpha:.3g})"
@@ -459,6 +473,8 @@ def _run_attempt(attempt, data, runtime, settings):
         parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
     if attempt.cache_dtype is not None:
         parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
+    if attempt.n_components is not None:
+        parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
     settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
     run = SOLVER_PATHS[attempt.solver, data.centers is not None]
     try:
@@ -951,7 +967,7 @@ def _run_every_point_cg(context, attempt):
         residual = solved.history[-1]["relative_residual"]
         iterations = len(solved.history)
         why = f"CG on every point stopped ({solved.stop}) after {iterations} iterations (residual {residual:.3g})"
-        fallback = _safer_attempt(attempt, rows.operator_plan, runtime.dtype, data, why)
+        fallback = _safer_attempt(attempt, PathOutcome(None, operator=rows.operator_plan), data, runtime.dtype, why)
         if fallback is not None:
             return PathOutcome(None, fallback=fallback)
     coef = solved.coef.to(runtime.dtype)
