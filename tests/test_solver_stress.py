@@ -1,7 +1,7 @@
 """Problems made to break the kernel solvers (issue 62): every fit is checked, none is worse than the trivial one.
 
-Seconds in all (about 20 s on 2 CPU cores).  Generated, seeded problems (near-duplicate rows, many 0/1 columns, a tiny penalty,
-a target offset of 1e6, a column scaled by 1e6, constant columns, a kernel matrix
+About 20 s on 2 CPU cores.  Generated, seeded problems (near-duplicate rows, many
+0/1 columns, a tiny penalty, a target offset of 1e6, a column scaled by 1e6, constant columns, a kernel matrix
 of numerical rank 10, a 1% minority class) are fitted by every solver that applies
 (EigenPro 2 and CG on every point with a 16-bit cache forced or not, CG on
 centers, EigenPro 3, the direct solve) in float32 and float64.  Each model is
