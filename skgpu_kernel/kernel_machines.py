@@ -735,8 +735,14 @@ _COMMON_ATTRIBUTES = """
         one that made the model last: ``{"solver": ..., "alpha": ..., "reason":
         ...}``, the reason being ``"planned"`` for the first and, for each later
         one, why the one before gave way (CG broken down by rounding and refitted
-        with a larger penalty; CG on every point too ill-conditioned and fitted by
-        EigenPro 2; a kernel cache the device refused, fitted without it).
+        with a larger penalty; CG on every point that diverged, refitted with its
+        16-bit kernel cache in the training dtype or a larger penalty; EigenPro
+        refitted with fewer preconditioner components; a model worse than the
+        trivial predictor at the last check, refitted by the same changes; CG on
+        every point too ill-conditioned and fitted by EigenPro 2, with a warning
+        where the user named ``solver="cg"``; a kernel cache the device refused,
+        fitted without it).  Where every attempt failed the last check, the fit
+        keeps the trivial model (the intercept) with a ``ConvergenceWarning``.
         ``solver_`` and ``alpha_`` are the last run's.  Entries with an ``"event"``
         key are not solver runs: each time a stage ran out of device memory and
         went on smaller, ``{"event": "out_of_memory", "stage": ..., "solver": ...,
@@ -749,9 +755,18 @@ _COMMON_ATTRIBUTES = """
         ``"validation"`` (the held-out rows' row block halved), ``"epoch batch"``
         (``batch_size`` halved); ``reason`` is the error's first line.  A block
         halved keeps the model, up to rounding; a smaller subsample or batch
-        changes the fit's path.  (Out of memory while predicting, the row block
+        changes the fit's path.  Each halving of an EigenPro loop's step after a
+        divergence is ``{"event": "diverged", "stage": "epoch", "solver": ...,
+        "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.  (Out of memory while predicting, the row block
         is halved too and a ``RuntimeWarning`` says so: predicting changes no
         fitted attribute.)
+    fit_check_ : dict or None
+        The last check of the fitted model: its weighted squared error on at most
+        2048 evenly spaced training rows against the trivial predictor's (the
+        rows' weighted mean), ``{"n_rows", "model_loss", "trivial_loss",
+        "standard_error", "seconds", "passed"}``; a model worse than the trivial
+        one by more than two standard errors is refitted (``fit_attempts_``).  None
+        under a process group (``distributed=True``).
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the
