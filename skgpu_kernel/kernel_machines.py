@@ -757,8 +757,8 @@ _COMMON_ATTRIBUTES = """
         halved keeps the model, up to rounding; a smaller subsample or batch
         changes the fit's path.  Each halving of an EigenPro loop's step after a
         divergence is ``{"event": "diverged", "stage": "epoch", "solver": ...,
-        "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.  (Out of memory while predicting, the row block
-        is halved too and a ``RuntimeWarning`` says so: predicting changes no
+        "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.
+        (Out of memory while predicting, the row block is halved too and a ``RuntimeWarning`` says so: predicting changes no
         fitted attribute.)
     fit_check_ : dict or None
         The last check of the fitted model: its weighted squared error on at most
