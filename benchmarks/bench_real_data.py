@@ -122,7 +122,7 @@ from typing import NamedTuple
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import in_child, machine_description, matmul_peak_gflops, peak_rss_gb, publish
+from _common import FitCheckClock, in_child, machine_description, matmul_peak_gflops, peak_rss_gb, publish
 
 
 class Source(NamedTuple):
@@ -315,7 +315,7 @@ def run_ours(name, max_train, device, params):
     X_train, y_train, X_test, y_test, info = prepare(name, max_train)
     task = _task(name)
     model = our_estimator(task, device=device, **set_measured_constants(params))
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, FitCheckClock() as checks:
         warnings.simplefilter("always")
         tic = time.perf_counter()
         model.fit(X_train, y_train)
@@ -323,7 +323,7 @@ def run_ours(name, max_train, device, params):
     diverged = [w for w in caught if issubclass(w.category, RuntimeWarning) and "diverg" in str(w.message).lower()]
     other = sorted({f"{w.category.__name__}: {str(w.message)[:80]}" for w in caught if w not in diverged})
     error = _error(task, y_test, model.predict(X_test))
-    notes = _our_notes(model, X_train.shape[0])
+    notes = _our_notes(model, X_train.shape[0]) + f", {checks.describe(fit_seconds)}"
     if other:
         notes += f"; other warnings: {'; '.join(other[:2])}"
     return {

@@ -82,6 +82,17 @@ class PredictionTensors:
         """The same centers with ``coef`` (moved to this device and dtype)."""
         return dataclasses.replace(self, coef=coef.to(self.coef.device, self.coef.dtype))
 
+    def predict_on_device(self, kernel, rows, budget):
+        """``K(rows, centers) @ coef`` of rows already on this device (centred), in planned float blocks.
+
+        For a fit's own rows, taken from its one copy on the device
+        (:func:`rows_taken`): nothing is copied from the host again.  Float blocks
+        whatever the fit's products were: the grid's exact distances round the
+        same values differently in the last bits only.
+        """
+        blocks = prediction_blocks(kernel, self.centers, self.coef, rows.shape[1], budget)
+        return EvaluatedOperator(kernel, rows, self.centers, blocks).matmul(self.coef)
+
     def predict(self, kernel, X, budget, events=None):
         """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
 

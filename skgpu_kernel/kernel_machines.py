@@ -758,8 +758,8 @@ _COMMON_ATTRIBUTES = """
         changes the fit's path.  Each halving of an EigenPro loop's step after a
         divergence is ``{"event": "diverged", "stage": "epoch", "solver": ...,
         "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.
-        (Out of memory while predicting, the row block is halved too and a ``RuntimeWarning`` says so: predicting changes no
-        fitted attribute.)
+        (Out of memory while predicting, the row block is halved too and a
+        ``RuntimeWarning`` says so: predicting changes no fitted attribute.)
     fit_check_ : dict or None
         The last check of the fitted model: its weighted squared error on at most
         2048 evenly spaced training rows against the trivial predictor's (the

@@ -120,9 +120,9 @@ def test_the_last_check_scores_evenly_spaced_rows_without_a_draw():
     assert np.all(np.diff(rows) > 0)
     rng = np.random.RandomState(0)
     Y = rng.randn(500, 2)
-    good = fit_check.check_fit(lambda X: X + 0.1 * rng.randn(*X.shape), Y, Y, np.ones(500))
+    good = fit_check.check_fit(lambda rows: Y[rows] + 0.1 * rng.randn(rows.size, 2), Y, np.ones(500))
     assert good.passed and good.n_rows == 500 and good.model_loss < 0.05 * good.trivial_loss
-    nan = fit_check.check_fit(lambda X: np.full(X.shape, np.nan), Y, Y, np.ones(500))
+    nan = fit_check.check_fit(lambda rows: np.full((rows.size, 2), np.nan), Y, np.ones(500))
     assert not nan.passed and nan.model_loss == math.inf
 
 
@@ -130,9 +130,9 @@ def test_weights_enter_the_last_check():
     """Rows of weight zero do not count: a model wrong only there passes."""
     Y = np.arange(100.0)[:, None]
     weights = np.r_[np.ones(50), np.zeros(50)]
-    wrong_where_absent = lambda X: np.where(X < 50, X, -1e6)  # noqa: E731
-    assert fit_check.check_fit(wrong_where_absent, Y, Y, weights).passed
-    assert not fit_check.check_fit(wrong_where_absent, Y, Y, np.ones(100)).passed
+    wrong_where_absent = lambda rows: np.where(Y[rows] < 50, Y[rows], -1e6)  # noqa: E731
+    assert fit_check.check_fit(wrong_where_absent, Y, weights).passed
+    assert not fit_check.check_fit(wrong_where_absent, Y, np.ones(100)).passed
 
 
 def test_a_fallback_away_from_a_named_solver_warns(monkeypatch):

@@ -142,13 +142,16 @@ def test_auto_keeps_every_point_on_small_data_and_draws_centers_beyond_the_budge
 def test_auto_counts_the_float16_cache_of_bounded_kernels(capsys):
     # 21000 rows: K(X, X) takes 1.76 GB in float32 and 0.88 GB in float16, so with a
     # 1.2 GB budget every point stays a center for the Gaussian kernel (bounded by 1,
-    # so its cache may be float16).
+    # so its cache may be float16).  EigenPro 2 stores it so; CG, whose penalty
+    # (about 0.04) is far below the 16-bit rounding's bound on 21000 rows (10.3),
+    # computes its products instead (issue 62).
     X, y = _regression(21_000, 3)
-    bounded = AdaptiveKernelRegressor(
-        feature_learning=None, memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0
-    ).fit(X, y)
+    params = dict(feature_learning=None, memory_budget="1.2GB", n_epochs=1, verbose=1, random_state=0)
+    bounded = AdaptiveKernelRegressor(**params).fit(X, y)
     assert "every training point (K(X, X) fits memory_budget in 16-bit entries)" in capsys.readouterr().out
-    assert bounded.kernel_cache_dtype_ == "float16"
+    assert bounded.solver_ == "cg" and not bounded.kernel_cached_ and bounded.kernel_cache_dtype_ is None
+    sgd = AdaptiveKernelRegressor(alpha=0.0, **params).fit(X, y)
+    assert sgd.solver_ == "eigenpro" and sgd.kernel_cache_dtype_ == "float16"
 
 
 def _breaking_down(monkeypatch, n_breakdowns):

@@ -61,15 +61,14 @@ class FitCheck:
         }
 
 
-def check_fit(predict, X, Y, weights):
-    """Score the model ``predict(rows) -> predictions`` on a bounded sample of ``(X, Y, weights)``.
+def check_fit(predict, Y, weights):
+    """Score the model ``predict(indices) -> predictions`` on a bounded sample of the rows of ``(Y, weights)``.
 
     Parameters
     ----------
     predict : callable
-        ``predict(X_rows)`` gives the model's predictions of ``Y_rows`` (a tensor or
-        array of shape (m, l)).
-    X : array of shape (n, d)
+        ``predict(indices)`` gives the model's predictions of ``Y[indices]`` (a
+        tensor or array of shape (m, l)) for an ndarray of row indices.
     Y : ndarray of shape (n, l)
         The targets the model was fitted to.
     weights : ndarray of shape (n,)
@@ -82,14 +81,14 @@ def check_fit(predict, X, Y, weights):
     --------
     >>> import numpy as np
     >>> Y = np.arange(10.0)[:, None]
-    >>> check_fit(lambda rows: rows, Y, Y, np.ones(10)).passed
+    >>> check_fit(lambda rows: Y[rows], Y, np.ones(10)).passed
     True
-    >>> check_fit(lambda rows: -10 * rows, Y, Y, np.ones(10)).passed
+    >>> check_fit(lambda rows: -10 * Y[rows], Y, np.ones(10)).passed
     False
     """
     tic = time.perf_counter()
-    rows = fit_check_rows(X.shape[0])
-    predictions = predict(X[rows])
+    rows = fit_check_rows(Y.shape[0])
+    predictions = predict(rows)
     if isinstance(predictions, torch.Tensor):
         predictions = predictions.detach().cpu().double().numpy()
     targets = np.asarray(Y[rows], dtype=np.float64).reshape(rows.size, -1)

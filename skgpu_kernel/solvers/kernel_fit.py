@@ -529,6 +529,7 @@ def _solved_model(request, runtime, plan):
         center_shares=None if centers is None else centers.shares,
         X_device=split.training.X_device,
         center_rows=None if centers is None else centers.indices,
+        joint_intercept=joint,
     )
     settings = _path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
     outcome = run_solver(solver, policy.alpha, host, runtime, settings)
@@ -560,10 +561,13 @@ def _direct_model(request, runtime, plan):
     device_cache = PredictionTensors.of_centers(
         kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
     )
+
     # The exact solution cannot diverge; its last check is recorded as every fit's is.
-    check = check_fit(
-        lambda rows: device_cache.predict(kernel, rows, runtime.budget), data.X, data.Y - intercept, data.weights
-    )
+    def predict(indices):
+        rows = to_device(rows_taken(data.X, data.X_device, indices))
+        return device_cache.predict_on_device(kernel, rows, runtime.budget)
+
+    check = check_fit(predict, data.Y - intercept, data.weights)
     outcome = PathOutcome(
         KernelLoopResult.direct(coef),
         centers=centers,

@@ -149,6 +149,9 @@ class KernelHostData:
         there): every stage takes its rows from it; None: from ``X``.
     center_rows : ndarray of shape (p,) or None
         The training rows the centers are (None: the user's centers).
+    joint_intercept : bool
+        ``Y``'s last column is the column of ones of the joint intercept, not a
+        target of the model (the last check leaves it out).
     """
 
     X: object
@@ -163,6 +166,7 @@ class KernelHostData:
     center_shares: np.ndarray | None = None
     X_device: torch.Tensor | None = None
     center_rows: np.ndarray | None = None
+    joint_intercept: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,18 +401,21 @@ def _warn_of(fallback, attempt, requested):
 def _last_check(outcome, data, runtime, settings):
     """The last check of the attempt's model on its training rows, or None where it is not run.
 
+    The rows are taken from the fit's one copy on the device where it holds one.
     Not under a process group: the ranks would have to agree on a fallback, and
     each holds the same model (its coefficients agreed every epoch).
     """
     if runtime.group is not None or outcome.device_cache is None or data.X.shape[0] < 2:
         return None
-    kernel, budget = settings.kernel, runtime.budget
-    events = MemoryEvents(runtime.memory_events, None, runtime.log)
+    tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, settings.offset)
 
-    def predict(rows):
-        return outcome.device_cache.predict(kernel, rows, budget, events)
+    n_targets = data.Y.shape[1] - data.joint_intercept  # the ones column is no target
 
-    check = check_fit(predict, data.X, data.Y, data.weights)
+    def predict(indices):
+        rows = to_device(rows_taken(data.X, data.X_device, indices))
+        return tensors.predict_on_device(settings.kernel, rows, runtime.budget)[:, :n_targets]
+
+    check = check_fit(predict, data.Y[:, :n_targets], data.weights)
     if runtime.log is not None:
         verdict = "passed" if check.passed else "FAILED"
         runtime.log(
@@ -1373,11 +1380,14 @@ def _unfinished_residual(solved, dtype, parameters):
 
 
 def _broken_down(solved, dtype, parameters):
-    """Whether CG ended unfinished by a breakdown (:data:`_BROKEN_STOPS`) or with its residual above its start."""
+    """Whether CG ended unfinished by a breakdown (:data:`_BROKEN_STOPS`), or by its objective above its start."""
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is None:
         return False
-    return solved.stop in _BROKEN_STOPS or residual > _cg_stopping(parameters, dtype).residual_ceiling
+    # A run cut by the iteration bound (n_epochs) may end above its start: CG's residual
+    # on the square system is not monotone (3.6, 1.8, 0.87, ... where it converged).
+    above_start = solved.stop == "objective" and residual > _cg_stopping(parameters, dtype).residual_ceiling
+    return solved.stop in _BROKEN_STOPS or above_start
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):
