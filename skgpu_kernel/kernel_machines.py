@@ -762,7 +762,7 @@ _COMMON_ATTRIBUTES = """
         ``RuntimeWarning`` says so: predicting changes no fitted attribute.)
     fit_check_ : dict or None
         The last check of the fitted model: its weighted squared error on at most
-        2048 evenly spaced training rows against the trivial predictor's (the
+        1024 evenly spaced training rows against the trivial predictor's (the
         rows' weighted mean), ``{"n_rows", "model_loss", "trivial_loss",
         "standard_error", "seconds", "passed"}``; a model worse than the trivial
         one by more than two standard errors is refitted (``fit_attempts_``).  None
