@@ -500,7 +500,7 @@ def half_cache_harmless(n_rows, definite_penalty):
     """Whether a 16-bit ``K(X, X)`` cache is provably harmless to the solver that reads it.
 
     The stored matrix is ``K + E`` with ``|E_ij| <= u |K_ij| <= u`` (``u`` =
-    :data:`HALF_ROUNDING`, kernels with values in [-1, 1]), so ``||E||_2 <= n u``
+    ``HALF_ROUNDING``, kernels with values in [-1, 1]), so ``||E||_2 <= n u``
     (Gershgorin).  A solver that needs ``K + alpha W^-1`` positive definite (CG on
     every point, ``W^-1 >= 1`` on normalised weights) keeps it so, with the
     solution moved by at most ``n u / (alpha - n u)`` relatively, when ``n u <=

@@ -169,7 +169,7 @@ class CGStoppingPlan:
         The package's rule on the relative training loss.
     residual_ceiling : float
         A run that ends with its residual above this is unfinished whatever
-        stopped it, the objective's rule included (:data:`CG_RESIDUAL_CEILING`).
+        stopped it, the objective's rule included (``CG_RESIDUAL_CEILING``).
     """
 
     residual_tol: float
@@ -182,7 +182,7 @@ class CGStoppingPlan:
         """Whether a run that ended by ``stop`` with the relative ``residual`` is unfinished (it warns).
 
         Finished: the residual met its tolerance, or the objective's rule ended the
-        run below :attr:`residual_ceiling`, or the residual is within :attr:`stated_tol`.
+        run below ``residual_ceiling``, or the residual is within ``stated_tol``.
 
         Examples
         --------
@@ -268,7 +268,7 @@ class DivergenceRule:
 
         ``lowest`` is the lowest value measured before; ``floor`` the level below
         which values are not judged by their growth (the noise of the measure).
-        The caller counts ``"grew"`` over :attr:`window` iterations.
+        The caller counts ``"grew"`` over ``window`` iterations.
         """
         if not math.isfinite(value):
             return "not finite"
@@ -337,7 +337,7 @@ FIT_CHECK_STANDARD_ERRORS = 2.0
 
 
 def fit_check_rows(n_rows):
-    """The training rows the last check scores: at most :data:`FIT_CHECK_ROWS`, evenly spaced.
+    """The training rows the last check scores: at most ``FIT_CHECK_ROWS``, evenly spaced.
 
     Examples
     --------
