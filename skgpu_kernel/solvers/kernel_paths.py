@@ -451,10 +451,15 @@ def _safer_attempt(attempt, outcome, data, dtype, why):
         return Fallback(reason, n_components=n_components // 2, warning=f"{reason[0].upper()}{reason[1:]}.")
     if attempt.n_refits >= CG_FALLBACK_REFITS or (attempt.solver == "eigenpro" and data.centers is not None):
         return None
-    larger = max(10.0 * attempt.alpha, torch.finfo(dtype).eps * float(data.weights.sum()))
+    larger = _larger_penalty(attempt.alpha, dtype, data)
     reason = f"{why}: refit with alpha {larger:.3g} (was {attempt.alpha:.3g})"
     warning = f"{reason[0].upper()}{reason[1:]}; alpha_ holds the penalty used. Set a larger alpha or dtype='float64'."
     return Fallback(reason, alpha=larger, warning=warning)
+
+
+def _larger_penalty(alpha, dtype, data):
+    """Ten times ``alpha``, at least the smallest penalty that resolves the errors to ``dtype``'s precision."""
+    return max(10.0 * alpha, torch.finfo(dtype).eps * float(data.weights.sum()))
 
 
 def _trivial_model(outcome, attempts):
@@ -1294,8 +1299,7 @@ def _centers_cg_refit(context, solved):
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is None or solved.stop not in _ROUNDING_STOPS:
         return None
-    # The smallest penalty worth trying resolves the errors to the dtype's precision.
-    larger = max(10.0 * alpha, torch.finfo(dtype).eps * float(context.data.weights.sum()))
+    larger = _larger_penalty(alpha, dtype, context.data)
     reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
     warning = (
         f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
