@@ -24,12 +24,17 @@ rows binned by predicted probability).
 # %%
 # Data and fits
 # -------------
-# The table is read from the Debian package ``r-cran-aer`` (no download).
+# The table is read from the Debian package ``r-cran-aer`` (no download).  Without
+# it (or without the ``rdata`` reader), the example says so and takes scikit-learn's
+# bundled diabetes table in its raw units instead, its ``sex`` column a category and
+# the target whether the disease progressed beyond the median.
 import os
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from sklearn.calibration import calibration_curve
+from sklearn.datasets import load_diabetes
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.inspection import permutation_importance
 from sklearn.metrics import log_loss
@@ -38,8 +43,21 @@ from sklearn.model_selection import train_test_split
 from skgpu_kernel import AdaptiveKernelClassifier
 from skgpu_kernel.datasets import load_aer
 
-bunch = load_aer("HMDA", target="deny", dropna=False)
-X, y = bunch.data, np.asarray(bunch.target.astype(str))
+
+def mixed_table():
+    """AER's HMDA, or scikit-learn's diabetes table with a category, saying why."""
+    try:
+        bunch = load_aer("HMDA", target="deny", dropna=False)
+    except (FileNotFoundError, ImportError) as error:
+        print(f"{error}\nFalling back to scikit-learn's diabetes table (sex as a category).")
+        frame = load_diabetes(as_frame=True, scaled=False).frame
+        frame["sex"] = pd.Categorical(frame["sex"].map({1.0: "level 1", 2.0: "level 2"}))
+        target = frame.pop("target")
+        return frame, np.where(target > target.median(), "progressed", "stable")
+    return bunch.data, np.asarray(bunch.target.astype(str))
+
+
+X, y = mixed_table()
 X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
 
 model = AdaptiveKernelClassifier(random_state=0).fit(X_train, y_train)
