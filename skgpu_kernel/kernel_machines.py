@@ -7,10 +7,12 @@ further decision (solver, penalty, validation split, kernel, centers, plan) and 
 EigenPro 2, EigenPro 3 or CG -> store its result as numpy fitted attributes.
 """
 
+import warnings
 from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, is_classifier
 from sklearn.utils import check_random_state
@@ -24,6 +26,7 @@ from .blockwise import DeviceCopier, PredictionTensors
 from .calibration import log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
+from .planning.columns import COLUMN_SCALINGS
 from .process_group import default_process_group
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.feature_learning import (
@@ -38,7 +41,7 @@ from .solvers.kernel_fit import (
     KernelFitParameters,
     KernelRuntime,
 )
-from .tables import fit_table_encoding
+from .tables import TableOptions, fit_table_encoding, table_rows
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
@@ -78,6 +81,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "feature_learning": [None, StrOptions({"auto", *FEATURE_LEARNING_MODES})],
         "feature_learning_iter": [Interval(Integral, 1, None, closed="left")],
         "categorical_features": [StrOptions({"from_dtype"}), "array-like", None],
+        "column_scaling": [StrOptions(set(COLUMN_SCALINGS))],
     }
 
     def __init__(
@@ -114,6 +118,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         feature_learning="auto",
         feature_learning_iter=5,
         categorical_features="from_dtype",
+        column_scaling="auto",
     ):
         self.kernel = kernel
         self.bandwidth = bandwidth
@@ -146,32 +151,64 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.feature_learning = feature_learning
         self.feature_learning_iter = feature_learning_iter
         self.categorical_features = categorical_features
+        self.column_scaling = column_scaling
 
     # --- fitting: validate -> fit_kernel_model -> store ----------------------------
 
-    def _encoded_table(self, X, *, reset):
-        """``X`` as the kernel sees it: checked, and encoded by the table encoding (fitted when ``reset``).
+    def _checked_table(self, X, *, reset):
+        """``X`` checked for shape, its feature names read (``validate_data``), a polars or pyarrow table as pandas.
 
-        Numeric arrays, sparse matrices and DataFrames with categories, strings and
-        missing values are taken (``skgpu_kernel.tables``); a warm start keeps the
-        encoding of the fit it continues.
+        A table's names are read before it is converted, so that a polars or
+        pyarrow table keeps its ``feature_names_in_``.
         """
-        if not hasattr(X, "iloc"):
-            X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=None, ensure_all_finite=False)
-        elif min(X.shape) < 1:
-            raise ValueError(f"Found array with shape {X.shape}; the estimator needs at least 1 sample and 1 feature.")
+        if _is_table(X):
+            validate_data(self, X, skip_check_array=True, reset=reset)
+            X = X if hasattr(X, "iloc") else X.to_pandas()
+            if min(X.shape) < 1:
+                raise ValueError(
+                    f"Found array with shape {X.shape}; the estimator needs at least 1 sample and 1 feature."
+                )
+            return X
+        X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=None, ensure_all_finite=False)
+        validate_data(self, X, skip_check_array=True, reset=reset)
+        return X
+
+    def _present_rows(self, X, y, sample_weight, **y_checks):
+        """``(X, y, sample_weight)``: the rows of positive weight, ``X`` encoded by the encoding fitted on them.
+
+        A weight of 0 means absent: those rows are dropped before anything is
+        learnt from ``X`` (the encoding's levels and statistics included).
+        """
+        keeps = self._keeps_encoding()
+        X = self._checked_table(X, reset=not keeps)
+        y = self._checked_targets(X, y, **y_checks)
+        if sample_weight is not None:
+            weights = check_sample_weight(sample_weight, X.shape[0])
+            present = weights > 0
+            if not present.all():
+                X, y, sample_weight = _rows_where(X, present), y[present], weights[present]
         budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
-        if reset and not (self.warm_start and hasattr(self, "table_encoding_")):
-            validate_data(self, X, skip_check_array=True, reset=True)
+        if not keeps:
             names = getattr(self, "feature_names_in_", None)
-            self.table_encoding_ = fit_table_encoding(X, self.categorical_features, names, budget)
+            options = TableOptions(self.categorical_features, self.column_scaling, names)
+            self.table_encoding_ = fit_table_encoding(X, options, sample_weight=sample_weight, memory_budget=budget)
+            self._table_choice = _table_choice(self)
             self.is_categorical_ = self.table_encoding_.is_categorical
             self.column_scaling_ = self.table_encoding_.scaling.name
             if self.verbose:
                 print(self.table_encoding_.scaling.describe())
-        else:
-            validate_data(self, X, skip_check_array=True, reset=False)
-        return self.table_encoding_.transform(X, budget)
+        return self.table_encoding_.transform(X, budget), y, sample_weight
+
+    def _keeps_encoding(self):
+        """Whether this fit keeps the encoding of the fit it continues (a warm start), which must be asked the same."""
+        if not (self.warm_start and hasattr(self, "table_encoding_")):
+            return False
+        if getattr(self, "_table_choice", None) != _table_choice(self):
+            raise ValueError(
+                "warm_start continues the previous fit in the table encoding it learnt, but categorical_features "
+                "or column_scaling changed since: set warm_start=False to fit a new encoding."
+            )
+        return True
 
     def _checked_targets(self, X, y, **checks):
         """``y`` checked as scikit-learn's ``validate_data`` does, against the encoded ``X``."""
@@ -182,7 +219,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         return y
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
-        """Fit on validated ``X`` and 2-D float targets ``Y``; shared by both shells."""
+        """Fit on encoded ``X`` and 2-D float targets ``Y``; shared by both shells."""
         X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
         check_representable(X, resolve_dtype(self.dtype), "X")
         check_representable(Y, resolve_dtype(self.dtype), "y")
@@ -201,11 +238,11 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt, X)
-            self._store_calibration(learnt.temperature)
+            self._store_calibration(learnt)
         return self
 
-    def _store_calibration(self, temperature):
-        """The classifier's probability temperature; nothing for a regressor."""
+    def _store_calibration(self, learnt):
+        """The classifier's probability temperature and where it came from; nothing for a regressor."""
 
     def _store_features(self, learnt, X):
         """The learnt metric's attributes (None, and no ``feature_importances_``, without feature learning).
@@ -343,10 +380,22 @@ class _BaseAdaptiveKernel(BaseEstimator):
     # --- prediction ----------------------------------------------------------------
 
     def _decision(self, X):
+        """The scores of ``X``, its rows encoded a block at a time within the memory budget."""
         check_is_fitted(self)
-        X = self._encoded_table(X, reset=False)
-        X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
+        X = self._checked_table(X, reset=False)
         tensors = self._prediction_tensors()
+        host_budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
+        encoding = self.table_encoding_
+        rows = encoding.row_block(X.shape[0], host_budget)
+        scores = [
+            self._scores(encoding.transform(table_rows(X, start, start + rows), host_budget), tensors)
+            for start in range(0, X.shape[0], rows)
+        ]
+        return scores[0] if len(scores) == 1 else np.concatenate(scores)
+
+    def _scores(self, X, tensors):
+        """The scores of encoded rows ``X``, in the learnt features where there are."""
+        X = transformed_rows(X, getattr(self, "metric_transform_", None))  # the learnt features, if any
         scores = tensors.predict(self.kernel_, X, resolve_memory_budget(self.memory_budget, tensors.device))
         # Computed in dtype_, returned as scikit-learn's linear models do: float32 when both X
         # and the fitted coefficients are (a float32 fit), float64 otherwise.
@@ -374,10 +423,36 @@ class _BaseAdaptiveKernel(BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.input_tags.allow_nan = True
+        # Tables with category columns are taken (skgpu_kernel.tables).  The string tag stays
+        # False: scikit-learn reads it as "any object is kept without conversion", while a
+        # value that is neither a number nor a string is refused (check_dtype_object).
+        tags.input_tags.categorical = True
         # float32 in, float32 out.  scikit-learn reads this tag of transformers only, so
         # check_estimator does not exercise it here: tests/test_dtype.py does.
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
+
+
+def _is_table(X):
+    """A pandas, polars or pyarrow table (by the dataframe interchange or Arrow stream protocols)."""
+    return hasattr(X, "iloc") or hasattr(X, "__dataframe__") or hasattr(X, "__arrow_c_stream__")
+
+
+def _rows_where(X, present):
+    """The rows of ``X`` (array, sparse matrix or DataFrame) where ``present`` is True."""
+    if hasattr(X, "iloc"):
+        return X.iloc[np.flatnonzero(present)]
+    if scipy.sparse.issparse(X):
+        return X.tocsr()[np.flatnonzero(present)]
+    return X[present]
+
+
+def _table_choice(estimator):
+    """The parameters an encoding is fitted with, comparable (a warm start must keep them)."""
+    chosen = estimator.categorical_features
+    if chosen is not None and not isinstance(chosen, str):
+        chosen = tuple(np.asarray(chosen).tolist())
+    return chosen, estimator.column_scaling
 
 
 def _drop_zero_weights(X, Y, sample_weight, stratify):
@@ -681,8 +756,19 @@ default="from_dtype"
         zeros across its block, equidistant from every known level in the plain
         kernel.  Numeric columns may hold NaN (imputed by
         the training mean, with an indicator column where ``fit`` saw any), and are
-        standardized when they are in different units (``column_scaling_``).  See
-        :ref:`tables` and ``skgpu_kernel.tables``.
+        standardized when they are in different units (``column_scaling``).  A
+        column of dates or times, and under ``"from_dtype"`` an object column
+        mixing numbers and strings, is refused by name.  See :ref:`tables` and
+        ``skgpu_kernel.tables``.
+    column_scaling : {"auto", "standardize", "none"}, default="auto"
+        Whether the numeric columns are standardized (their weighted training mean
+        and standard deviation): ``"auto"`` where they are in different units, by
+        :func:`~skgpu_kernel.planning.columns.plan_column_scaling`, and kept where
+        they are already scaled or share one range (images, counts); the other two
+        decide it, for example so that the folds of a cross-validation near the
+        rule's thresholds cannot differ.  A memory-mapped ``X`` is read as it is
+        unless ``"standardize"`` (which copies it).  The result is
+        ``column_scaling_``.
 """
 
 _COMMON_ATTRIBUTES = """
@@ -947,8 +1033,7 @@ class AdaptiveKernelRegressor(RegressorMixin, _BaseAdaptiveKernel):
         -------
         self : object
         """
-        X = self._encoded_table(X, reset=True)
-        y = self._checked_targets(X, y, multi_output=True, y_numeric=True)
+        X, y, sample_weight = self._present_rows(X, y, sample_weight, multi_output=True, y_numeric=True)
         self._single_output = y.ndim == 1
         Y = y.reshape(-1, 1) if y.ndim == 1 else y
         return self._fit_targets(X, Y.astype(np.float64), sample_weight, stratify=None)
@@ -977,8 +1062,9 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
 
     Regression on the square loss with targets ``+-1`` (binary) or one-hot columns
     (multiclass); ``predict`` takes the sign or the argmax of the scores returned by
-    ``decision_function``.  The scores are not probabilities: wrap the estimator in
-    :class:`sklearn.calibration.CalibratedClassifierCV` to obtain ``predict_proba``.
+    ``decision_function``.  The scores are not probabilities: ``predict_proba``
+    scales them by a temperature fitted on rows a model of the same kernel did not
+    train on (``calibration_temperature_``; the user guide's "Class probabilities").
 """
         + _COMMON_PARAMETERS
         + """    class_weight : dict, "balanced" or None, default=None
@@ -993,7 +1079,10 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         without one the model fits every training label and the weights change
         little (on digits with two classes cut to a tenth and 20% of the labels
         noisy, ``"balanced"`` raised those classes' recall by 0.21 on average over
-        three splits; see ``tests/test_bandwidth_selection.py``).
+        three splits; see ``tests/test_bandwidth_selection.py``).  They weigh the
+        probabilities' calibration too: ``predict_proba`` is then calibrated to the
+        reweighted population (with ``"balanced"``, one where every class is as
+        frequent), not to the class frequencies of the data.
 
     Attributes
     ----------
@@ -1001,14 +1090,20 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         Class labels.
     calibration_temperature_ : float
         ``T`` of :meth:`predict_proba` (``sigmoid(s / T)``, ``softmax(S / T)``): the
-        temperature of least weighted log loss on decision values of rows the fit
-        held out, from the model fitted without them.  Where feature learning ran,
-        those of its chosen candidate on its held-out split (no extra fit); without
-        it, from 100 training rows on, one extra fit of the plain model on the
-        split's other rows, with the kernel tuned on every row (the model itself is
-        the same to the bit).  See the user guide's "Class probabilities".  1.0 with
-        fewer rows, for data streamed from a file and over a process group;
-        a warm start keeps the temperature of the fit it continues."""
+        temperature of least weighted log loss on decision values of rows that a
+        model of the final kernel and metric did not train on (``calibration_``).
+        See the user guide's "Class probabilities".
+    calibration_ : {"held-out", "final-held-out", "cross-fitted", "none"}
+        Where those decision values came from
+        (:func:`~skgpu_kernel.planning.agop.plan_calibration`): up to 30000 rows,
+        ``validation_fraction`` of the rows held out from the chosen candidate of
+        feature learning or from one extra fit of the plain model (the model itself
+        is the fit on every row); above, 2000 rows the final model is fitted
+        without; under 100 rows, five folds cross-fitted; ``"none"`` (``T = 1``, and
+        ``predict_proba`` warns) for data streamed from a file and over a process
+        group.  With ``class_weight`` or ``sample_weight`` the temperature is
+        calibrated to the reweighted population.
+        A warm start keeps the temperature and ``calibration_`` of the fit it continues."""
         + _COMMON_ATTRIBUTES
         + """
     See Also
@@ -1071,6 +1166,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         feature_learning="auto",
         feature_learning_iter=5,
         categorical_features="from_dtype",
+        column_scaling="auto",
         class_weight=None,
     ):
         super().__init__(
@@ -1105,6 +1201,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
             feature_learning=feature_learning,
             feature_learning_iter=feature_learning_iter,
             categorical_features=categorical_features,
+            column_scaling=column_scaling,
         )
         self.class_weight = class_weight
 
@@ -1125,8 +1222,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         -------
         self : object
         """
-        X = self._encoded_table(X, reset=True)
-        y = self._checked_targets(X, y)
+        X, y, sample_weight = self._present_rows(X, y, sample_weight)
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
         if self.classes_.shape[0] < 2:
@@ -1143,8 +1239,9 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
     def _validation_score(self, predictions, targets):
         return _accuracy_score(predictions, targets)
 
-    def _store_calibration(self, temperature):
-        self.calibration_temperature_ = 1.0 if temperature is None else temperature
+    def _store_calibration(self, learnt):
+        self.calibration_temperature_ = 1.0 if learnt.temperature is None else learnt.temperature
+        self.calibration_ = learnt.calibration
 
     def predict_proba(self, X):
         """Class probabilities: the decision values scaled by ``calibration_temperature_``.
@@ -1175,6 +1272,14 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         -------
         ndarray of shape (n_samples, n_classes)
         """
+        if getattr(self, "calibration_", None) == "none":
+            warnings.warn(
+                "The probabilities are the scores' softmax at temperature 1, not calibrated: this fit could not "
+                "hold rows out (data read from a file in buffers, or over a process group). Wrap the estimator in "
+                "CalibratedClassifierCV for calibrated probabilities.",
+                UserWarning,
+                stacklevel=2,
+            )
         scores = self.decision_function(X)
         return log_probabilities(scores, self.calibration_temperature_)
 

@@ -1,59 +1,86 @@
 """Tables as users hold them: categories, strings and missing values in, one float matrix for the kernel out.
 
-The kernel estimators take ``X`` as a numeric array, a sparse matrix or a pandas
-DataFrame, and :func:`fit_table_encoding` learns on the training rows how each
+The kernel estimators take ``X`` as a numeric array, a sparse matrix or a table (a
+pandas DataFrame; a polars or pyarrow table is read through its ``to_pandas``), and
+:func:`fit_table_encoding` learns on the training rows of positive weight how each
 input column becomes columns of the matrix the kernel sees; the fitted
-:class:`TableEncoding` (``table_encoding_``) applies the same rule at ``predict``.
+:class:`TableEncoding` (``table_encoding_``) applies the same rule at ``predict``,
+a block of rows at a time.
 
 The rules:
 
 - **Which columns are categorical** (``categorical_features``): ``"from_dtype"``
-  takes a DataFrame's ``category``, boolean, string and object columns of strings,
-  and a numpy object array's columns of strings; a boolean mask, indices, or names
-  (with a DataFrame's column names) choose them; None takes none.
+  takes a table's ``category``, boolean and string columns, object columns of
+  strings (or of strings and booleans), and a numpy array's boolean, string and
+  object-of-strings columns; a boolean mask, indices, or names (with a table's
+  column names) choose them; None or an empty list takes none.
 - **A category** is one 0/1 column per level observed in ``fit``, in sorted order
   (the rows one category apart are then at squared distance 2, as two
   standardized columns one standard deviation apart): the same matrix as
   scikit-learn's ``OneHotEncoder(drop="if_binary", handle_unknown="ignore")``.  A
   column with two levels and no missing value is one column, the second level's
   indicator.  Ordered categories are taken as unordered.  Missing values (None,
-  NaN, ``pd.NA``) seen in ``fit`` are a level of their own.
+  NaN, ``pd.NA``, ``pd.NaT``) seen in ``fit`` are a level of their own.
+- **Levels are values**: a column of numbers (integer codes, floats, booleans)
+  has numeric levels, sorted as numbers, so that the code 1 is the level 1.0 of a
+  batch that pandas made float by a missing value; a column of strings has string
+  levels, sorted as strings (``OneHotEncoder``'s orders).  A column the user names
+  categorical that mixes numbers and strings takes every value as a string, a
+  whole number written without its ``.0`` (1 and 1.0 are ``"1"``).  A column
+  fitted on numbers that holds strings at ``predict`` is refused by name.
+- **Refused by name**: a column of dates or times (convert it to numbers, for
+  example days since a reference date, or to year, month and day columns; or to
+  strings to take it as a category), and, under ``"from_dtype"``, an object column
+  mixing numbers and strings (name it in ``categorical_features``, or convert it).
 - **An unknown level at predict** (never seen in ``fit``, or missing where ``fit``
   had no missing value) is zeros across a one-hot block, 0.5 in a two-level
   column: equidistant from every known level in the plain kernel (a learnt
   metric's block puts it at squared distance ``M_ll`` from level ``l``).
-- **Many levels**: the ``MAX_CATEGORY_LEVELS`` most frequent keep a column each and
-  the rest share one, so that an identifier with thousands of levels adds at most
-  ``MAX_CATEGORY_LEVELS + 2`` columns.
+- **Many levels**: the ``MAX_CATEGORY_LEVELS`` most frequent (by total weight) keep
+  a column each and the rest share one, so that an identifier with thousands of
+  levels adds at most ``MAX_CATEGORY_LEVELS + 2`` columns.
 - **Missing numeric values** take the column's training mean, and a column with
   missing values in ``fit`` gains a 0/1 indicator column after it, so that the
   kernel can tell an imputed value from an observed one.  A value missing at
   ``predict`` in a column that had none in ``fit`` takes the mean, without indicator.
-- **Units**: the numeric columns are standardized, or kept, by
-  :func:`skgpu_kernel.planning.columns.plan_column_scaling` (``column_scaling_``).
+- **Units** (``column_scaling``): ``"auto"`` standardizes the numeric columns, or
+  keeps them, by :func:`skgpu_kernel.planning.columns.plan_column_scaling`;
+  ``"standardize"`` and ``"none"`` decide it (so that folds of a cross-validation
+  near the rule's thresholds cannot differ).  The result is ``column_scaling_``.
+- **Weights**: the statistics (means, standard deviations, the levels' counts)
+  are weighted by ``sample_weight``, and rows of weight 0 are absent: the
+  estimators drop them before the encoding is fitted.
 - **Sparse input** (CSR, CSC, COO) is made dense where its dense float64 form fits
-  the memory budget, and refused with a message naming the sizes otherwise.  A
-  memory-mapped array is read as it is (never copied): no standardizing, no missing
-  values.
+  the memory budget, and refused with a message naming the sizes otherwise.  An
+  array backed by a memory-mapped file is read as it is (never copied, an integer
+  file included) under ``column_scaling="auto"`` or ``"none"``: no standardizing,
+  no missing values.
 
 A numeric array without missing values whose columns are kept passes through
-unchanged (no copy), so such fits are those of the estimators without this layer.
+unchanged (no copy where it is C-ordered), so such fits are those of the
+estimators without this layer; a table of the same numbers gives the same matrix,
+and so the same model, bit for bit.
 """
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 
-from .planning.columns import ColumnScaling, plan_column_scaling
+from .buffer import _backing_memmap
+from .planning.columns import COLUMN_SCALINGS, ColumnScaling, plan_column_scaling
 
 __all__ = [
+    "ENCODED_BLOCK_SHARE",
     "MAX_CATEGORY_LEVELS",
     "CategoricalColumn",
     "NumericColumn",
     "TableEncoding",
+    "TableOptions",
     "column_variances",
     "fit_table_encoding",
+    "table_rows",
 ]
 
 # Levels of a categorical column with a column of their own; the rest share one.
@@ -61,11 +88,58 @@ __all__ = [
 # carry the signal: at 100, VietNamI's 194 communes (each about 140 rows) lost 94 to the
 # shared column, and the test MSE rose from 0.177 to 0.255 (split 0).
 MAX_CATEGORY_LEVELS = 255
+# The share of the memory budget one block of encoded rows may take at predict: the
+# prediction's own blocks (kernel rows, scores) take the rest.
+ENCODED_BLOCK_SHARE = 0.25
 _INFINITY = "Input X contains infinity or a value too large for dtype('float64')."
 # Bytes of the float64 block of rows the column statistics read at once: a block of a
 # few MB stays in cache (Fashion-MNIST's 60000 x 784 pixels: 0.1 s, against 5 s in
 # blocks of 65536 rows).
 _BLOCK_BYTES = 2**23
+# pandas.api.types.infer_dtype's answers for an object column, by what the encoding does with them.
+_INFERRED_KINDS = {
+    "string": "string",
+    "bytes": "string",
+    "boolean": "bool",
+    "integer": "number",
+    "floating": "number",
+    "mixed-integer-float": "number",
+    "decimal": "number",
+    "empty": "number",  # every value missing: a numeric column that never varies
+    "datetime64": "datetime",
+    "datetime": "datetime",
+    "date": "datetime",
+    "timedelta64": "datetime",
+    "timedelta": "datetime",
+    "time": "datetime",
+    "period": "datetime",
+}
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """The user's choices an encoding is fitted with (the estimators' parameters of the same names).
+
+    Attributes
+    ----------
+    categorical_features : "from_dtype", array-like or None, default="from_dtype"
+        See the module's rules.
+    column_scaling : {"auto", "standardize", "none"}, default="auto"
+        See the module's rules.
+    feature_names : ndarray of str or None, default=None
+        The table's column names (``feature_names_in_``), for names in
+        ``categorical_features`` and in messages.
+    """
+
+    categorical_features: object = "from_dtype"
+    column_scaling: str = "auto"
+    feature_names: object = None
+
+    def label(self, j):
+        """How messages name input column ``j``."""
+        if self.feature_names is None:
+            return f"column {j}"
+        return f"column {j} ({self.feature_names[j]!r})"
 
 
 @dataclass(frozen=True)
@@ -88,7 +162,7 @@ class NumericColumn:
 
 @dataclass(frozen=True)
 class CategoricalColumn:
-    """A categorical input column's levels (sorted string keys) and how they are encoded."""
+    """A categorical input column's levels (sorted keys: float64 numbers or strings) and how they are encoded."""
 
     levels: np.ndarray
     pooled: np.ndarray  # the levels beyond MAX_CATEGORY_LEVELS, sharing one column
@@ -102,9 +176,9 @@ class CategoricalColumn:
     def width(self):
         return 1 if self.binary else len(self.levels) + self.missing_level + bool(len(self.pooled))
 
-    def encode(self, values, out):
+    def encode(self, values, out, label="the column"):
         """Write the block of ``values`` (a column) into ``out`` of shape ``(rows, width)``, zeroed."""
-        keys, missing = _category_keys(values)
+        keys, missing = _keys_like(self.levels, *_level_keys(values), label)
         index, found = _lookup(self.levels, keys, missing)
         rows = np.flatnonzero(found)
         if self.binary:
@@ -130,11 +204,14 @@ class TableEncoding:
         The units rule's decision.
     passthrough : bool
         A numeric array whose columns are kept and had no missing value: used as given.
+    labels : tuple of str
+        How messages name each input column (its index, and its name in a table).
     """
 
     columns: tuple
     scaling: ColumnScaling
     passthrough: bool
+    labels: tuple = ()
 
     @property
     def is_categorical(self):
@@ -192,12 +269,20 @@ class TableEncoding:
         return shares
 
     def transform(self, X, memory_budget=None):
-        """The kernel's float matrix for ``X`` (validated as in ``fit``)."""
+        """The kernel's float matrix for ``X`` (validated as in ``fit``).
+
+        A pass-through array comes back as it is where it can (C-ordered, no
+        missing value; a memory-mapped file always), otherwise as a C-ordered float
+        copy: a table and its own array give the same matrix.
+        """
         X = _dense(X, memory_budget)
         if self.passthrough:
-            return _with_missing_filled(_as_float_array(X), self.columns)
+            if isinstance(X, np.ndarray) and _backing_memmap(X) is not None:
+                return X  # read as it is: never copied
+            block = _numeric_block(X, np.arange(X.shape[1]), self._label)
+            return np.ascontiguousarray(_with_missing_filled(_as_float_array(block), self.columns))
         numeric = [j for j, column in enumerate(self.columns) if isinstance(column, NumericColumn)]
-        block = _numeric_block(X, numeric)
+        block = _numeric_block(X, numeric, self._label)
         dtype = np.float32 if block is not None and block.dtype == np.float32 else np.float64
         out = np.zeros((X.shape[0], self.n_features_out), dtype=dtype)
         starts = self.column_starts
@@ -205,46 +290,67 @@ class TableEncoding:
             _encode_numeric(block[:, position], self.columns[j], out[:, starts[j] : starts[j + 1]])
         for j, column in enumerate(self.columns):
             if isinstance(column, CategoricalColumn):
-                column.encode(_column(X, j), out[:, starts[j] : starts[j + 1]])
+                column.encode(_column(X, j), out[:, starts[j] : starts[j + 1]], self._label(j))
         return out
 
+    def row_block(self, n_rows, memory_budget):
+        """Rows encoded at once at predict: their float64 matrix within ``ENCODED_BLOCK_SHARE`` of the budget.
 
-def fit_table_encoding(X, categorical_features="from_dtype", feature_names=None, memory_budget=None):
+        Every row where the encoding passes ``X`` through (nothing is built) or no
+        budget is given.
+        """
+        if self.passthrough or memory_budget is None:
+            return max(n_rows, 1)
+        per_row = 8 * max(self.n_features_out, 1)
+        return int(min(max(n_rows, 1), max(1, ENCODED_BLOCK_SHARE * memory_budget // per_row)))
+
+    def _label(self, j):
+        return self.labels[j] if j < len(self.labels) else f"column {j}"
+
+
+def table_rows(X, start, stop):
+    """Rows ``start:stop`` of ``X`` (an array, a sparse matrix or a DataFrame), without copying where it can."""
+    if hasattr(X, "iloc"):
+        return X.iloc[start:stop]
+    if scipy.sparse.issparse(X) and X.format not in ("csr", "csc"):
+        X = X.tocsr()
+    return X[start:stop]
+
+
+def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=None):
     """Learn the encoding of ``X``'s columns on the training rows.
 
     Parameters
     ----------
     X : ndarray, sparse matrix or pandas DataFrame of shape (n_samples, n_features)
-        Checked for shape (2-D, non-empty) by the caller.
-    categorical_features : "from_dtype", array-like or None, default="from_dtype"
-        See the module's rules.
-    feature_names : ndarray of str or None
-        The DataFrame's column names (``feature_names_in_``), for names in
-        ``categorical_features``.
-    memory_budget : int or None
+        Checked for shape (2-D, non-empty) by the caller; rows of weight 0 already dropped.
+    options : TableOptions, default=None
+        ``categorical_features``, ``column_scaling`` and the column names (None:
+        the defaults, no names).
+    sample_weight : ndarray of shape (n_samples,), default=None
+        Positive weights of the statistics (None, or all equal: unweighted).
+    memory_budget : int, default=None
         Bytes a sparse ``X`` may take made dense (None: no bound).
 
     Returns
     -------
     TableEncoding
     """
+    options = TableOptions() if options is None else options
+    if options.column_scaling not in COLUMN_SCALINGS:
+        raise ValueError(f"column_scaling={options.column_scaling!r}: use one of {COLUMN_SCALINGS}.")
     X = _dense(X, memory_budget)
-    categorical = categorical_mask(X, categorical_features, feature_names)
+    labels = tuple(options.label(j) for j in range(X.shape[1]))
+    weights = _unequal(sample_weight)
+    categorical = categorical_mask(X, options.categorical_features, options.feature_names, labels)
     numeric = np.flatnonzero(~categorical)
-    block = _numeric_block(X, numeric)
-    statistics = _column_statistics(block) if block is not None else None
-    levels = {j: _fit_levels(_column(X, j)) for j in np.flatnonzero(categorical)}
+    block = _numeric_block(X, numeric, labels.__getitem__)
+    statistics = _column_statistics(block, weights) if block is not None else None
+    levels = {j: _fit_levels(_column(X, j), weights, labels[j]) for j in np.flatnonzero(categorical)}
     n_indicators = sum(column.width for column in levels.values())
     if statistics is not None:
         n_indicators += int(np.count_nonzero(statistics.missing))
-    if isinstance(X, np.memmap):
-        scaling = ColumnScaling(False, "a memory-mapped X is read as it is")
-        if statistics is not None and statistics.missing.any():
-            raise ValueError("X is memory-mapped and has missing values: impute them in the file first.")
-    elif statistics is None:
-        scaling = ColumnScaling(False, "no numeric column")
-    else:
-        scaling = plan_column_scaling(statistics.low, statistics.high, statistics.mean, statistics.std, n_indicators)
+    scaling = _scaling(X, statistics, n_indicators, options.column_scaling)
     columns = list(levels.get(j) for j in range(X.shape[1]))
     for position, j in enumerate(numeric):
         mean = float(statistics.mean[position]) if np.isfinite(statistics.mean[position]) else 0.0
@@ -258,13 +364,39 @@ def fit_table_encoding(X, categorical_features="from_dtype", feature_names=None,
         and not scaling.standardize
         and not (statistics is not None and statistics.missing.any())
         and isinstance(X, np.ndarray)
-        and X.dtype.kind in "fiub"
+        and X.dtype.kind in "fiu"
     )
-    return TableEncoding(tuple(columns), scaling, passthrough)
+    return TableEncoding(tuple(columns), scaling, passthrough, labels)
 
 
-def categorical_mask(X, categorical_features, feature_names=None):
-    """Boolean mask of ``X``'s categorical columns under ``categorical_features``."""
+def _unequal(sample_weight):
+    """The weights where they differ; None where every row weighs the same (the unweighted statistics)."""
+    if sample_weight is None:
+        return None
+    weights = np.asarray(sample_weight, dtype=np.float64)
+    return None if np.all(weights == weights[0]) else weights
+
+
+def _scaling(X, statistics, n_indicators, column_scaling):
+    """Whether the numeric columns are standardized: a memory-mapped file is read as it is, unless asked."""
+    memory_mapped = isinstance(X, np.ndarray) and _backing_memmap(X) is not None
+    if memory_mapped and column_scaling != "standardize":
+        if statistics is not None and statistics.missing.any():
+            raise ValueError("X is memory-mapped and has missing values: impute them in the file first.")
+        return ColumnScaling(False, "a memory-mapped X is read as it is")
+    if statistics is None:
+        return ColumnScaling(False, "no numeric column")
+    if column_scaling != "auto":
+        return ColumnScaling(column_scaling == "standardize", f"column_scaling={column_scaling!r}")
+    return plan_column_scaling(statistics.low, statistics.high, statistics.mean, statistics.std, n_indicators)
+
+
+def categorical_mask(X, categorical_features, feature_names=None, labels=None):
+    """Boolean mask of ``X``'s categorical columns under ``categorical_features``.
+
+    ``"from_dtype"`` refuses, by name, a column of dates or times and an object
+    column mixing numbers and strings.
+    """
     n_features = X.shape[1]
     if categorical_features is None:
         return np.zeros(n_features, dtype=bool)
@@ -273,17 +405,20 @@ def categorical_mask(X, categorical_features, feature_names=None):
             raise ValueError(
                 f"categorical_features={categorical_features!r}: use 'from_dtype', a mask, indices or names."
             )
-        return np.array([_categorical_dtype(_column(X, j)) for j in range(n_features)], dtype=bool)
+        labels = labels or tuple(f"column {j}" for j in range(n_features))
+        return np.array([_from_dtype(_column(X, j), labels[j]) for j in range(n_features)], dtype=bool)
     chosen = np.asarray(categorical_features)
+    mask = np.zeros(n_features, dtype=bool)
+    if chosen.size == 0:  # as HistGradientBoosting: none
+        return mask
     if chosen.dtype == bool:
         if chosen.shape != (n_features,):
             raise ValueError(
                 f"categorical_features is a mask of {chosen.shape[0]} entries; X has {n_features} columns."
             )
         return chosen.copy()
-    mask = np.zeros(n_features, dtype=bool)
     if chosen.dtype.kind in "iu":
-        if chosen.size and (chosen.min() < -n_features or chosen.max() >= n_features):
+        if chosen.min() < -n_features or chosen.max() >= n_features:
             raise ValueError(f"categorical_features holds indices outside the {n_features} columns of X.")
         mask[chosen] = True
         return mask
@@ -330,14 +465,20 @@ class _ColumnStatistics:
     missing: np.ndarray  # bool: the column has a missing value
 
 
-def _column_statistics(block):
-    """Per-column smallest, largest, mean and standard deviation of the observed values, in row blocks."""
+def _column_statistics(block, weights=None):
+    """Per-column smallest, largest, mean and standard deviation of the observed values, in row blocks.
+
+    Weighted by ``weights`` where given (None: every row alike).
+    """
     columns = block.shape[1]
     count, mean, squares = np.zeros(columns), np.zeros(columns), np.zeros(columns)
     low, high = np.full(columns, np.inf), np.full(columns, -np.inf)
+    missing = np.zeros(columns, dtype=bool)
     rows = max(1, _BLOCK_BYTES // (8 * max(columns, 1)))
     for start in range(0, block.shape[0], rows):
-        part = _BlockStatistics.of(np.asarray(block[start : start + rows], dtype=np.float64))
+        # C-ordered whatever the layout of X: a table and its own (Fortran-ordered) array sum alike.
+        part = np.ascontiguousarray(block[start : start + rows], dtype=np.float64)
+        part = _BlockStatistics.of(part, None if weights is None else weights[start : start + rows])
         # Chan et al.'s pairwise update: no cancellation of large means.
         total = count + part.count
         delta = part.mean - mean
@@ -346,6 +487,7 @@ def _column_statistics(block):
         mean += delta * share
         count = total
         low, high = np.minimum(low, part.low), np.maximum(high, part.high)
+        missing |= part.missing
     if (high == np.inf).any() or (low == -np.inf).any():  # an all-missing column has low inf, high -inf
         raise ValueError(_INFINITY)
     if not np.isfinite(squares).all():
@@ -356,30 +498,39 @@ def _column_statistics(block):
         )
     std = np.sqrt(np.divide(squares, count, out=np.zeros(columns), where=count > 0))
     mean = np.where(count > 0, mean, np.nan)
-    return _ColumnStatistics(low, high, mean, std, count < block.shape[0])
+    return _ColumnStatistics(low, high, mean, std, missing)
 
 
 @dataclass(frozen=True)
 class _BlockStatistics:
-    count: np.ndarray
+    count: np.ndarray  # the observed rows' total weight
     mean: np.ndarray
-    squares: np.ndarray  # sum of squared deviations from the block's mean
+    squares: np.ndarray  # weighted sum of squared deviations from the block's mean
     low: np.ndarray
     high: np.ndarray
+    missing: np.ndarray
 
     @classmethod
-    def of(cls, part):
+    def of(cls, part, weights=None):
         observed = ~np.isnan(part)
-        if observed.all():  # the common case: no masked reductions
+        missing = ~observed.all(axis=0)
+        if weights is None and not missing.any():  # the common case: no masked reductions
             mean = part.mean(axis=0)
             squares = ((part - mean) ** 2).sum(axis=0)
-            return cls(np.full(part.shape[1], float(part.shape[0])), mean, squares, part.min(axis=0), part.max(axis=0))
-        count = observed.sum(axis=0).astype(np.float64)
-        mean = np.where(observed, part, 0.0).sum(axis=0) / np.maximum(count, 1)
-        squares = (np.where(observed, part - mean, 0.0) ** 2).sum(axis=0)
+            count = np.full(part.shape[1], float(part.shape[0]))
+            return cls(count, mean, squares, part.min(axis=0), part.max(axis=0), missing)
+        if weights is None:
+            count = observed.sum(axis=0).astype(np.float64)
+            mean = np.where(observed, part, 0.0).sum(axis=0) / np.maximum(count, 1)
+            squares = (np.where(observed, part - mean, 0.0) ** 2).sum(axis=0)
+        else:
+            mass = np.where(observed, weights[:, None], 0.0)
+            count = mass.sum(axis=0)
+            mean = (mass * np.where(observed, part, 0.0)).sum(axis=0) / np.where(count > 0, count, 1.0)
+            squares = (mass * np.where(observed, part - mean, 0.0) ** 2).sum(axis=0)
         low = np.where(observed, part, np.inf).min(axis=0)
         high = np.where(observed, part, -np.inf).max(axis=0)
-        return cls(count, mean, squares, low, high)
+        return cls(count, mean, squares, low, high, missing)
 
 
 def _encode_numeric(values, column, out):
@@ -408,68 +559,183 @@ def _as_float_array(X):
     return X.astype(np.float64)
 
 
-def _numeric_block(X, numeric):
-    """The numeric columns as a float array (float32 kept), or None without any."""
+def _numeric_block(X, numeric, label):
+    """The numeric columns as an array (a numeric array's own dtype; float32 kept), or None without any.
+
+    ``label(j)`` names column ``j`` in messages.
+    """
     if len(numeric) == 0:
         return None
     if isinstance(X, np.ndarray) and X.dtype.kind in "fiub":
-        block = X if len(numeric) == X.shape[1] else X[:, numeric]
-        return _as_float_array(block)
-    return np.column_stack([_as_float(_column(X, j)) for j in numeric])
+        return X if len(numeric) == X.shape[1] else X[:, numeric]
+    return np.column_stack([_as_float(_column(X, j), label(j)) for j in numeric])
 
 
-def _as_float(values):
+def _as_float(values, label):
     """A numeric column as float64 (float32 kept), missing values (None, NaN, ``pd.NA``) as NaN."""
-    if hasattr(values, "to_numpy"):  # a pandas Series, nullable dtypes included
-        single = str(values.dtype).lower() == "float32"
-        return values.to_numpy(dtype=np.float32 if single else np.float64, na_value=np.nan)
-    values = np.asarray(values)
-    if values.dtype == object:
-        values = np.where(_missing(values), np.nan, values)
-    return values.astype(np.float64)
+    kind = _checked_kind(values, label)
+    if kind in ("string", "mixed") or (kind == "category" and _value_kind(values.cat.categories) != "number"):
+        raise ValueError(
+            f"{label} holds strings (for example {_first_string(values)!r}) but is not taken as categorical: "
+            "name it in categorical_features, or convert it to numbers."
+        )
+    try:
+        if hasattr(values, "to_numpy"):  # a pandas Series, nullable dtypes included
+            single = str(values.dtype).lower() == "float32"
+            return values.to_numpy(dtype=np.float32 if single else np.float64, na_value=np.nan)
+        values = np.asarray(values)
+        if values.dtype == object:
+            values = np.where(_missing(values), np.nan, values)
+        return values.astype(np.float64)
+    except TypeError as error:  # a value neither a number nor a string
+        raise TypeError(f"{label}: {error}") from error
 
 
 def _column(X, j):
     return X.iloc[:, j] if hasattr(X, "iloc") else X[:, j]
 
 
-def _categorical_dtype(values):
-    """``"from_dtype"``: a pandas category, boolean or string column, or an object column of strings."""
+def _from_dtype(values, label):
+    """``"from_dtype"``: a category, boolean or string column, or an object column of strings (and booleans)."""
+    kind = _checked_kind(values, label)
+    if kind == "mixed":
+        raise ValueError(
+            f"{label} mixes numbers and strings (for example {_first_string(values)!r}): name it in "
+            "categorical_features to take each value as a level, or convert it to numbers."
+        )
+    return kind in ("category", "bool", "string")
+
+
+def _checked_kind(values, label):
+    """:func:`_value_kind`, refusing a column of dates or times by name."""
+    kind = _value_kind(values)
+    if kind == "datetime":
+        raise ValueError(
+            f"{label} holds dates or times ({values.dtype}), which the kernel cannot measure distances in: convert "
+            "it to numbers (for example days since a reference date, or year, month and day columns), or to "
+            "strings to take each value as a level, or drop it."
+        )
+    return kind
+
+
+def _value_kind(values):
+    """What a column holds: category, bool, number, string, mixed (numbers and strings), datetime or other."""
     dtype = values.dtype
-    name = getattr(dtype, "name", "")
-    if name in ("category", "boolean", "string", "str") or (name == "bool" and hasattr(values, "iloc")):
-        return True
-    if dtype.kind in "US":
-        return True
+    name = str(getattr(dtype, "name", dtype)).lower()
+    if name == "category":
+        return "category"
+    if name.startswith("string") or name == "str" or dtype.kind in "US":
+        return "string"
+    if dtype.kind == "b":
+        return "bool"
+    if dtype.kind in "fiu":
+        return "number"
+    if dtype.kind in "mM" or name.startswith("period"):
+        return "datetime"
     if dtype.kind != "O":
-        return False
-    observed = np.asarray(values, dtype=object)
-    observed = observed[~_missing(observed)]
-    return observed.size > 0 and all(isinstance(value, (str, bool, np.str_, np.bool_)) for value in observed)
+        return "other"
+    values = _object_array(values)
+    try:
+        import pandas as pd
+    except ImportError:
+        return _classified_kind(values)
+    return _INFERRED_KINDS.get(pd.api.types.infer_dtype(values, skipna=True)) or _classified_kind(values)
+
+
+# Classes of single values, for an object column pandas does not name (see _classified_kind).
+_MISSING, _BOOL, _NUMBER, _STRING, _DATETIME, _OTHER = range(6)
+
+
+def _classified_kind(values):
+    """:func:`_value_kind` of an object array, from the classes of its values."""
+    present = set(np.unique(np.frompyfunc(_value_class, 1, 1)(values).astype(np.int8)).tolist()) - {_MISSING}
+    if _OTHER in present:
+        return "other"
+    if _DATETIME in present:
+        return "datetime"
+    if _STRING in present:
+        return "mixed" if _NUMBER in present else "string"
+    return "bool" if present == {_BOOL} else "number"
+
+
+def _value_class(value):
+    if value is None or type(value).__name__ in ("NAType", "NaTType"):
+        return _MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return _BOOL
+    if isinstance(value, numbers.Real) or (
+        isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex)
+    ):
+        return _NUMBER if value == value else _MISSING  # a real number (Decimal included), or NaN
+    if isinstance(value, (str, bytes)):
+        return _STRING
+    if isinstance(value, (np.datetime64, np.timedelta64)) or type(value).__module__ == "datetime":
+        return _DATETIME
+    return _OTHER
+
+
+def _object_array(values):
+    return values.to_numpy(dtype=object) if hasattr(values, "to_numpy") else np.asarray(values, dtype=object)
+
+
+def _first_string(values):
+    return next((value for value in _object_array(values) if isinstance(value, str)), "")
 
 
 def _missing(values):
-    """Elementwise: None, a float NaN or ``pd.NA`` (an object array)."""
-    return np.fromiter(
-        (
-            value is None or type(value).__name__ == "NAType" or (isinstance(value, float) and value != value)
-            for value in values
-        ),
-        dtype=bool,
-        count=len(values),
-    )
+    """Elementwise: None, NaN, ``pd.NA`` or ``pd.NaT`` (an object array)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return np.frompyfunc(lambda value: _value_class(value) == _MISSING, 1, 1)(values).astype(bool)
+    return np.asarray(pd.isna(values), dtype=bool)
 
 
-def _category_keys(values):
-    """``(keys, missing)``: each value's level as a string, and where it is missing."""
-    if getattr(values.dtype, "name", "") == "category":
+def _level_keys(values, label="the column"):
+    """``(keys, missing)``: each value's level (float64 for numbers, str otherwise), and where it is missing."""
+    kind = _checked_kind(values, label)
+    if kind == "category":
         codes = values.cat.codes.to_numpy()
-        names = np.array([str(level) for level in values.cat.categories] + [""], dtype=object)
-        return names[codes].astype(str), codes < 0
-    values = values.to_numpy(dtype=object) if hasattr(values, "to_numpy") else np.asarray(values, dtype=object)
-    missing = _missing(values)
-    keys = np.where(missing, "", values).astype(str)
-    return keys, missing
+        names, _ = _level_keys(values.cat.categories, label)
+        missing = codes < 0
+        if len(names) == 0:
+            return np.full(codes.shape[0], np.nan), missing
+        return names[np.where(missing, 0, codes)], missing
+    if kind in ("number", "bool"):
+        if hasattr(values, "to_numpy"):
+            keys = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            array = np.asarray(values)
+            keys = np.where(_missing(array), np.nan, array) if array.dtype == object else array
+            keys = keys.astype(np.float64)
+        return keys, np.isnan(keys)
+    array = _object_array(values)
+    missing = _missing(array)
+    keys = np.where(missing, "", array)
+    if kind != "string":  # numbers among strings: a whole number without its ".0"
+        keys = np.frompyfunc(_level_name, 1, 1)(keys)
+    return keys.astype(str), missing
+
+
+def _level_name(value):
+    """A level's string: a whole number without its ``.0``, so that 1 and 1.0 are one level."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        number = float(value)
+        return str(int(number)) if number.is_integer() else repr(number)
+    return str(value)
+
+
+def _keys_like(levels, keys, missing, label):
+    """``keys`` as the fitted ``levels``' kind: numbers named for string levels; strings refused for numbers."""
+    if len(levels) == 0 or (levels.dtype.kind == "f") == (keys.dtype.kind == "f"):
+        return keys, missing
+    if levels.dtype.kind == "f":
+        example = next((key for key, absent in zip(keys, missing, strict=True) if not absent), "")
+        raise ValueError(
+            f"{label} was fitted on numeric levels and holds strings at predict (for example {example!r}): "
+            "give it as numbers, as in fit."
+        )
+    return np.frompyfunc(_level_name, 1, 1)(keys).astype(str), missing
 
 
 def _lookup(levels, keys, missing):
@@ -480,10 +746,12 @@ def _lookup(levels, keys, missing):
     return index, (levels[index] == keys) & ~missing
 
 
-def _fit_levels(values):
-    """The :class:`CategoricalColumn` of a training column."""
-    keys, missing = _category_keys(values)
-    levels, counts = np.unique(keys[~missing], return_counts=True)
+def _fit_levels(values, weights, label):
+    """The :class:`CategoricalColumn` of a training column (its levels counted by weight)."""
+    keys, missing = _level_keys(values, label)
+    observed = ~missing
+    levels, inverse = np.unique(keys[observed], return_inverse=True)
+    counts = np.bincount(inverse.reshape(-1), None if weights is None else weights[observed], minlength=len(levels))
     pooled = levels[:0]
     if len(levels) > MAX_CATEGORY_LEVELS:
         # The most frequent keep their columns (ties to the first in sorted order).

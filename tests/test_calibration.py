@@ -17,6 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from skgpu_kernel import AdaptiveKernelClassifier
 from skgpu_kernel.calibration import HeldOutDecisions, fit_temperature, log_probabilities
 from skgpu_kernel.planning import agop as planning_agop
+from skgpu_kernel.solvers import feature_learning
 
 
 def _sampled(n, n_classes, temperature, seed=0):
@@ -104,15 +105,20 @@ def test_probabilities_follow_the_decision_function_and_improve_its_log_loss(can
     assert log_loss(y_test, probabilities) < 0.75 * log_loss(y_test, untempered)
 
 
-def test_the_held_out_fit_leaves_the_model_as_it_is_without_it(cancer, monkeypatch):
+@pytest.mark.parametrize("n_rows", [None, 60])  # the held-out fit; under CALIBRATION_MIN_ROWS, the folds
+def test_the_calibration_fits_leave_the_model_as_it_is_without_them(cancer, monkeypatch, n_rows):
     X, _, y, _ = cancer
+    X, y = X[:n_rows], y[:n_rows]
     params = {"feature_learning": None, "random_state": 0}
     calibrated = AdaptiveKernelClassifier(**params).fit(X, y)
-    monkeypatch.setattr(planning_agop, "CALIBRATION_MIN_ROWS", 10**9)
+    monkeypatch.setattr(feature_learning, "plan_calibration", lambda *args: "none")
     plain = AdaptiveKernelClassifier(**params).fit(X, y)
+    assert calibrated.calibration_ == ("held-out" if n_rows is None else "cross-fitted")
     assert plain.calibration_temperature_ == 1.0 and calibrated.calibration_temperature_ != 1.0
     np.testing.assert_array_equal(calibrated.dual_coef_, plain.dual_coef_)
     np.testing.assert_array_equal(calibrated.intercept_, plain.intercept_)
+    with pytest.warns(UserWarning, match="not calibrated"):
+        plain.predict_proba(X[:3])
 
 
 def test_a_warm_start_keeps_the_temperature_of_the_fit_it_continues(cancer):
@@ -138,16 +144,55 @@ def test_probabilities_in_scikit_learns_meta_estimators():
 
 
 @pytest.mark.parametrize(
-    ("classifier", "learning", "n_samples", "in_memory", "distributed", "held_out"),
+    ("classifier", "learning", "n_samples", "in_memory", "distributed", "calibration"),
     [
-        (True, None, 100, True, False, True),  # from CALIBRATION_MIN_ROWS on
-        (True, None, 99, True, False, False),
-        (False, None, 10_000, True, False, False),  # a regressor has no probabilities
-        (True, "diagonal", 10_000, True, False, False),  # feature learning's split calibrates
-        (True, None, 10_000, False, False, False),  # a memory map would be copied
-        (True, None, 10_000, True, True, False),  # a process group's rows
+        (True, None, 100, True, False, "held-out"),  # from CALIBRATION_MIN_ROWS on
+        (True, None, 99, True, False, "cross-fitted"),
+        (True, "diagonal", 99, True, False, "held-out"),  # feature learning's split calibrates
+        (True, "diagonal", 30_000, True, False, "held-out"),
+        (True, "diagonal", 30_001, True, False, "final-held-out"),  # the final fit leaves rows out
+        (True, None, 30_001, True, False, "final-held-out"),
+        (False, None, 10_000, True, False, None),  # a regressor has no probabilities
+        (True, None, 10_000, False, False, "none"),  # a memory map would be copied
+        (True, None, 10_000, True, True, "none"),  # a process group's rows
     ],
 )
-def test_the_calibration_split_rule(classifier, learning, n_samples, in_memory, distributed, held_out):
-    rule = planning_agop.plan_calibration_split(classifier, learning, n_samples, in_memory, distributed)
-    assert rule is held_out
+def test_the_calibration_rule(classifier, learning, n_samples, in_memory, distributed, calibration):
+    assert planning_agop.plan_calibration(classifier, learning, n_samples, in_memory, distributed) == calibration
+
+
+def test_a_small_fit_is_calibrated_on_cross_fitted_decision_values():
+    X, y = load_iris(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, train_size=60, random_state=0, stratify=y)
+    model = make_pipeline(StandardScaler(), AdaptiveKernelClassifier(random_state=0)).fit(X_train, y_train)
+    classifier = model[-1]
+    assert classifier.calibration_ == "cross-fitted" and classifier.calibration_temperature_ != 1.0
+    scores = model.decision_function(X_test)
+    untempered = np.exp(log_probabilities(scores, 1.0))  # T = 1: the codes' scale, far from the labels' rates
+    assert log_loss(y_test, model.predict_proba(X_test)) < 0.6 * log_loss(y_test, untempered)
+
+
+def test_above_the_learning_path_rows_the_final_model_leaves_out_the_rows_that_calibrate_it(cancer, monkeypatch):
+    X, X_test, y, _ = cancer
+    monkeypatch.setattr(planning_agop, "LEARNING_PATH_MAX_ROWS", 300)
+    monkeypatch.setattr(feature_learning, "CALIBRATION_HELD_OUT_ROWS", 60)
+    drawn = []
+    draw = feature_learning._rows_left_out
+    monkeypatch.setattr(feature_learning, "_rows_left_out", lambda *args: drawn.append(draw(*args)) or drawn[-1])
+    params = {"feature_learning": None, "random_state": 0, "dtype": "float64"}
+    model = AdaptiveKernelClassifier(**params, warm_start=True).fit(X, y)
+    assert model.calibration_ == "final-held-out" and model.calibration_temperature_ != 1.0
+    held_out, temperature, scores = drawn[0].held_out, model.calibration_temperature_, model.decision_function(X_test)
+    assert held_out.X.shape[0] == 60 and drawn[0].training.X.shape[0] == X.shape[0] - 60
+    # A warm start continues the model on the same rows (the same draw), and keeps its temperature.
+    model.fit(X, y)
+    np.testing.assert_array_equal(drawn[1].held_out.X, held_out.X)
+    assert model.calibration_temperature_ == temperature
+    # The final model is the fit without those rows, and its own decision values on them set the temperature.
+    left_out = (X[:, None, :] == held_out.X[None]).all(axis=2).any(axis=1)
+    monkeypatch.setattr(feature_learning, "plan_calibration", lambda *args: "none")
+    without = AdaptiveKernelClassifier(**params).fit(X[~left_out], y[~left_out])
+    np.testing.assert_array_equal(scores, without.decision_function(X_test))
+    targets = np.where(y[left_out] == model.classes_[1], 1.0, -1.0)[:, None]
+    decisions = HeldOutDecisions(without.decision_function(X[left_out])[:, None], targets, np.ones(60))
+    assert temperature == pytest.approx(fit_temperature(decisions), rel=1e-9)

@@ -19,13 +19,15 @@ __all__ = [
     "AGOP_MAX_ROWS",
     "AGOP_MIN_ROWS",
     "AUTO_LEARNING_MIN_ROWS",
+    "CALIBRATION_FOLDS",
+    "CALIBRATION_HELD_OUT_ROWS",
     "CALIBRATION_MIN_ROWS",
     "LEARNING_COST_SHARE",
     "LEARNING_PATH_MAX_ROWS",
     "AGOPPlan",
     "agop_rows",
     "plan_agop",
-    "plan_calibration_split",
+    "plan_calibration",
     "plan_feature_learning",
     "plan_learning_rows",
 ]
@@ -38,8 +40,12 @@ __all__ = [
 AUTO_LEARNING_MIN_ROWS = 2_000
 # A classifier fitted without feature learning holds rows out for its probabilities'
 # temperature from this many rows on (10 held-out rows at the default fraction); below,
-# its temperature is 1.
+# its temperature comes from decision values cross-fitted on CALIBRATION_FOLDS folds.
 CALIBRATION_MIN_ROWS = 100
+CALIBRATION_FOLDS = 5
+# Above LEARNING_PATH_MAX_ROWS the final model leaves this many rows out, which calibrate
+# it: a temperature is one number, which 2000 rows set to within a few percent.
+CALIBRATION_HELD_OUT_ROWS = 2_000
 # Up to this many rows the learning path's candidates are fitted on every training
 # row: there the learnt metric was kept on Computers (-25% MSE), VietNamI (-20%) and
 # LetterRecognition (-5% error).  Above, on all 4 sets measured (CPSSW8, 61k rows;
@@ -222,13 +228,26 @@ def plan_feature_learning(requested, n_samples, learnable, in_memory=True, distr
     return None
 
 
-def plan_calibration_split(classifier, learning, n_samples, in_memory=True, distributed=False):
-    """Whether a fit without feature learning holds rows out to calibrate a classifier's probabilities.
+def plan_calibration(classifier, learning, n_samples, in_memory=True, distributed=False):
+    """Where a classifier's probability temperature comes from: decision values of rows a model did not train on.
 
-    Feature learning's own held-out split calibrates where it runs; without it, a
-    classifier with at least ``CALIBRATION_MIN_ROWS`` rows in memory, in one
-    process, fits its plain model once more on the split's other rows (the
-    probabilities' temperature; ``skgpu_kernel.calibration``).
+    The model those rows calibrate has the final model's kernel and metric:
+
+    - ``"held-out"``, up to ``LEARNING_PATH_MAX_ROWS`` rows: ``validation_fraction``
+      of the rows held out from a fit of the final model's parameters on the others
+      (feature learning's chosen candidate, which is that fit; without learning, one
+      extra fit of the plain model).  The final model is the fit on every row.
+    - ``"final-held-out"``, above: the final model itself is fitted without
+      ``CALIBRATION_HELD_OUT_ROWS`` rows drawn first (stratified), which calibrate
+      it and nothing else.  A second fit of that size would double the fit's cost;
+      the rows left out are at most 1/15 of them (as HistGradientBoosting leaves
+      out a validation set above 10000 rows).
+    - ``"cross-fitted"``, under ``CALIBRATION_MIN_ROWS`` rows without feature
+      learning: each row's decision value from a fit on the other folds
+      (``CALIBRATION_FOLDS``, stratified where the classes allow), every fold with
+      the final fit's kernel; a held-out tenth would be under 10 rows.
+    - ``"none"``: data read from a file in buffers or over a process group, where
+      no rows can be held out: ``T = 1``, and ``predict_proba`` warns.
 
     Parameters
     ----------
@@ -237,14 +256,23 @@ def plan_calibration_split(classifier, learning, n_samples, in_memory=True, dist
         The feature learning the fit runs (:func:`plan_feature_learning`).
     n_samples : int
     in_memory, distributed : bool
-        As for :func:`plan_feature_learning`: the split would copy memory-mapped
+        As for :func:`plan_feature_learning`: a split would copy memory-mapped
         rows, and a process group's data is not one process's to hold out.
 
     Returns
     -------
-    bool
+    {"held-out", "final-held-out", "cross-fitted", "none"} or None
+        None for a regressor.
     """
-    return classifier and learning is None and in_memory and not distributed and n_samples >= CALIBRATION_MIN_ROWS
+    if not classifier:
+        return None
+    if not in_memory or distributed:
+        return "none"
+    if n_samples > LEARNING_PATH_MAX_ROWS:
+        return "final-held-out"
+    if n_samples < CALIBRATION_MIN_ROWS and learning is None:
+        return "cross-fitted"
+    return "held-out"
 
 
 def plan_learning_rows(n_samples, n_centers, n_iter):

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ONE_RANGE_SPAN", "ColumnScaling", "plan_column_scaling"]
+__all__ = ["COLUMN_SCALINGS", "ONE_RANGE_SPAN", "ColumnScaling", "plan_column_scaling"]
 
+# The estimators' column_scaling: the rule below, or the user's decision.
+COLUMN_SCALINGS = ("auto", "standardize", "none")
 # The columns share one range when the span of all of them together is at most this
 # many times the median column's span.
 ONE_RANGE_SPAN = 2.0

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.model_selection import KFold, StratifiedKFold
 
 from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
@@ -51,7 +52,14 @@ from ..buffer import is_out_of_core
 from ..calibration import HeldOutDecisions, fit_temperature
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
-from ..planning.agop import plan_agop, plan_calibration_split, plan_feature_learning, plan_learning_rows
+from ..planning.agop import (
+    CALIBRATION_FOLDS,
+    CALIBRATION_HELD_OUT_ROWS,
+    plan_agop,
+    plan_calibration,
+    plan_feature_learning,
+    plan_learning_rows,
+)
 from ..splits import holdout_split
 from .kernel_fit import (
     fit_kernel_model,
@@ -116,9 +124,12 @@ class FeatureLearningResult:
         The candidate chosen (0: the plain model).
     temperature : float or None
         A classifier's probability temperature
-        (:func:`~skgpu_kernel.calibration.fit_temperature`), set on the chosen
-        candidate's decision values of the held-out rows, fitted without them; None
-        for a regressor, or where no rows were held out.
+        (:func:`~skgpu_kernel.calibration.fit_temperature`) from decision values of
+        rows a model of the final kernel and metric did not train on; None for a
+        regressor, or where no rows could be held out.
+    calibration : str or None
+        Where the temperature's decision values came from
+        (:func:`~skgpu_kernel.planning.agop.plan_calibration`); None for a regressor.
     """
 
     fit: object
@@ -128,6 +139,7 @@ class FeatureLearningResult:
     scores: tuple = ()
     iteration: int = 0
     temperature: float | None = None
+    calibration: str | None = None
 
 
 def transformed_rows(X, transform):
@@ -171,25 +183,92 @@ def fit_with_feature_learning(request, runtime):
     """
     data = with_rows_on_device(request.data, runtime)
     request, runtime = request.on(data), runtime_holding_rows(runtime, data)
-    if data.continuation is not None:
-        return FeatureLearningResult(fit_kernel_model(_transformed(request, data.continuation.transform), runtime))
     parameters = request.parameters
     requested = parameters.feature_learning
+    in_memory, distributed, n_samples = not is_out_of_core(data.X), runtime.group is not None, data.X.shape[0]
+    if data.continuation is not None:
+        calibration = plan_calibration(parameters.classifier, None, n_samples, in_memory, distributed)
+        if calibration == "final-held-out":  # the rows the continued fit was fitted on
+            training = _rows_left_out(data, runtime).training
+            request = request.on(dataclasses.replace(training, continuation=data.continuation))
+        return FeatureLearningResult(fit_kernel_model(_transformed(request, data.continuation.transform), runtime))
     if requested in FEATURE_LEARNING_MODES:
         _check_learnable(request)  # an explicit request fails before any fit
     learnable = requested != "auto" or _learnable(request)
-    in_memory, distributed, n_samples = not is_out_of_core(data.X), runtime.group is not None, data.X.shape[0]
     mode = plan_feature_learning(requested, n_samples, learnable, in_memory, distributed)
-    if plan_calibration_split(parameters.classifier, mode, n_samples, in_memory, distributed):
-        return _held_out_plain(request, runtime)
-    if mode is None:
-        return FeatureLearningResult(fit_kernel_model(request, runtime))
-    if data.X.shape[0] < 2:
+    calibration = plan_calibration(parameters.classifier, mode, n_samples, in_memory, distributed)
+    if mode is not None and n_samples < 2:
         raise ValueError(
             "feature_learning chooses the metric on held-out rows and needs at least 2 samples; got "
-            f"n_samples={data.X.shape[0]}. Set feature_learning=None to fit one sample."
+            f"n_samples={n_samples}. Set feature_learning=None to fit one sample."
         )
-    return _learnt(request.with_parameters(dataclasses.replace(parameters, feature_learning=mode)), runtime)
+    if calibration == "final-held-out":
+        return _calibrated_on_rows_left_out(request, runtime, mode)
+    return _fitted(request, runtime, mode, calibration)
+
+
+def _fitted(request, runtime, mode, calibration):
+    """The fit: with feature learning (``mode``), or the plain model calibrated as ``calibration`` plans."""
+    if mode is not None:
+        parameters = dataclasses.replace(request.parameters, feature_learning=mode)
+        return _learnt(request.with_parameters(parameters), runtime)
+    if calibration == "held-out":
+        return _held_out_plain(request, runtime)
+    if calibration == "cross-fitted":
+        return _cross_fitted_plain(request, runtime)
+    return FeatureLearningResult(fit_kernel_model(request, runtime), calibration=calibration)
+
+
+def _calibrated_on_rows_left_out(request, runtime, mode):
+    """Above ``LEARNING_PATH_MAX_ROWS``: the fit without ``CALIBRATION_HELD_OUT_ROWS`` rows, which calibrate it.
+
+    The rows are drawn first, from a copy of the fit's random state (stratified),
+    and used for nothing else: the rest is the fit, feature learning included.
+    """
+    split = _rows_left_out(request.data, runtime)
+    result = _fitted(request.on(split.training), runtime, mode, None)
+    decisions = _held_out_decisions(result.fit, split.held_out, result.transform, runtime)
+    temperature = fit_temperature(HeldOutDecisions(decisions, split.held_out.Y, split.held_out.weights))
+    return dataclasses.replace(result, temperature=temperature, calibration="final-held-out")
+
+
+def _rows_left_out(data, runtime):
+    """The rows the final model is fitted on (``training``, in their order) and the calibration rows (``held_out``)."""
+    n_rows = data.X.shape[0]
+    train, held_out = holdout_split(
+        n_rows, CALIBRATION_HELD_OUT_ROWS / n_rows, copy.deepcopy(runtime.rng), data.stratify
+    )
+    return _CandidateRows(data, rows_of(data, np.sort(train)), rows_of(data, np.sort(held_out)))
+
+
+def _cross_fitted_plain(request, runtime):
+    """Under ``CALIBRATION_MIN_ROWS`` rows: the fit, and a temperature from cross-fitted decision values.
+
+    Each of ``CALIBRATION_FOLDS`` folds (stratified where every class has as many
+    rows, from a copy of the fit's random state) is predicted by the plain model
+    fitted on the others with the kernel tuned on every row, the final fit's own.
+    """
+    data = request.data
+    plan = tune_kernel(request, runtime)
+    decisions = np.zeros_like(data.Y, dtype=np.float64)
+    for train, held_out in _folds(data, runtime):
+        fit = fit_kernel_model(request.on(rows_of(data, train)), _fresh(runtime), plan)
+        decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime)
+    temperature = fit_temperature(HeldOutDecisions(decisions, data.Y, data.weights))
+    final = fit_kernel_model(request, runtime, plan)
+    return FeatureLearningResult(final, temperature=temperature, calibration="cross-fitted")
+
+
+def _folds(data, runtime):
+    """``CALIBRATION_FOLDS`` (at most one per row) train and held-out index pairs, stratified where they can be."""
+    n_folds = min(CALIBRATION_FOLDS, data.X.shape[0])
+    if n_folds < 2:
+        return []
+    seed = int(copy.deepcopy(runtime.rng).randint(np.iinfo(np.int32).max))
+    counts = np.bincount(data.stratify) if data.stratify is not None else np.zeros(1)
+    stratified = counts[counts > 0].min() >= n_folds
+    folds = (StratifiedKFold if stratified else KFold)(n_folds, shuffle=True, random_state=seed)
+    return list(folds.split(data.X, data.stratify if stratified else None))
 
 
 def _learnt(request, runtime):
@@ -213,8 +292,12 @@ def _learnt(request, runtime):
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     mode = parameters.feature_learning
+    # The chosen candidate is the final model's kernel and metric fitted without the held-out rows: its
+    # decision values set the temperature.  Those rows also chose it, by 0/1 loss among a few candidates;
+    # a second split would cost every candidate's fit again, for one number fitted on the log loss.
     temperature = _temperature(chosen, parameters)
-    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, temperature)
+    calibration = "held-out" if parameters.classifier else None
+    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, temperature, calibration)
 
 
 def _held_out_plain(request, runtime):
@@ -227,7 +310,8 @@ def _held_out_plain(request, runtime):
     """
     plain = _PlainOnSplit.fitted(request, runtime).plain
     temperature = _temperature(plain, request.parameters)
-    return FeatureLearningResult(fit_kernel_model(request, runtime, plain.plan), temperature=temperature)
+    final = fit_kernel_model(request, runtime, plain.plan)
+    return FeatureLearningResult(final, temperature=temperature, calibration="held-out")
 
 
 def _temperature(candidate, parameters):
@@ -310,20 +394,25 @@ class _HeldOutRows:
 
     def candidate(self, fit, transform, request, plan):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        # Only predicted: rows held on the device are transformed there, and no host copy is read back.
-        if self.data.X_device is None:
-            X = transformed_rows(np.asarray(self.data.X), transform)
-        else:
-            X = transformed_on_device(self.data.X_device, transform)
+        predictions = _held_out_decisions(fit, self.data, transform, self.runtime)
         Y = self.data.Y
-        runtime = self.runtime
-        events = MemoryEvents(runtime.memory_events, fit.solver)
-        scores = fit.device_cache.predict(fit.kernel, X, runtime.budget, events)
-        predictions = scores + fit.intercept
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, self.parameters.classifier)
         held_out = HeldOutDecisions(predictions, Y, self.data.weights)
         return _Candidate(transform, request.parameters, plan, losses, score, held_out)
+
+
+def _held_out_decisions(fit, data, transform, runtime):
+    """``fit``'s decision values (intercept included) on the rows of ``data``, seen through ``transform``.
+
+    Only predicted: rows held on the device are transformed there, and no host copy is read back.
+    """
+    if data.X_device is None:
+        X = transformed_rows(np.asarray(data.X), transform)
+    else:
+        X = transformed_on_device(data.X_device, transform)
+    events = MemoryEvents(runtime.memory_events, fit.solver)
+    return fit.device_cache.predict(fit.kernel, X, runtime.budget, events) + fit.intercept
 
 
 def _row_losses(predictions, Y, classifier):
