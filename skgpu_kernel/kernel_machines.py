@@ -12,7 +12,6 @@ from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
-import scipy.sparse
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, is_classifier
 from sklearn.utils import check_random_state
@@ -26,7 +25,6 @@ from .blockwise import DeviceCopier, PredictionTensors
 from .calibration import log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .kernels import KERNEL_NAMES
-from .planning.columns import COLUMN_SCALINGS
 from .process_group import default_process_group
 from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .solvers.feature_learning import (
@@ -41,7 +39,7 @@ from .solvers.kernel_fit import (
     KernelFitParameters,
     KernelRuntime,
 )
-from .tables import TableOptions, fit_table_encoding, table_rows
+from .tables import COLUMN_SCALINGS, TableOptions, as_pandas, fit_table_encoding, is_table, rows_of_positive_weight
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
@@ -156,43 +154,23 @@ class _BaseAdaptiveKernel(BaseEstimator):
     # --- fitting: validate -> fit_kernel_model -> store ----------------------------
 
     def _checked_table(self, X, *, reset):
-        """``X`` checked for shape, its feature names read (``validate_data``), a polars or pyarrow table as pandas.
-
-        A table's names are read before it is converted, so that a polars or
-        pyarrow table keeps its ``feature_names_in_``.
-        """
-        if _is_table(X):
-            validate_data(self, X, skip_check_array=True, reset=reset)
-            X = X if hasattr(X, "iloc") else X.to_pandas()
-            if min(X.shape) < 1:
-                raise ValueError(
-                    f"Found array with shape {X.shape}; the estimator needs at least 1 sample and 1 feature."
-                )
-            return X
-        X = check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=None, ensure_all_finite=False)
+        """``X`` checked, its feature names read (a polars or pyarrow table's before it becomes pandas)."""
+        table = is_table(X)
+        X = X if table else check_array(X, accept_sparse=("csr", "csc", "coo"), dtype=None, ensure_all_finite=False)
         validate_data(self, X, skip_check_array=True, reset=reset)
-        return X
+        return as_pandas(X) if table else X
 
     def _present_rows(self, X, y, sample_weight, **y_checks):
-        """``(X, y, sample_weight)``: the rows of positive weight, ``X`` encoded by the encoding fitted on them.
-
-        A weight of 0 means absent: those rows are dropped before anything is
-        learnt from ``X`` (the encoding's levels and statistics included).
-        """
+        """``(X, y, sample_weight)``: the rows of positive weight, ``X`` encoded by the encoding fitted on them."""
         keeps = self._keeps_encoding()
         X = self._checked_table(X, reset=not keeps)
         y = self._checked_targets(X, y, **y_checks)
-        if sample_weight is not None:
-            weights = check_sample_weight(sample_weight, X.shape[0])
-            present = weights > 0
-            if not present.all():
-                X, y, sample_weight = _rows_where(X, present), y[present], weights[present]
+        X, y, sample_weight = rows_of_positive_weight(X, y, sample_weight)
         budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
         if not keeps:
             names = getattr(self, "feature_names_in_", None)
             options = TableOptions(self.categorical_features, self.column_scaling, names)
             self.table_encoding_ = fit_table_encoding(X, options, sample_weight=sample_weight, memory_budget=budget)
-            self._table_choice = _table_choice(self)
             self.is_categorical_ = self.table_encoding_.is_categorical
             self.column_scaling_ = self.table_encoding_.scaling.name
             if self.verbose:
@@ -203,11 +181,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """Whether this fit keeps the encoding of the fit it continues (a warm start), which must be asked the same."""
         if not (self.warm_start and hasattr(self, "table_encoding_")):
             return False
-        if getattr(self, "_table_choice", None) != _table_choice(self):
-            raise ValueError(
-                "warm_start continues the previous fit in the table encoding it learnt, but categorical_features "
-                "or column_scaling changed since: set warm_start=False to fit a new encoding."
-            )
+        self.table_encoding_.check_choice(TableOptions(self.categorical_features, self.column_scaling))
         return True
 
     def _checked_targets(self, X, y, **checks):
@@ -220,7 +194,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on encoded ``X`` and 2-D float targets ``Y``; shared by both shells."""
-        X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)
+        weights = check_sample_weight(sample_weight, X.shape[0])  # positive: _present_rows dropped the zeros
         check_representable(X, resolve_dtype(self.dtype), "X")
         check_representable(Y, resolve_dtype(self.dtype), "y")
         data = KernelFitInput(
@@ -382,15 +356,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
     def _decision(self, X):
         """The scores of ``X``, its rows encoded a block at a time within the memory budget."""
         check_is_fitted(self)
-        X = self._checked_table(X, reset=False)
-        tensors = self._prediction_tensors()
-        host_budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
-        encoding = self.table_encoding_
-        rows = encoding.row_block(X.shape[0], host_budget)
-        scores = [
-            self._scores(encoding.transform(table_rows(X, start, start + rows), host_budget), tensors)
-            for start in range(0, X.shape[0], rows)
-        ]
+        X, tensors = self._checked_table(X, reset=False), self._prediction_tensors()
+        budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
+        scores = [self._scores(block, tensors) for block in self.table_encoding_.encoded_blocks(X, budget)]
         return scores[0] if len(scores) == 1 else np.concatenate(scores)
 
     def _scores(self, X, tensors):
@@ -431,37 +399,6 @@ class _BaseAdaptiveKernel(BaseEstimator):
         # check_estimator does not exercise it here: tests/test_dtype.py does.
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
-
-
-def _is_table(X):
-    """A pandas, polars or pyarrow table (by the dataframe interchange or Arrow stream protocols)."""
-    return hasattr(X, "iloc") or hasattr(X, "__dataframe__") or hasattr(X, "__arrow_c_stream__")
-
-
-def _rows_where(X, present):
-    """The rows of ``X`` (array, sparse matrix or DataFrame) where ``present`` is True."""
-    if hasattr(X, "iloc"):
-        return X.iloc[np.flatnonzero(present)]
-    if scipy.sparse.issparse(X):
-        return X.tocsr()[np.flatnonzero(present)]
-    return X[present]
-
-
-def _table_choice(estimator):
-    """The parameters an encoding is fitted with, comparable (a warm start must keep them)."""
-    chosen = estimator.categorical_features
-    if chosen is not None and not isinstance(chosen, str):
-        chosen = tuple(np.asarray(chosen).tolist())
-    return chosen, estimator.column_scaling
-
-
-def _drop_zero_weights(X, Y, sample_weight, stratify):
-    """Validated weights, and the rows with a positive one (indexing copies X: only when needed)."""
-    weights = check_sample_weight(sample_weight, X.shape[0])
-    keep = weights > 0
-    if keep.all():  # X may be a large memory-mapped file
-        return X, Y, weights, stratify
-    return X[keep], Y[keep], weights[keep], None if stratify is None else stratify[keep]
 
 
 def _r2_score(predictions, targets):

@@ -68,18 +68,23 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from ._validation import check_sample_weight
 from .buffer import _backing_memmap
 from .planning.columns import COLUMN_SCALINGS, ColumnScaling, plan_column_scaling
 
 __all__ = [
+    "COLUMN_SCALINGS",
     "ENCODED_BLOCK_SHARE",
     "MAX_CATEGORY_LEVELS",
     "CategoricalColumn",
     "NumericColumn",
     "TableEncoding",
     "TableOptions",
+    "as_pandas",
     "column_variances",
     "fit_table_encoding",
+    "is_table",
+    "rows_of_positive_weight",
     "table_rows",
 ]
 
@@ -134,6 +139,14 @@ class TableOptions:
     categorical_features: object = "from_dtype"
     column_scaling: str = "auto"
     feature_names: object = None
+
+    @property
+    def choice(self):
+        """The user's choices, comparable: a warm start must be asked the same."""
+        chosen = self.categorical_features
+        if chosen is not None and not isinstance(chosen, str):
+            chosen = tuple(np.asarray(chosen).tolist())
+        return chosen, self.column_scaling
 
     def label(self, j):
         """How messages name input column ``j``."""
@@ -206,12 +219,23 @@ class TableEncoding:
         A numeric array whose columns are kept and had no missing value: used as given.
     labels : tuple of str
         How messages name each input column (its index, and its name in a table).
+    choice : tuple
+        The user's choices it was fitted with (:attr:`TableOptions.choice`).
     """
 
     columns: tuple
     scaling: ColumnScaling
     passthrough: bool
     labels: tuple = ()
+    choice: tuple = ()
+
+    def check_choice(self, options):
+        """Refuse to continue (a warm start) in this encoding where ``options`` ask for another one."""
+        if self.choice != options.choice:
+            raise ValueError(
+                "warm_start continues the previous fit in the table encoding it learnt, but categorical_features "
+                "or column_scaling changed since: set warm_start=False to fit a new encoding."
+            )
 
     @property
     def is_categorical(self):
@@ -304,8 +328,45 @@ class TableEncoding:
         per_row = 8 * max(self.n_features_out, 1)
         return int(min(max(n_rows, 1), max(1, ENCODED_BLOCK_SHARE * memory_budget // per_row)))
 
+    def encoded_blocks(self, X, memory_budget):
+        """The encoded rows of ``X`` (validated as in ``fit``), :meth:`row_block` rows at a time."""
+        rows = self.row_block(X.shape[0], memory_budget)
+        for start in range(0, X.shape[0], rows):
+            yield self.transform(table_rows(X, start, start + rows), memory_budget)
+
     def _label(self, j):
         return self.labels[j] if j < len(self.labels) else f"column {j}"
+
+
+def is_table(X):
+    """A pandas, polars or pyarrow table (by the dataframe interchange or Arrow stream protocols)."""
+    return hasattr(X, "iloc") or hasattr(X, "__dataframe__") or hasattr(X, "__arrow_c_stream__")
+
+
+def as_pandas(X):
+    """A table as a pandas DataFrame (a polars or pyarrow table through its ``to_pandas``), checked non-empty."""
+    X = X if hasattr(X, "iloc") else X.to_pandas()
+    if min(X.shape) < 1:
+        raise ValueError(f"Found array with shape {X.shape}; the estimator needs at least 1 sample and 1 feature.")
+    return X
+
+
+def rows_of_positive_weight(X, y, sample_weight):
+    """``(X, y, sample_weight)`` without the rows of weight 0: absent, as scikit-learn's contract has it.
+
+    ``X`` an array, a sparse matrix or a DataFrame; ``sample_weight`` None keeps every row.
+    """
+    if sample_weight is None:
+        return X, y, None
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    present = np.flatnonzero(weights > 0)
+    if present.shape[0] == X.shape[0]:
+        return X, y, sample_weight
+    if hasattr(X, "iloc"):
+        return X.iloc[present], y[present], weights[present]
+    if scipy.sparse.issparse(X):
+        X = X.tocsr()
+    return X[present], y[present], weights[present]
 
 
 def table_rows(X, start, stop):
@@ -366,7 +427,7 @@ def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=Non
         and isinstance(X, np.ndarray)
         and X.dtype.kind in "fiu"
     )
-    return TableEncoding(tuple(columns), scaling, passthrough, labels)
+    return TableEncoding(tuple(columns), scaling, passthrough, labels, options.choice)
 
 
 def _unequal(sample_weight):
