@@ -194,7 +194,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _fit_targets(self, X, Y, sample_weight, stratify):
         """Fit on encoded ``X`` and 2-D float targets ``Y``; shared by both shells."""
-        weights = check_sample_weight(sample_weight, X.shape[0])  # positive: _present_rows dropped the zeros
+        X, Y, weights, stratify = _drop_zero_weights(X, Y, sample_weight, stratify)  # a class weight of 0
         check_representable(X, resolve_dtype(self.dtype), "X")
         check_representable(Y, resolve_dtype(self.dtype), "y")
         data = KernelFitInput(
@@ -399,6 +399,15 @@ class _BaseAdaptiveKernel(BaseEstimator):
         # check_estimator does not exercise it here: tests/test_dtype.py does.
         tags.transformer_tags = TransformerTags(preserves_dtype=["float64", "float32"])
         return tags
+
+
+def _drop_zero_weights(X, Y, sample_weight, stratify):
+    """Validated weights, and the rows with a positive one (indexing copies X: only when needed)."""
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    keep = weights > 0
+    if keep.all():  # X may be a large memory-mapped file
+        return X, Y, weights, stratify
+    return X[keep], Y[keep], weights[keep], None if stratify is None else stratify[keep]
 
 
 def _r2_score(predictions, targets):
@@ -1159,9 +1168,10 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         -------
         self : object
         """
+        classes = None if y is None else np.unique(_check_y(y))  # scikit-learn's classes_: every label of y
         X, y, sample_weight = self._present_rows(X, y, sample_weight)
         check_classification_targets(y)
-        self.classes_, encoded = np.unique(y, return_inverse=True)
+        self.classes_, encoded = classes, np.searchsorted(classes, y)
         if self.classes_.shape[0] < 2:
             raise ValueError(
                 f"The classifier needs samples of at least 2 classes; got one class only ({self.classes_[0]!r})."

@@ -145,13 +145,14 @@ def test_a_classifier_with_every_fourth_row_at_weight_zero_is_the_classifier_wit
     assert_array_equal(with_zeros.predict_proba(X), without.predict_proba(X))
 
 
-def test_a_class_present_only_in_zero_weight_rows_is_absent():
+def test_a_class_present_only_in_zero_weight_rows_keeps_its_label_but_not_its_rows():
     frame, y = _table()
-    labels = np.where(y > np.median(y), "high", "low")
+    labels = np.where(y > np.median(y), "high", "low").astype(object)
     labels[:5] = "ghost"
     weights = np.r_[np.zeros(5), np.ones(len(y) - 5)]
     model = AdaptiveKernelClassifier(**EXACT).fit(frame, labels, sample_weight=weights)
-    assert_array_equal(model.classes_, ["high", "low"])
+    assert_array_equal(model.classes_, ["ghost", "high", "low"])  # scikit-learn's classes_: the labels of y
+    assert model.n_centers_ == len(y) - 5 and "ghost" not in model.predict(frame)
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
