@@ -402,12 +402,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
 
 def _drop_zero_weights(X, Y, sample_weight, stratify):
-    """Validated weights, and the rows with a positive one (indexing copies X: only when needed)."""
+    """Validated weights, and the rows with a positive one (a class weight of 0), as ``rows_of_positive_weight``."""
     weights = check_sample_weight(sample_weight, X.shape[0])
-    keep = weights > 0
-    if keep.all():  # X may be a large memory-mapped file
-        return X, Y, weights, stratify
-    return X[keep], Y[keep], weights[keep], None if stratify is None else stratify[keep]
+    X, Y, kept = rows_of_positive_weight(X, Y, weights)
+    if stratify is not None and kept.shape[0] < weights.shape[0]:
+        stratify = stratify[weights > 0]
+    return X, Y, kept, stratify
 
 
 def _r2_score(predictions, targets):
