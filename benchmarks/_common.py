@@ -139,7 +139,7 @@ class FitCheckClock:
     call it; on a package without it (an older checkout), it counts nothing.
     """
 
-    _MODULES = ("skgpu_kernel.solvers.kernel_paths", "skgpu_kernel.solvers.kernel_fit")
+    _MODULES = ("skgpu_kernel.fit.solve",)
 
     def __enter__(self):
         import importlib

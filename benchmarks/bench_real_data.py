@@ -301,7 +301,7 @@ def set_measured_constants(params):
     ``agop_power``: the metric's power (``M = G^power``); ``learning_kernel``: the learning
     path's kernel for a named kernel.  Not estimator parameters.
     """
-    import skgpu_kernel.solvers.feature_learning as feature_learning
+    import skgpu_kernel.fit.feature_learning as feature_learning
 
     params = dict(params)
     for key, constant in (("agop_power", "AGOP_POWER"), ("learning_kernel", "LEARNING_KERNEL")):

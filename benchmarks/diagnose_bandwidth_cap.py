@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from bench_real_data import _error, _task, our_estimator, prepare
 
-import skgpu_kernel.solvers.kernel_fit as kernel_fit
+import skgpu_kernel.fit.tune as tune
 from skgpu_kernel.kernels import Gaussian, auto_bandwidth
 
-_search = kernel_fit.select_bandwidth
+_search = tune.select_bandwidth
 
 
 def _fit(name, seed, capped):
@@ -40,13 +40,13 @@ def _fit(name, seed, capped):
     def search(*args, **kwargs):
         return _search(*args, **{**kwargs, "widest": kwargs["widest"] if capped else None})
 
-    kernel_fit.select_bandwidth = search
+    tune.select_bandwidth = search
     try:
         tic = time.perf_counter()
         model = our_estimator(task).fit(X_train, y_train)
         seconds = time.perf_counter() - tic
     finally:
-        kernel_fit.select_bandwidth = _search
+        tune.select_bandwidth = _search
     selection = model.bandwidth_selection_
     error = _error(task, y_test, model.predict(X_test))
     return (

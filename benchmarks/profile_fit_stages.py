@@ -31,11 +31,11 @@ from bench_real_data import _task, our_estimator, prepare
 # (stage, module path fragment, function name): the functions whose cumulative time is the stage's.
 STAGES = (
     ("whole fit", "kernel_machines.py", "fit"),
-    ("kernel fits (fit_kernel_model)", "kernel_fit.py", "fit_kernel_model"),
+    ("kernel fits (fit_kernel_model)", "fit/pipeline.py", "fit_kernel_model"),
     ("tune: bandwidth search", "regularization.py", "select_bandwidth"),
     ("tune: penalty (leave-one-out)", "regularization.py", "select_alpha"),
-    ("tune: rows drawn for it", "kernel_fit.py", "draw"),
-    ("solve (run_solver, every path)", "kernel_paths.py", "run_solver"),
+    ("tune: rows drawn for it", "fit/tune.py", "draw"),
+    ("solve (run_solver, every path)", "fit/solve.py", "run_solver"),
     ("  EigenPro 2 loop", "eigenpro.py", "fit_eigenpro"),
     ("  CG on every point", "full_kernel_cg.py", "fit_full_kernel_cg"),
     ("  CG on centers", "centers_cg.py", "fit_centers_cg"),

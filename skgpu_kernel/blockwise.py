@@ -339,7 +339,7 @@ def rows_taken(host, on_device, indices):
     """``host[indices]``, taken from the rows' copy on the device where the fit holds one (None: from ``host``).
 
     The one copy of a fit's rows is made when the fit starts
-    (:func:`~skgpu_kernel.solvers.kernel_fit.with_rows_on_device`); every subset a
+    (:func:`~skgpu_kernel.fit.prepare.with_rows_on_device`); every subset a
     stage needs on the device (a split, a shuffle, the rows a criterion scores) is
     gathered there instead of copied from the host again.
     """

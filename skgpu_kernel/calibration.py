@@ -5,7 +5,7 @@ so their decision values are not probabilities.  One positive scalar ``T`` turns
 them into probabilities: ``sigmoid(s / T)`` for two classes and ``softmax(S / T)``
 for more (temperature scaling, Guo et al., 2017).  ``T`` minimises the weighted
 log loss of decision values the package holds out itself (see
-``skgpu_kernel.solvers.feature_learning``).  One
+``skgpu_kernel.fit.feature_learning``).  One
 positive scale keeps the order of the decision values: the most probable class is
 the one ``predict`` returns, and a binary ``predict_proba`` ranks rows as
 ``decision_function`` does.

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import CUDA_INT8_MULTIPLE, cuda_int8_shape, round_up_multiple
+from .device import cuda_int8_shape
+from .operator_facts import INTEGER_PRODUCTS_MIN_SPEEDUP, Grid, integer_products_pay, padded_features
 
 __all__ = [
     "FLOAT_EXACT_INNER",
@@ -45,11 +46,6 @@ __all__ = [
     "padded_features",
 ]
 
-# Data on a grid takes int8 products for kernel blocks when these run this many times
-# faster than float ones at those blocks: the integer path spends three more
-# element-wise passes per block (on the 2-core AMD EPYC the products ran 4x faster, and
-# a 20000-row Fashion-MNIST fill took 0.8-0.9 s against 2.4-2.7 s).
-INTEGER_PRODUCTS_MIN_SPEEDUP = 2.0
 
 # Codes of at most this many features multiply exactly in float32: every partial sum
 # of products of codes in -128..127 stays within 1024 * 128**2 = 2**24, float32's
@@ -105,19 +101,6 @@ class GridCodes:
         return dataclasses.replace(self, codes_t=codes.T, sq_norms=self.sq_norms.index_select(0, rows))
 
 
-@dataclass(frozen=True)
-class Grid:
-    """A common grid of the features: ``step`` and each feature's ``origin`` (a tensor).
-
-    ``integer_products``: how the codes' products are computed (``torch._int_mm``
-    where it pays, else exact float32 products); the distances are the same either way.
-    """
-
-    step: float
-    origin: torch.Tensor
-    integer_products: bool = True
-
-
 def find_grid(X):
     """The grid every feature of ``X`` lies on within rounding, or None.
 
@@ -153,19 +136,6 @@ def find_grid(X):
         if _off_grid(X[start : start + _CHECK_ROWS], grid, tolerance):
             return None
     return grid
-
-
-def integer_products_pay(speedup):
-    """Whether kernel blocks of data on a grid come from exact int8 distances: the one rule, fit and ``predict``.
-
-    Parameters
-    ----------
-    speedup : float
-        ``skgpu_kernel.device.integer_matmul_speedup`` at the blocks evaluated (for a
-        kernel of distances and data on a grid: what
-        ``skgpu_kernel.operators.measure_operator`` measures).
-    """
-    return speedup >= INTEGER_PRODUCTS_MIN_SPEEDUP
 
 
 def encode_on_grid(X, grid, checked=False):
@@ -255,11 +225,6 @@ def _int8_product(left, right, out, pad=None):
     right_t[:n] = right.T
     out.copy_(torch._int_mm(padded_left, right_t.T)[:m, :n])
     return out
-
-
-def padded_features(n_features):
-    """The codes' width: ``n_features`` rounded up to a multiple of 8."""
-    return round_up_multiple(n_features, CUDA_INT8_MULTIPLE)
 
 
 def _largest_sum(n_features):

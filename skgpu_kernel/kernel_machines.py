@@ -2,7 +2,7 @@
 
 fit = validate (the data, the weights, the user's centers) -> resolve the runtime
 (devices, dtype, memory budget, random state) -> call
-:func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model`, which makes every
+:func:`~skgpu_kernel.fit.pipeline.fit_kernel_model`, which makes every
 further decision (solver, penalty, validation split, kernel, centers, plan) and runs
 EigenPro 2, EigenPro 3 or CG -> store its result as numpy fitted attributes.
 """
@@ -24,21 +24,19 @@ from ._validation import check_representable, check_sample_weight, class_weighte
 from .blockwise import DeviceCopier, PredictionTensors
 from .calibration import log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
-from .kernels import KERNEL_NAMES
-from .process_group import default_process_group
-from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
-from .solvers.feature_learning import (
+from .fit import (
     FEATURE_LEARNING_MODES,
-    fit_with_feature_learning,
-    transformed_rows,
-)
-from .solvers.kernel_fit import (
     FitRequest,
     KernelContinuation,
     KernelFitInput,
     KernelFitParameters,
     KernelRuntime,
+    fit_with_feature_learning,
+    transformed_rows,
 )
+from .kernels import KERNEL_NAMES
+from .process_group import default_process_group
+from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
 from .tables import COLUMN_SCALINGS, TableOptions, as_pandas, fit_table_encoding, is_table, rows_of_positive_weight
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
@@ -667,7 +665,7 @@ default="eigenpro"
     feature_learning : {"auto", "diagonal", "full"} or None, default="auto"
         Learn a metric of the features from the average gradient outer product
         (AGOP) of the fitted predictor, as Recursive Feature Machines and xRFM do
-        (see ``skgpu_kernel.solvers.feature_learning`` and the user guide):
+        (see ``skgpu_kernel.fit.feature_learning`` and the user guide):
         ``"diagonal"`` learns one scale per feature (and, for a categorical
         column, a block over its levels), ``"full"`` a Mahalanobis metric.
         ``"auto"`` is ``"diagonal"`` from 2000 rows in memory, in one process, for

@@ -34,7 +34,6 @@ the row block.
 
 import copy
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +41,15 @@ import scipy.sparse
 import torch
 
 from .device import integer_matmul_speedup, round_up_multiple
-from .grid import Grid, encode_on_grid, find_grid, integer_sq_distances, padded_features
+from .grid import encode_on_grid, find_grid, integer_sq_distances
+from .operator_facts import (
+    CPU_READ_ENTRIES,
+    CPU_WIDE_COLUMNS,
+    OperatorBlocks,
+    OperatorMeasurements,
+    padded_features,
+    shard_bounds,
+)
 
 __all__ = [
     "CPU_READ_ENTRIES",
@@ -68,11 +75,6 @@ __all__ = [
     "widened",
 ]
 
-# Entries of K a CPU read takes at once (a few MB), and the width the BLAS reads
-# fastest: see CachedOperator and widened (the memory planner counts both).
-CPU_READ_ENTRIES = 2**21
-CPU_WIDE_COLUMNS = 16
-
 # Entries of K a CUDA product over a run of rows reads at once (a 16-bit cache's
 # rows are converted through a buffer of this size: 256 MB in float32).
 CUDA_READ_ENTRIES = 2**26
@@ -83,51 +85,6 @@ CUDA_READ_ENTRIES = 2**26
 # pay a copy call per tile; whole kernel blocks transposed from float32 moved only 180 M
 # entries/s.
 _MIRROR_TILE = 1024
-
-
-@dataclass(frozen=True)
-class OperatorBlocks:
-    """How many rows an evaluated product prepares at once, and how many columns of ``K`` it evaluates at once.
-
-    ``rowwise``: on the CPU, ``V`` is multiplied with zero columns added up to a
-    multiple of 16 (``widened_to_multiple``), so that a row's bits do not depend
-    on the rows beside it or on its place in the block.  ``K @ V`` with 2 to 15
-    columns need not give that: on an AMD EPYC, MKL's float64 ``(256 x 157) @ (157
-    x 3)`` rounds a row differently at an odd and at an even place (28 of 56 rows
-    moved to another place of a 256-row block with 3 columns in float64, 27 of 56
-    with 10 in float32); with 16, 32 or 48 columns none of 960 moved (1 or 2
-    threads, 7 to 4099 columns of ``K``).  It costs no more: the BLAS reads ``K``
-    faster against 16 columns than against fewer (``widened``).
-    """
-
-    rows: int
-    columns: int
-    rowwise: bool = False
-
-    @classmethod
-    def whole(cls, n_rows, column_block):
-        """Every row in one block (a batch, a prediction block), ``column_block`` columns at once."""
-        return cls(max(int(n_rows), 1), max(int(column_block), 1))
-
-
-@dataclass(frozen=True)
-class OperatorMeasurements:
-    """What only the device can tell the operator planner about ``K(rows, centers)``.
-
-    Attributes
-    ----------
-    grid : Grid or None
-        The common grid of the rows and the centers, for a kernel of their squared
-        Euclidean distances (``Kernel.from_distances``); None otherwise.
-    integer_speedup : float
-        How many times faster int8 products run than float32 ones at the operator's
-        blocks (``skgpu_kernel.device.integer_matmul_speedup``); measured only
-        where there is a grid (0 otherwise).  It chooses how the grid's exact
-        distances are computed, never whether: both ways give the same bits.
-    """
-
-    grid: Grid | None = None
-    integer_speedup: float = 0.0
 
 
 def measure_operator(kernel, rows, block_shape, centers=None):
@@ -575,12 +532,6 @@ class CachedOperator(KernelOperator):
                 stop = min(start + self.read_rows, int(run_stop))
                 first = int(indices[start])
                 yield start, columns[first : first + stop - start]
-
-
-def shard_bounds(n_centers, n_shards):
-    """Contiguous ``(start, stop)`` row ranges splitting ``n_centers`` into ``n_shards`` near-equal shards."""
-    edges = [round(i * n_centers / n_shards) for i in range(n_shards + 1)]
-    return list(itertools.pairwise(edges))
 
 
 @dataclass(frozen=True)

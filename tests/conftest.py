@@ -40,11 +40,11 @@ def without_cg_basis(monkeypatch):
     """CG on every point planned with no room for its preconditioner's basis."""
     import dataclasses
 
-    from skgpu_kernel.solvers import kernel_paths
+    from skgpu_kernel.fit import cg
 
-    planned = kernel_paths.plan_every_point_cg
+    planned = cg.plan_every_point_cg
     monkeypatch.setattr(
-        kernel_paths, "plan_every_point_cg", lambda layout: dataclasses.replace(planned(layout), max_components=0)
+        cg, "plan_every_point_cg", lambda layout: dataclasses.replace(planned(layout), max_components=0)
     )
 
 

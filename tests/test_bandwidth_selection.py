@@ -121,9 +121,9 @@ def test_a_given_alpha_is_the_only_penalty_the_search_scores():
 
 
 def test_beyond_the_searched_rows_no_bandwidth_wider_than_the_rule_is_taken(monkeypatch):
-    from skgpu_kernel.solvers import kernel_fit
+    from skgpu_kernel.fit import tune
 
-    monkeypatch.setattr(kernel_fit, "BANDWIDTH_SEARCH_ROWS", 200)
+    monkeypatch.setattr(tune, "BANDWIDTH_SEARCH_ROWS", 200)
     X, y, _ = _kernel_expansion(4.0, seed=6, n=600)  # smooth data: the searched rows prefer a wide kernel
     model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
     selection = model.bandwidth_selection_

@@ -16,8 +16,8 @@ from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import AdaptiveKernelClassifier
 from skgpu_kernel.calibration import HeldOutDecisions, fit_temperature, log_probabilities
+from skgpu_kernel.fit import feature_learning
 from skgpu_kernel.planning import agop as planning_agop
-from skgpu_kernel.solvers import feature_learning
 
 
 def _sampled(n, n_classes, temperature, seed=0):

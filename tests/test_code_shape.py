@@ -237,11 +237,17 @@ STAGE_PARAMETERS = ("request", "runtime", "plan")
 
 
 def _fit_stages():
-    from skgpu_kernel.solvers import feature_learning, kernel_fit
+    from skgpu_kernel.fit import feature_learning, pipeline, plan, resolve, solve, tune
 
-    stages = {name: kernel_fit for name in ("resolve", "tune", "choose_solver", "solve", "fit_kernel_model")}
-    stages.update(tune_kernel=kernel_fit, fit_with_feature_learning=feature_learning)
-    return stages
+    return {
+        "resolve": resolve,
+        "tune": tune,
+        "tune_kernel": tune,
+        "choose_solver": plan,
+        "solve": solve,
+        "fit_kernel_model": pipeline,
+        "fit_with_feature_learning": feature_learning,
+    }
 
 
 def _foreign_parameters(function):
@@ -266,13 +272,18 @@ def test_a_fits_stages_take_only_the_request_the_runtime_and_the_plan():
 
 def test_only_four_objects_cross_a_fits_stages(monkeypatch):
     """A learning fit, each stage wrapped: its arguments and results are the request, runtime, plan and result."""
+    import importlib
+    import pkgutil
+
     import numpy as np
 
-    from skgpu_kernel import AdaptiveKernelRegressor, kernel_machines
-    from skgpu_kernel.solvers import feature_learning, kernel_fit
+    from skgpu_kernel import AdaptiveKernelRegressor, fit, kernel_machines
+    from skgpu_kernel.fit import FeatureLearningResult, FitRequest, KernelFitResult, KernelRuntime
+    from skgpu_kernel.fit.resolve import FitPlan
 
-    allowed_in = (kernel_fit.FitRequest, kernel_fit.KernelRuntime, kernel_fit.FitPlan, type(None))
-    allowed_out = (kernel_fit.FitPlan, kernel_fit.KernelFitResult, feature_learning.FeatureLearningResult)
+    allowed_in = (FitRequest, KernelRuntime, FitPlan, type(None))
+    allowed_out = (FitPlan, KernelFitResult, FeatureLearningResult)
+    modules = [importlib.import_module(f"skgpu_kernel.fit.{info.name}") for info in pkgutil.iter_modules(fit.__path__)]
     crossed = {}
 
     def wrapped(name, stage):
@@ -287,7 +298,7 @@ def test_only_four_objects_cross_a_fits_stages(monkeypatch):
 
     for name, module in _fit_stages().items():
         stage = wrapped(name, getattr(module, name))
-        for holder in (kernel_fit, feature_learning, kernel_machines):  # every module that calls it by name
+        for holder in (*modules, fit, kernel_machines):  # every module that calls it by name
             if hasattr(holder, name):
                 monkeypatch.setattr(holder, name, stage)
     rng = np.random.RandomState(0)

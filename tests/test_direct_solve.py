@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-import skgpu_kernel.solvers.kernel_paths as kernel_paths
+import skgpu_kernel.fit.direct as direct_attempt
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian, Laplacian
 from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
@@ -126,7 +126,7 @@ def test_above_the_criterion_rows_the_default_fit_is_factored_and_matches_cg():
 
 def test_a_factorisation_rounding_breaks_falls_back_to_cg_and_is_recorded(monkeypatch):
     X, y = _data(400, 15)
-    monkeypatch.setattr(kernel_paths, "solve_kernel_ridge", lambda operator, targets, penalties: None)
+    monkeypatch.setattr(direct_attempt, "solve_kernel_ridge", lambda operator, targets, penalties: None)
     model = AdaptiveKernelRegressor(dtype="float64", random_state=0, alpha=0.1).fit(X, y)
     assert [entry["solver"] for entry in model.fit_attempts_] == ["direct", "cg"]
     assert "could not be factored" in model.fit_attempts_[1]["reason"]

@@ -148,9 +148,9 @@ def test_a_fallback_away_from_a_named_solver_warns(monkeypatch):
 
 def test_a_model_that_fails_the_last_check_is_refit_and_recorded(monkeypatch):
     """A model made worse than the trivial one after its solver returned: the driver refits it, recorded."""
-    from skgpu_kernel.solvers import kernel_paths
+    from skgpu_kernel.fit import solve
 
-    run = kernel_paths._run_attempt
+    run = solve._run_attempt
     spoiled = {"n": 0}
 
     def spoil_the_first(attempt, data, runtime, settings):
@@ -158,10 +158,10 @@ def test_a_model_that_fails_the_last_check_is_refit_and_recorded(monkeypatch):
         if spoiled["n"] == 0 and outcome.device_cache is not None:
             spoiled["n"] += 1
             coef = -50.0 * outcome.device_cache.coef
-            return kernel_paths.dataclasses.replace(outcome, device_cache=outcome.device_cache.with_coef(coef))
+            return solve.dataclasses.replace(outcome, device_cache=outcome.device_cache.with_coef(coef))
         return outcome
 
-    monkeypatch.setattr(kernel_paths, "_run_attempt", spoil_the_first)
+    monkeypatch.setattr(solve, "_run_attempt", spoil_the_first)
     rng = np.random.RandomState(0)
     X = rng.randn(300, 3)
     y = np.sin(X[:, 0]) + 0.1 * rng.randn(300)

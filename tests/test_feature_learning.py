@@ -9,8 +9,9 @@ import pytest
 import torch
 from sklearn.feature_selection import SelectFromModel
 
-import skgpu_kernel.solvers.feature_learning as feature_learning
-import skgpu_kernel.solvers.kernel_fit as kernel_fit
+import skgpu_kernel.fit.feature_learning as feature_learning
+import skgpu_kernel.fit.prepare as prepare
+import skgpu_kernel.fit.tune as tune
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 
@@ -75,13 +76,13 @@ def test_each_kernel_is_tuned_once_per_fit_whatever_the_path_and_the_refit_run(m
     # is kept here); the path's Laplacian's, with M = I, every step of the path.
     monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: False)
     searched = []
-    search = kernel_fit.select_bandwidth
+    search = tune.select_bandwidth
 
     def counted(kernel, *args, **kwargs):
         searched.append(type(kernel).__name__)
         return search(kernel, *args, **kwargs)
 
-    monkeypatch.setattr(kernel_fit, "select_bandwidth", counted)
+    monkeypatch.setattr(tune, "select_bandwidth", counted)
     X, y = _few_relevant(600, 3, n_noise=4)
     model = AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=3, random_state=0).fit(X, y)
     assert len(model.feature_learning_scores_) >= 3  # the plain model and at least two of the path's steps
@@ -281,7 +282,7 @@ def test_without_room_for_the_rows_on_the_device_every_stage_copies_its_own(monk
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate the rows")
 
-    monkeypatch.setattr(kernel_fit, "_copy_rows_to", out_of_memory)
+    monkeypatch.setattr(prepare, "_copy_rows_to", out_of_memory)
     model = AdaptiveKernelRegressor(**params).fit(X, y)
     np.testing.assert_array_equal(model.dual_coef_, expected.dual_coef_)
 

@@ -186,7 +186,7 @@ def test_peak_memory_of_a_fit_stays_within_its_budget(budget, cached):
 
 
 def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
-    from skgpu_kernel.solvers import kernel_paths
+    from skgpu_kernel.fit import operator as fit_operator
 
     def refuse(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.48 GiB")
@@ -194,7 +194,7 @@ def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
     X, y = _regression(800)
     params = {"bandwidth": 2.0, "alpha": 0.0, "dtype": "float64", "batch_size": 64, "random_state": 0, "n_epochs": 3}
     computed = AdaptiveKernelRegressor(cache_kernel=False, **params).fit(X, y)
-    monkeypatch.setattr(kernel_paths.CachedOperator, "fill", refuse)
+    monkeypatch.setattr(fit_operator.CachedOperator, "fill", refuse)
     with pytest.warns(RuntimeWarning, match="did not fit the memory free"):
         model = AdaptiveKernelRegressor(**params).fit(X, y)
     assert not model.kernel_cached_ and model.kernel_cache_dtype_ is None
@@ -235,7 +235,7 @@ def test_verbose_reports_the_rates_of_the_fill_and_of_an_epoch(capsys, cache_ker
 def test_a_verbose_report_out_of_memory_leaves_the_fit_as_it_is(monkeypatch, capsys):
     # On an H200 with 2 GB allowed, timing torch.mm at the plan's blocks for the
     # report ran out of memory after the fit itself had halved its batch to fit.
-    from skgpu_kernel.solvers import kernel_paths
+    from skgpu_kernel.fit import operator as fit_operator
 
     def out_of_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.20 GiB.")
@@ -244,7 +244,7 @@ def test_a_verbose_report_out_of_memory_leaves_the_fit_as_it_is(monkeypatch, cap
     X, y = rng.randn(600, 4), rng.randn(600)
     params = dict(solver="eigenpro", alpha=0.0, bandwidth=1.0, n_epochs=3, cache_kernel=False, random_state=0)
     quiet = AdaptiveKernelRegressor(**params).fit(X, y)
-    monkeypatch.setattr(kernel_paths, "matmul_gflops", out_of_memory)
+    monkeypatch.setattr(fit_operator, "matmul_gflops", out_of_memory)
     model = AdaptiveKernelRegressor(verbose=1, **params).fit(X, y)
     epoch = [line for line in capsys.readouterr().out.splitlines() if "a typical epoch" in line]
     assert len(epoch) == 1 and "torch.mm not timed at these blocks: out of memory" in epoch[0]

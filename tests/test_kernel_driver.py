@@ -9,12 +9,13 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+import skgpu_kernel.fit.cg as cg_attempts
 import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.kernel as planning_kernel
-import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelRegressor
+from skgpu_kernel.fit.operator import CachedOperator
+from skgpu_kernel.fit.solve import SOLVER_PATHS
 from skgpu_kernel.grid import find_grid
-from skgpu_kernel.solvers.kernel_paths import SOLVER_PATHS
 
 
 def _on_grid(n=400, d=5, seed=0):
@@ -101,7 +102,7 @@ def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(bey
 def test_a_staged_cg_breakdown_is_refitted_and_recorded(monkeypatch):
     """CG that rounding breaks down (staged here on the first run) is refitted with ten times alpha by the driver."""
     X, y = _on_grid(seed=1)
-    solve = kernel_paths.fit_centers_cg
+    solve = cg_attempts.fit_centers_cg
     calls = []
 
     def breaks_down_once(*args, **kwargs):
@@ -112,7 +113,7 @@ def test_a_staged_cg_breakdown_is_refitted_and_recorded(monkeypatch):
         history = [{**solved.history[-1], "relative_residual": 0.5}]
         return dataclasses.replace(solved, history=history, stop="curvature")
 
-    monkeypatch.setattr(kernel_paths, "fit_centers_cg", breaks_down_once)
+    monkeypatch.setattr(cg_attempts, "fit_centers_cg", breaks_down_once)
     params = {"solver": "cg", "alpha": 0.5, "n_centers": 120, "bandwidth": 2.0, "random_state": 0}
     with pytest.warns(ConvergenceWarning, match="Refitting from there with alpha=5"):
         model = AdaptiveKernelRegressor(**params).fit(X, y)
@@ -145,7 +146,7 @@ def test_a_refused_kernel_cache_is_planned_again_without_it(monkeypatch):
     X, y = _on_grid(seed=4)
     params = {"bandwidth": 2.0, "alpha": 0.0, "solver": "eigenpro", "dtype": "float64", "random_state": 0}
     computed = AdaptiveKernelRegressor(cache_kernel=False, n_epochs=3, **params).fit(X, y)
-    monkeypatch.setattr(kernel_paths.CachedOperator, "fill", refuse)
+    monkeypatch.setattr(CachedOperator, "fill", refuse)
     with pytest.warns(RuntimeWarning, match="planned again with kernel blocks computed per batch"):
         model = AdaptiveKernelRegressor(n_epochs=3, **params).fit(X, y)
     # The run, the cache fill's out-of-memory event (tests/test_out_of_memory.py), the run planned again.

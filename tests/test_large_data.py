@@ -161,9 +161,9 @@ def _breaking_down(monkeypatch, n_breakdowns):
     problems break down in float32 depends on the BLAS's rounding (see
     tests/test_centers_cg.py), the fallback's control must not.
     """
-    from skgpu_kernel.solvers import kernel_paths
+    from skgpu_kernel.fit import cg as cg_attempts
 
-    calls, real = [], kernel_paths.fit_centers_cg
+    calls, real = [], cg_attempts.fit_centers_cg
 
     def fit(kernel, rows, centers, alpha, settings, coef_init=None, shares=None):
         calls.append((alpha, None if coef_init is None else coef_init.clone()))
@@ -172,7 +172,7 @@ def _breaking_down(monkeypatch, n_breakdowns):
         one_step = dataclasses.replace(settings, max_iterations=1)
         return dataclasses.replace(real(kernel, rows, centers, alpha, one_step, coef_init, shares), stop="curvature")
 
-    monkeypatch.setattr(kernel_paths, "fit_centers_cg", fit)
+    monkeypatch.setattr(cg_attempts, "fit_centers_cg", fit)
     return calls
 
 
@@ -204,7 +204,7 @@ def test_cg_broken_down_by_rounding_is_refit_with_a_larger_alpha_from_where_it_e
 
 
 def test_cg_refits_are_bounded_and_an_unfinished_last_one_warns(monkeypatch):
-    from skgpu_kernel.solvers.kernel_paths import CG_FALLBACK_REFITS
+    from skgpu_kernel.fit.attempts import CG_FALLBACK_REFITS
 
     _, _, model, calls, messages = _fit_with_breakdowns(monkeypatch, 100, alpha=0.0, bandwidth=1.0)
     # alpha=0 starts from float64's resolution of the summed errors (n * eps), then tenfold.

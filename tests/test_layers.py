@@ -18,10 +18,10 @@ import pytest
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
-# The kernel family's pipeline: the fit's inputs and results (kernel_fit) and the one
-# fit function, with feature learning around the kernel fit (feature_learning).
+# The kernel family's pipeline: the ``fit`` package (its request types, the one fit
+# function and feature learning around it, exported by its ``__init__``).
 SHELLS = {
-    "kernel_machines.py": {"solvers.kernel_fit", "solvers.feature_learning"},
+    "kernel_machines.py": {"fit"},
     "linear_model.py": {"solvers.bmgd_fit"},
 }
 # What a shell may import from the package besides its family's pipeline: input
@@ -47,7 +47,7 @@ SHELL_IMPORTS = {
 }
 # Loop modules: iterations on tensors, below the pipelines and the parallel workers.
 LOOPS = ("eigenpro", "eigenpro3", "centers_cg", "sgd", "epochs", "losses")
-PIPELINES = ("kernel_fit", "kernel_paths", "bmgd_fit")
+PIPELINES = ("fit", "solvers.bmgd_fit")
 
 
 def _internal_imports(path):
@@ -146,9 +146,49 @@ def test_layers_import_downwards():
         if module.startswith("solvers.") and module.split(".")[1] in LOOPS:
             upward += [f"{module} -> {name}" for name in imports if name.startswith("parallel")]
         if module.startswith("parallel."):
-            pipelines = tuple(f"solvers.{name}" for name in PIPELINES)
-            upward += [f"{module} -> {name}" for name in imports if name.startswith(pipelines)]
+            upward += [f"{module} -> {name}" for name in imports if name.startswith(PIPELINES)]
     assert not upward, upward
+
+
+def test_solvers_import_nothing_from_the_fit_pipeline():
+    # Issue 64: ``solvers/`` holds the algorithms, the ``fit`` package the stages that
+    # run them; an algorithm never reaches back into the pipeline that calls it.
+    upward = [
+        f"{path.relative_to(PACKAGE)} -> {name}"
+        for path in sorted((PACKAGE / "solvers").rglob("*.py"))
+        for name in _internal_imports(path)
+        if _part(name) == "fit"
+    ]
+    assert not upward, upward
+
+
+# What planning reads is facts (device facts, measured speeds, grid facts as plain
+# data): never the operators that compute products, the grid's encoders, nor a stage
+# or solver that runs the plan (issue 64 item 5).
+PLANNING_MAY_NOT_IMPORT = ("operators", "grid", "fit", "solvers", "parallel", "regularization")
+
+
+def _planning_imports_above(planning_modules):
+    """``module -> imported`` for each import of ``planning_modules`` ({name: imports}) above planning."""
+    return [
+        f"{module} -> {name}"
+        for module, imports in sorted(planning_modules.items())
+        for name in sorted(imports)
+        if _part(name) in PLANNING_MAY_NOT_IMPORT
+    ]
+
+
+def test_planning_reads_facts_not_operators_grids_or_stages():
+    planning = {
+        str(path.relative_to(PACKAGE)): _internal_imports(path) for path in sorted((PACKAGE / "planning").glob("*.py"))
+    }
+    found = _planning_imports_above(planning)
+    assert not found, found
+
+
+def test_the_planning_import_rule_finds_an_operator_import():
+    modules = {"planning/operator.py": {"operators", "device"}, "planning/kernel.py": {"grid", "planning._account"}}
+    assert _planning_imports_above(modules) == ["planning/kernel.py -> grid", "planning/operator.py -> operators"]
 
 
 def test_solvers_import_nothing_from_parallel():
@@ -178,7 +218,8 @@ def test_import_cycles_are_found():
 def test_imports_are_read_as_written():
     # The helper above must see what it checks: the kernel shell's pipeline, the
     # workers' launcher and every form of import.
-    assert "solvers.kernel_fit" in _internal_imports(PACKAGE / "kernel_machines.py")
+    assert "fit" in _internal_imports(PACKAGE / "kernel_machines.py")
+    assert "planning.kernel_policy" in _internal_imports(PACKAGE / "fit" / "resolve.py")
     assert "parallel.launch" in _internal_imports(PACKAGE / "parallel" / "runner.py")
     assert "planning.stopping" in _internal_imports(PACKAGE / "solvers" / "sgd.py")
     assert {"solvers", "parallel", "buffer"} <= _import_graph()["linear_model"]

@@ -27,11 +27,13 @@ import pytest
 import torch
 
 import skgpu_kernel.blockwise as blockwise
+import skgpu_kernel.fit.direct as direct_attempt
+import skgpu_kernel.fit.eigenpro as eigenpro_attempts
+import skgpu_kernel.fit.feature_learning as feature_learning
 import skgpu_kernel.operators as operators
+import skgpu_kernel.solvers.centers_cg as centers_cg
 import skgpu_kernel.solvers.eigenpro as eigenpro
 import skgpu_kernel.solvers.eigenpro3 as eigenpro3
-import skgpu_kernel.solvers.feature_learning as feature_learning
-import skgpu_kernel.solvers.kernel_paths as kernel_paths
 from skgpu_kernel import AdaptiveKernelRegressor
 
 # Predictions of a kept plan match within this (float64: rounding only).
@@ -84,7 +86,7 @@ CASES = {
     "cache fill (EigenPro 2)": Case(
         "cache fill",
         {**BASE, "solver": "eigenpro", "alpha": 0.0, "batch_size": 64, "n_epochs": 4, "cache_kernel": True},
-        kernel_paths.CachedOperator,
+        operators.CachedOperator,
         "fill",
         1,
         {"solver": "eigenpro", "shrank": "K(X, X)", "from": "cached", "to": "evaluated"},
@@ -102,7 +104,7 @@ CASES = {
     "cache fill (CG on centers)": Case(
         "cache fill",
         {**BASE, "solver": "cg", "alpha": 0.5, "n_centers": 150, "n_epochs": 60},
-        kernel_paths.CachedRowBlocks,
+        centers_cg.CachedRowBlocks,
         "computed",
         1,
         {"solver": "cg", "shrank": "K(X, Z)", "from": "cached", "to": "evaluated"},
@@ -111,7 +113,7 @@ CASES = {
     "direct solve": Case(
         "direct solve",
         {**BASE, "alpha": 0.1},
-        kernel_paths,
+        direct_attempt,
         "solve_kernel_ridge",
         1,
         {"solver": "direct", "shrank": "n x n factorisation", "from": "factored", "to": "iterative"},
@@ -120,7 +122,7 @@ CASES = {
     "preconditioner subsample": Case(
         "preconditioner subsample",
         {**BASE, "solver": "eigenpro", "alpha": 0.1, "batch_size": 64, "n_epochs": 20, "subsample_size": 400},
-        kernel_paths,
+        eigenpro_attempts,
         "plan_preconditioner",
         1,
         {"solver": "eigenpro", "shrank": "subsample_size", "from": 400, "to": 200},

@@ -6,9 +6,9 @@ import torch
 from sklearn.linear_model import RidgeCV
 
 from skgpu_kernel import AdaptiveKernelRegressor, regularization
+from skgpu_kernel.fit import tune
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.regularization import PENALTY_GRID, _NystromFeatures, select_alpha
-from skgpu_kernel.solvers import kernel_fit
 
 
 def _data(n=400, seed=0, noise=0.3):
@@ -57,7 +57,7 @@ def test_the_penalty_of_a_p_center_cg_model_is_ridge_cv_on_the_scored_nystrom_fe
         scored.update(kernel=kernel, X=X_rows, Y=Y_rows, w=w, s=subsample_size)
         return select_alpha(kernel, X_rows, Y_rows, w, subsample_size, min_coverage, **criterion)
 
-    monkeypatch.setattr(kernel_fit, "select_alpha", capturing)
+    monkeypatch.setattr(tune, "select_alpha", capturing)
     model = AdaptiveKernelRegressor(
         n_centers=300, solver="cg", alpha="loo", bandwidth=1.5, dtype="float64", random_state=0
     ).fit(X, Y[:, 0], sample_weight=weights)
@@ -110,7 +110,7 @@ def test_float32_training_still_scores_every_float64_feature():
 
 def test_alpha_beyond_the_scored_rows_is_kept(monkeypatch):
     X, Y, _ = _data(n=600, seed=2)
-    monkeypatch.setattr(kernel_fit, "LOO_MAX_ROWS", 200)
+    monkeypatch.setattr(tune, "LOO_MAX_ROWS", 200)
     model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     selection = model.alpha_selection_
     assert selection.n_rows == 200

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
+from skgpu_kernel.fit import eigenpro as eigenpro_attempts
 from skgpu_kernel.parallel import Parle
 from skgpu_kernel.planning import stopping
 from skgpu_kernel.planning.stopping import StoppingPlan, plan_stopping
-from skgpu_kernel.solvers import bmgd_fit, kernel_paths
+from skgpu_kernel.solvers import bmgd_fit
 
 TOL, PATIENCE, MAX_EPOCHS = 2e-3, 2, 60
 
@@ -50,7 +51,7 @@ def plans(monkeypatch):
         made.append(plan_stopping(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(kernel_paths, "plan_stopping", recording)
+    monkeypatch.setattr(eigenpro_attempts, "plan_stopping", recording)
     monkeypatch.setattr(stopping, "plan_stopping", recording)  # inside CG's plan_cg_stopping
     monkeypatch.setattr(bmgd_fit, "plan_stopping", recording)
     return made

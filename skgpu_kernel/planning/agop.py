@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..device import column_block_size, rows_within_budget
-from ..operators import OperatorBlocks
+from ..operator_facts import OperatorBlocks
 from ._account import MemoryAccount
 
 __all__ = [

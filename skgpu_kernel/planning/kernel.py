@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from .._warnings import warn_user
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
-from ..grid import padded_features
-from ..operators import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, shard_bounds
+from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, padded_features, shard_bounds
 from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 

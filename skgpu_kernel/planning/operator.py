@@ -31,8 +31,7 @@ the shell records it (``kernel_grid_step_``, ``kernel_cached_``,
 import dataclasses
 from dataclasses import dataclass
 
-from ..grid import Grid, integer_products_pay
-from ..operators import OperatorMeasurements
+from ..operator_facts import Grid, OperatorMeasurements, integer_products_pay
 from .kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS, CACHE_FILL_ROWS, KernelProblem
 
 __all__ = ["OperatorPlan", "operator_probe_shape", "operator_problem", "plan_operator"]

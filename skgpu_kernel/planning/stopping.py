@@ -38,7 +38,7 @@ diverged when it is not finite, when it exceeds ``ceiling`` times its reference
 (the zero model's value), or when it stays above ``growth`` times its lowest
 value (or a floor) for ``window`` iterations in a row.  A solver that diverged
 returns its best iterate by that measure, and the driver decides what to try
-next (``skgpu_kernel.solvers.kernel_paths.run_solver``).
+next (``skgpu_kernel.fit.solve.run_solver``).
 """
 
 import math

@@ -7,7 +7,7 @@ the trivial predictor, the weighted mean of those rows' targets (the class prior
 a classifier's one-hot targets).  A model worse than it beyond noise
 (:func:`~skgpu_kernel.planning.stopping.worse_than_trivial`) is a fit that went
 wrong, whatever its solver reported: the driver then tries the next safe change
-(:func:`~skgpu_kernel.solvers.kernel_paths.run_solver`).  The cost is one
+(:func:`~skgpu_kernel.fit.solve.run_solver`).  The cost is one
 prediction of those rows against the model's centers: ``1024 x p`` kernel entries,
 at most one epoch's ``1024 / n``.
 """

@@ -2,7 +2,7 @@
 
 The method of Recursive Feature Machines (Radhakrishnan et al., Science 2024) and
 xRFM (Beaglehole et al., 2025), around the package's one kernel fit
-(:func:`~skgpu_kernel.solvers.kernel_fit.fit_kernel_model`):
+(:func:`~skgpu_kernel.fit.pipeline.fit_kernel_model`):
 
 1. hold out ``validation_fraction`` of the rows (stratified for classifiers), drawn
    from a copy of the fit's random state, so the final fit draws what a fit without
@@ -24,7 +24,7 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
    :data:`LEARNING_MARGIN_SE` standard errors), else the plain model; fit the chosen
    one again on every row, with the parameters it was scored with.
 
-Each kernel is tuned once (:func:`~skgpu_kernel.solvers.kernel_fit.tune_kernel`:
+Each kernel is tuned once (:func:`~skgpu_kernel.fit.tune.tune_kernel`:
 bandwidth and ``alpha`` by their rules, on every row): the plain kernel's tuning
 serves its candidate and its refit, the path kernel's (with ``M = I``) every step of
 the path and its refit.  A per-sample penalty carries over to the training rows'
@@ -61,14 +61,10 @@ from ..planning.agop import (
     plan_learning_rows,
 )
 from ..splits import holdout_split
-from .kernel_fit import (
-    fit_kernel_model,
-    log_fit,
-    rows_of,
-    runtime_holding_rows,
-    tune_kernel,
-    with_rows_on_device,
-)
+from .pipeline import fit_kernel_model
+from .prepare import rows_of, runtime_holding_rows, with_rows_on_device
+from .request import log_fit
+from .tune import tune_kernel
 
 __all__ = [
     "AGOP_POWER",

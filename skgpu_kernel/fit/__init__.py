@@ -1,0 +1,42 @@
+"""The kernel machines' fit, in stages: resolve, tune, plan, prepare, operator, solve, finish.
+
+The shell validates and hands :func:`~skgpu_kernel.fit.pipeline.fit_kernel_model`
+(or :func:`~skgpu_kernel.fit.feature_learning.fit_with_feature_learning`, the
+same fit with learnt features around it) a request and a runtime; each stage is
+one module:
+
+========================  ==========================================================
+``request``               what the shell hands over: rows, parameters, runtime
+``resolve``               every choice that needs no tuning (kernel, centers, policy)
+``tune``                  bandwidth and penalty per kernel, once
+``plan``                  the solver the driver starts with
+``prepare``               rows to the device once, split, intercept, shuffle, centers
+``operator``              the operators the plan asks for: cache and grid branches
+``solve``                 the one fallback loop; the attempts of ``eigenpro``, ``cg``
+                          and ``direct`` run on an attempt's ``context``
+``finish``                the joint intercept and the result the shell stores
+``feature_learning``      the loop of learnt metrics around the kernel fit
+========================  ==========================================================
+
+The numerical algorithms are in :mod:`skgpu_kernel.solvers`; the decisions in
+:mod:`skgpu_kernel.planning`.  See the user guide's "How a fit runs".
+"""
+
+from .feature_learning import FEATURE_LEARNING_MODES, FeatureLearningResult, fit_with_feature_learning, transformed_rows
+from .finish import KernelFitResult
+from .pipeline import fit_kernel_model
+from .request import FitRequest, KernelContinuation, KernelFitInput, KernelFitParameters, KernelRuntime
+
+__all__ = [
+    "FEATURE_LEARNING_MODES",
+    "FeatureLearningResult",
+    "FitRequest",
+    "KernelContinuation",
+    "KernelFitInput",
+    "KernelFitParameters",
+    "KernelFitResult",
+    "KernelRuntime",
+    "fit_kernel_model",
+    "fit_with_feature_learning",
+    "transformed_rows",
+]

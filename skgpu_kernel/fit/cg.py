@@ -1,0 +1,249 @@
+"""CG attempts: on every point (pivoted Cholesky preconditioner) and on centers (Falkon's)."""
+
+import dataclasses
+import time
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from .._warnings import warn_user
+from ..operators import measure_operator
+from ..out_of_memory import in_row_blocks
+from ..planning.kernel import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
+from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.stopping import plan_cg_stopping, plan_divergence
+from ..preconditioner import PenalisedRows, nystrom_eigensystem, shifted_condition, shifted_rpcholesky_preconditioner
+from ..solvers.centers_cg import CGSettings, center_operator, fit_centers_cg
+from ..solvers.eigenpro import KernelLoopResult
+from ..solvers.full_kernel_cg import fit_full_kernel_cg
+from .attempts import CG_FALLBACK_REFITS, Fallback, FallbackNeeded, PathOutcome, larger_penalty, safer_attempt
+from .operator import CentersOperator, EveryPointOperators, centers_row_blocks, stored_plan
+
+_ROUNDING_STOPS = ("curvature", "objective grew")
+
+
+# CG on every point that ended by one of these stops above its stated residual is refit
+# by the driver's safe changes (safer_attempt): its operator was not positive definite
+# to the digits its penalty needs, or rounding took over.
+_BROKEN_STOPS = ("curvature", "objective grew", "diverged")
+
+
+def run_every_point_cg(context, attempt):
+    """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a pivoted Cholesky preconditioner.
+
+    It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
+    layout (:func:`~skgpu_kernel.planning.kernel.plan_every_point_cg`), and reads it
+    once per iteration.  EigenPro's Nystrom subsample estimates the preconditioned
+    system's condition (beyond :data:`CG_MAX_CONDITION` it asks the driver for
+    EigenPro 2); the preconditioner is built from a randomly pivoted Cholesky
+    factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
+    :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
+    solved directly instead.
+    """
+    runtime, parameters, data = context.runtime, context.settings.parameters, context.data
+    # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
+    rows = EveryPointOperators(context, definite_penalty=context.ridge())
+    X_dev = rows.X_dev
+    layout, eigensystem = context.on_subsample(
+        rows.layout(), rows.layout, lambda sized: nystrom_eigensystem(context.kernel, X_dev[: sized.subsample_size])
+    )
+    cg_plan = plan_every_point_cg(layout)
+    weights = context.weights_tensor(data.weights[data.order])
+    penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)
+    _check_cg_conditioned(context, shifted_condition(eigensystem[0], penalised, cg_plan.max_components))
+    operators = rows.build(cg_plan.fit)
+
+    def products(V):  # K(X, X[:k]) V for V of k rows
+        return operators.train.matmul(V.to(runtime.dtype))
+
+    Y = context.to_device(data.Y[data.order], center=False)
+    tic = time.perf_counter()
+    preconditioner = shifted_rpcholesky_preconditioner(
+        context.kernel, X_dev, penalised, cg_plan.max_components, runtime.generator
+    )
+    if runtime.log is not None:
+        runtime.log(
+            f"[{parameters.name}] device={context.device}, dtype={runtime.dtype}, n={rows.problem.n_rows}, solver cg "
+            f"on every training point, preconditioner flattening {preconditioner.n_components} directions of a "
+            f"randomly pivoted Cholesky factor of K down to alpha ({time.perf_counter() - tic:.1f} s), "
+            f"{cg_plan.fit.describe()}"
+        )
+    coef_init = None if data.coef_init is None else context.starting_coef(rows.problem.n_rows)
+    # CG's residual on this square system is not monotone (CG lowers the error's
+    # A-norm), so no stall rule reads it: its own objective stops it below float64.
+    cg_settings = _cg_settings(parameters, runtime, square_system=True)
+    solved = fit_full_kernel_cg(products, Y, weights, penalised.alpha, preconditioner, cg_settings, coef_init)
+    if _broken_down(solved, runtime.dtype, parameters):
+        residual = solved.history[-1]["relative_residual"]
+        iterations = len(solved.history)
+        why = f"CG on every point stopped ({solved.stop}) after {iterations} iterations (residual {residual:.3g})"
+        fallback = safer_attempt(attempt, PathOutcome(None, operator=rows.operator_plan), data, runtime.dtype, why)
+        if fallback is not None:
+            return PathOutcome(None, fallback=fallback)
+    coef = solved.coef.to(runtime.dtype)
+    _warn_if_unfinished(solved, runtime.dtype, parameters, "on every point")
+    score = None if operators.validation is None else rows.held_out_score(operators)
+    result = _cg_loop_result(solved, coef, score)
+    rows.report_epochs(result, cg_plan.fit, operators.train)
+    operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
+    outcome = PathOutcome(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
+    return dataclasses.replace(outcome, operator=rows.operator_plan)
+
+
+def _check_cg_conditioned(context, condition):
+    """Ask the driver for EigenPro 2 where the preconditioned system's ``condition`` is beyond CG's bound."""
+    if full_kernel_cg_conditioned(condition):
+        return
+    reason = (
+        f"alpha {context.ridge():.3g} leaves CG's preconditioned system a condition of about {condition:.3g} "
+        f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
+    )
+    if context.runtime.log is not None:
+        context.runtime.log(f"[{context.settings.parameters.name}] {reason}")
+    raise FallbackNeeded(Fallback(reason, solver="eigenpro"))
+
+
+def run_centers_cg(context, attempt):
+    """Penalised least squares on the centers by Falkon-preconditioned CG (no spectrum, no batches).
+
+    Where rounding breaks CG down above its stated residual, it asks the driver to
+    refit from where it ended with a penalty ten times larger (at most
+    :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
+    """
+    data, runtime, settings, kernel = context.data, context.runtime, context.settings, context.kernel
+    to_device = context.to_device
+    centers = context.centers()
+    X, Y = context.rows(data.order), to_device(data.Y[data.order], center=False)
+    weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
+    problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
+    centers_to_check = None if data.centers_from_data else centers
+    measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
+    problem = operator_problem(problem, measurements)
+    choice = plan_centers_solver(problem, runtime.budget, "cg")
+    operator_plan = plan_operator(problem, measurements, context.itemsize if choice.stores_kernel else 0)
+    operator = CentersOperator.build(context, operator_plan, X, centers)
+    rows = centers_row_blocks(context, operator, Y, weights)
+    if runtime.log is not None:
+        runtime.log(
+            f"[{settings.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
+            f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
+        )
+    coef_init = None if data.coef_init is None else data.coef_init.to(context.device)
+    shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
+    cg_settings = _cg_settings(settings.parameters, runtime)
+    solved = fit_centers_cg(kernel, rows, centers, settings.alpha, cg_settings, coef_init, shares)
+    if attempt.n_refits < CG_FALLBACK_REFITS:
+        refit = _centers_cg_refit(context, solved)
+        if refit is not None:
+            return PathOutcome(None, fallback=refit)
+    coef = solved.coef.to(runtime.dtype)
+    _warn_if_unfinished(solved, runtime.dtype, settings.parameters, "on the centers")
+    result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
+    device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
+    return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=stored_plan(operator, rows))
+
+
+def _centers_held_out_score(context, centers):
+    """``score(coef)`` of the held-out rows' ``K(X_val, Z) @ coef`` (row blocks halved on out of memory), or None."""
+    validation = context.validation_tensors()
+    if validation is None:
+        return None
+    X_val, n_rows, kernel = validation.X, validation.X.shape[0], context.kernel
+
+    def predict(coef, row_block):
+        return in_row_blocks(
+            lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
+        )
+
+    return context.held_out_score(predict, n_rows, validation.Y)
+
+
+def _centers_cg_refit(context, solved):
+    """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
+    dtype, alpha, parameters = context.runtime.dtype, context.settings.alpha, context.settings.parameters
+    residual = _unfinished_residual(solved, dtype, parameters)
+    if residual is None or solved.stop not in _ROUNDING_STOPS:
+        return None
+    larger = larger_penalty(alpha, dtype, context.data)
+    reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
+    warning = (
+        f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "
+        f"{residual:.3g}, above its tolerance {_cg_stopping(parameters, dtype).stated_tol:g} for "
+        f"{dtype}: rounding limits the fit at "
+        f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
+        "set a larger alpha or dtype='float64' to keep the fit as asked."
+    )
+    return Fallback(reason, alpha=larger, coef_init=solved.coef, warning=warning)
+
+
+def _cg_settings(parameters, runtime, square_system=False):
+    """How a CG path iterates: the estimator's ``n_epochs`` as the bound, the stopping plan of its ``tol``."""
+    stopping = _cg_stopping(parameters, runtime.dtype, square_system)
+    return CGSettings(
+        max_iterations=parameters.n_epochs,
+        tol=stopping.residual_tol,
+        log=runtime.log,
+        n_iter_no_change=stopping.residual_patience,
+        stopping=stopping.objective,
+        objective_divergence=plan_divergence("objective") if square_system else None,
+    )
+
+
+def _cg_stopping(parameters, dtype, square_system=False):
+    return plan_cg_stopping(parameters.tol, parameters.n_iter_no_change, dtype == torch.float64, square_system)
+
+
+def _cg_loop_result(solved, coef, held_out_score=None):
+    """A CG run as a :class:`KernelLoopResult`; ``held_out_score(coef)``, if given, scores the model it ends with.
+
+    CG heads for the exact solution, so the validation score is not a stopping rule
+    here: it is recorded on the last iteration's history entry.
+    """
+    history = solved.history
+    if held_out_score is not None and history:
+        history[-1] = {**history[-1], "validation_score": float(held_out_score(coef))}
+    n = len(history)
+    return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
+
+
+def _warn_if_unfinished(solved, dtype, parameters, where):
+    """A ``ConvergenceWarning`` when CG ``where`` (on the centers, on every point) ended unfinished.
+
+    See :func:`_unfinished_residual`; growth of the objective has warned already.
+    """
+    residual = _unfinished_residual(solved, dtype, parameters)
+    if residual is not None and solved.stop != "objective grew":
+        warn_user(
+            f"Conjugate gradients {where} stopped ({solved.stop}) after {len(solved.history)} iterations "
+            f"with a relative residual of {residual:.3g}, above its tolerance "
+            f"{_cg_stopping(parameters, dtype).stated_tol:g} for {dtype}: the model is not yet the penalised "
+            "least-squares solution. Raise n_epochs (the iteration bound), or use a larger alpha, fewer centers or "
+            "solver='eigenpro'.",
+            ConvergenceWarning,
+        )
+
+
+def _unfinished_residual(solved, dtype, parameters):
+    """The final relative residual where CG ended unfinished, else None.
+
+    Finished: the residual met its tolerance, or (below float64) the objective rule
+    ended the fit with the residual below its start
+    (:meth:`~skgpu_kernel.planning.stopping.CGStoppingPlan.unfinished`), or
+    ``tol=None`` asked for every iteration up to the bound.
+    """
+    if parameters.tol is None or not solved.history:
+        return None
+    residual = solved.history[-1]["relative_residual"]
+    return residual if _cg_stopping(parameters, dtype).unfinished(solved.stop, residual) else None
+
+
+def _broken_down(solved, dtype, parameters):
+    """Whether CG ended unfinished by a breakdown (:data:`_BROKEN_STOPS`), or by its objective above its start."""
+    residual = _unfinished_residual(solved, dtype, parameters)
+    if residual is None:
+        return False
+    # A run cut by the iteration bound (n_epochs) may end above its start: CG's residual
+    # on the square system is not monotone (3.6, 1.8, 0.87, ... where it converged).
+    above_start = solved.stop == "objective" and residual > _cg_stopping(parameters, dtype).residual_ceiling
+    return solved.stop in _BROKEN_STOPS or above_start

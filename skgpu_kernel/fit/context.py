@@ -1,0 +1,192 @@
+"""What every solver's run of an attempt starts from, and how its stages shrink out of device memory."""
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
+from ..device import SaturationBatch
+from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
+from ..planning.kernel import KernelProblem
+from ..preconditioner import SpectralSettings
+from .attempts import Fallback, FallbackNeeded
+from .prepare import HeldOut
+
+# Out of memory in the preconditioner's eigensystem, the Nystrom subsample is halved
+# down to this many points (fewer when the plan had fewer).
+SMALLEST_SUBSAMPLE = 100
+
+
+class AttemptContext:
+    """What every solver's run starts from: the data, runtime and settings, the device copier, the penalty's scale.
+
+    And how its stages go on out of device memory (:meth:`shrinking`): every stage
+    that allocates in proportion to a planned size runs through one
+    :class:`~skgpu_kernel.out_of_memory.ShrinkingStage`, whose events the driver
+    records after the attempt (``fit_attempts_``).  One per attempt; the solvers'
+    runs read it, none extends it.
+    """
+
+    def __init__(self, data, runtime, settings, solver):
+        self.data, self.runtime, self.settings = data, runtime, settings
+        self.kernel, self.device = settings.kernel, runtime.devices[0]
+        self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
+        self.itemsize = runtime.itemsize
+        self.events = MemoryEvents(runtime.memory_events, solver, runtime.log)
+
+    def rows(self, indices):
+        """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""
+        return self.to_device(rows_taken(self.data.X, self.data.X_device, indices))
+
+    def centers(self):
+        """The centers on the device, centred in the fit's dtype: the training rows they are, or the user's."""
+        data = self.data
+        if data.center_rows is None or data.X_device is None:
+            return self.to_device(data.centers)
+        return self.rows(data.center_rows)
+
+    def shrinking(self, stage, what, sizes):
+        """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this run.
+
+        One rank of a process group cannot shrink alone (the others would wait in
+        its collectives): there the planned size alone is tried.
+        """
+        sizes = iter(sizes)
+        if self.runtime.group is not None:
+            sizes = iter([next(sizes)])
+        return ShrinkingStage(stage, what, sizes, self.device, self.events)
+
+    def planning(self, subsample_size=None):
+        """What the layout planners read: the estimator's settings, with another ``subsample_size`` if given."""
+        planning = self.settings.parameters.planning
+        return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
+
+    def on_subsample(self, layout, layout_for, compute):
+        """``(layout, compute(layout))`` on the layout's Nystrom subsample, halved where the device runs out of memory.
+
+        A smaller subsample is a new layout (``layout_for(size)``: its memory plan
+        and cache), down to :data:`SMALLEST_SUBSAMPLE` points.
+        """
+        planned = layout.subsample_size
+
+        def run(size):
+            sized = layout if size == planned else layout_for(size)
+            return sized, compute(sized)
+
+        sizes = halvings(planned, min(planned, SMALLEST_SUBSAMPLE))
+        return self.shrinking("preconditioner subsample", "subsample_size", sizes)(run)
+
+    def cached_or_planned_again(self, fill, plan, what):
+        """``fill()`` the plan's kernel cache ``what``; where the device refuses it, the fit planned again without one.
+
+        The budget is planned from the memory free when the fit starts; a device
+        that is shared (or fragmented) may still refuse the cache's allocation,
+        which is then recorded and the run asks the driver for the fit planned
+        again with kernel blocks computed per batch (a new attempt).
+        """
+
+        def run(kind):
+            if kind == "cached":
+                return fill()
+            message = f"the kernel cache ({plan.memory.describe()}) did not fit the memory free on {self.device}"
+            warning = (
+                f"{message[0].upper()}{message[1:]}: the fit is planned again with kernel blocks computed per "
+                "batch. Lower memory_budget or set cache_kernel=False."
+            )
+            raise FallbackNeeded(Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning))
+
+        return self.shrinking("cache fill", what, ("cached", "evaluated"))(run)
+
+    def cached_or_evaluated(self, fill, evaluated, what):
+        """``fill()``: a cache the plan keeps; ``evaluated`` (blocks computed per product) where the device refuses it.
+
+        The rest of the plan is kept: the products are the same, only computed again.
+        """
+        return self.shrinking("cache fill", what, ("cached", "evaluated"))(
+            lambda kind: fill() if kind == "cached" else evaluated
+        )
+
+    def held_out_score(self, predict, row_block, targets):
+        """``score(coef)``: the validation score of the held-out rows' ``predict(coef, row_block)`` against ``targets``.
+
+        Where the device runs out of memory the row block is halved, for the rest
+        of the fit (each row's prediction does not depend on the block).
+        """
+        stage = self.shrinking("validation", "validation row block", halvings(row_block))
+        validation_score = self.settings.validation_score
+        return lambda coef: validation_score(stage(lambda rows: predict(coef, rows)), targets)
+
+    def problem_with(self, **sizes):
+        """The :class:`KernelProblem` of the host data, with the run's own ``sizes``."""
+        X, Y = self.data.X, self.data.Y
+        held = self.runtime.held_bytes
+        return KernelProblem(
+            X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, held_bytes=held, **sizes
+        )
+
+    def validation_tensors(self):
+        """The held-out rows and targets on the device, or None."""
+        if self.data.validation is None:
+            return None
+        held_out = self.data.validation
+        X = held_out.X if held_out.X_device is None else held_out.X_device
+        return HeldOut(self.to_device(X), self.to_device(held_out.Y, center=False))
+
+    def weights_tensor(self, weights):
+        """Normalised sample weights on the device, or None when all are equal."""
+        if np.all(weights == weights[0]):
+            return None
+        return self.to_device(weights / weights.max(), center=False)
+
+    def prediction_tensors(self, centers_dev, coef, operator_plan=None, center_codes=None):
+        """The tensors of predictions after fit; on the operator plan's grid where the fit's products took it."""
+        tensors = PredictionTensors(self.device, centers_dev, coef, self.to_device.offset)
+        if center_codes is None:
+            return tensors
+        return dataclasses.replace(tensors, grid=operator_plan.grid, center_codes=center_codes)
+
+    def ridge(self):
+        """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
+        return self.settings.alpha / float(self.data.weights.max())
+
+    def starting_coef(self, n_coefficients):
+        """The warm start's coefficients, or zeros, on the device."""
+        coef = self.data.coef_init
+        if coef is None:
+            coef = torch.zeros(n_coefficients, self.data.Y.shape[1], dtype=self.runtime.dtype)
+        return coef.to(self.device, self.runtime.dtype)
+
+    def batch_capacity(self, layout, probe_rows, centers_dev, problem):
+        """EigenPro's batch capacity: the user's batch, the memory limit of a cached kernel, or a throughput probe.
+
+        Returns a :class:`~skgpu_kernel.device.SaturationBatch`: the probe's timings
+        are empty where none ran.
+        """
+        given = self.given_batch(problem.n_rows)
+        if given is not None:
+            return SaturationBatch(given, {})
+        if layout.cached:
+            # Steps read their kernel rows: an epoch reads the cache once whatever the
+            # batch, so a larger batch costs no more per row and no throughput is probed
+            # (see planning.kernel.cached_batch_limit).
+            return SaturationBatch(layout.memory_limit, {})
+        return measure_batch_capacity(
+            self.kernel,
+            probe_rows,
+            centers_dev,
+            problem.n_outputs,
+            layout.memory_limit,
+            layout.column_block,
+            layout.subsample_size,
+        )
+
+    def given_batch(self, n_rows):
+        """The user's batch (bounded by ``n_rows``), or None when it is to be measured."""
+        batch_size = self.settings.parameters.planning.batch_size
+        return None if batch_size == "auto" else min(batch_size, n_rows)
+
+    def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):
+        """What EigenPro's preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
+        parameters = self.settings.parameters
+        return SpectralSettings(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)

@@ -1,0 +1,339 @@
+"""EigenPro 2 and EigenPro 3 attempts: layout, measured capacity, spectrum, plan, operator, loop."""
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from .._warnings import warn_user
+from ..buffer import as_row_source
+from ..grid import encode_on_grid
+from ..operators import CenterShards, OperatorMeasurements, measure_operator
+from ..planning.kernel import (
+    BETA_PROBE_ROWS,
+    PROJECTION_JITTER,
+    PROJECTION_MAX_ITERATIONS,
+    PROJECTION_TOL,
+    plan_eigenpro2,
+    plan_eigenpro3,
+    plan_eigenpro3_layout,
+)
+from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.stopping import plan_stopping
+from ..preconditioner import max_usable_components, plan_preconditioner
+from ..process_group import agree, agree_on_object
+from ..scaling import ScheduleContext, warn_if_warmup_fills_run
+from ..solvers.eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
+from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
+from .attempts import PathOutcome
+from .operator import EveryPointOperators
+
+
+def _run_eigenpro(stages):
+    """Layout, measured capacity, spectrum, plan, then the loop: the stages of both EigenPro solvers.
+
+    ``stages`` (:class:`_EigenPro2Stages` or :class:`_EigenPro3Stages`) says what
+    each stage does for its model; this function runs them in order.
+    """
+    context = stages.context
+    runtime, parameters = context.runtime, context.settings.parameters
+    layout = stages.layout()
+    measured = stages.capacity(layout)
+    capacity = measured.batch
+    layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
+    n_components = spectrum.preconditioner.n_components
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.settings.bandwidth)
+    plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
+    prepared = stages.prepare(plan)
+    n = stages.problem.n_rows
+    steps_per_epoch = math.ceil(n / plan.batch_size)
+    learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
+    warn_if_warmup_fills_run(
+        parameters.scaling_rule,
+        _schedule_context(spectrum, plan.batch_size, steps_per_epoch, parameters.n_epochs),
+    )
+    if runtime.log is not None:
+        runtime.log(
+            f"[{parameters.name}] {stages.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, "
+            f"{stages.operator_plan.describe()}, critical batch "
+            f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
+            f"components, scaling rule {parameters.scaling_rule!r}, step size "
+            f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
+        )
+    loop = LoopSettings(
+        batch_size=plan.batch_size,
+        learning_rate_for=learning_rate_for,
+        n_epochs=parameters.n_epochs,
+        first_step=runtime.first_step,
+        stopping=plan_stopping(
+            parameters.tol, parameters.n_iter_no_change, validation=context.data.validation is not None
+        ),
+        log=runtime.log,
+        events=dataclasses.replace(context.events, log=None),  # the loops log their own line
+    )
+    preconditioner = spectrum.preconditioner if n_components else None
+    result = stages.solve(layout, plan, prepared, preconditioner, loop)
+    del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
+    outcome = PathOutcome(
+        result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
+    )
+    return dataclasses.replace(outcome, operator=stages.operator_plan)
+
+
+class _EigenPro2Stages:
+    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the loop :func:`fit_eigenpro`."""
+
+    def __init__(self, context):
+        self.context = context
+        self.rows = EveryPointOperators(context)
+
+    @property
+    def problem(self):
+        return self.rows.problem
+
+    @property
+    def operator_plan(self):
+        return self.rows.operator_plan
+
+    def where(self):
+        return f"device={self.context.device}"
+
+    def centers_host(self):
+        return self.rows.centers_host()
+
+    def device_cache(self, coef):
+        return self.rows.device_cache(coef)
+
+    def layout(self, subsample_size=None):
+        return self.rows.layout(subsample_size)
+
+    def capacity(self, layout):
+        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, self.problem)
+
+    def spectrum(self, layout, capacity):
+        # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
+        # by alpha / n and every diagonal entry by alpha.
+        context, n_rows = self.context, self.problem.n_rows
+        ridge = context.ridge()
+        spectral = context.spectral_settings(n_rows, ridge / n_rows, ridge)
+        return plan_preconditioner(
+            context.kernel, self.rows.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
+        )
+
+    def plan(self, layout, capacity, critical_batch):
+        return plan_eigenpro2(layout, capacity, critical_batch, self.context.settings.parameters.planning)
+
+    def prepare(self, plan):
+        """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
+        return self.rows.build(plan)
+
+    def solve(self, layout, plan, operators, preconditioner, loop):
+        context = self.context
+        data = context.data
+        Y_dev = context.to_device(data.Y[data.order], center=False)
+        weights = context.weights_tensor(data.weights[data.order])
+        tensors = KernelTrainingData(operators.train, Y_dev, weights, context.ridge())
+        if operators.validation is not None:
+            loop = dataclasses.replace(loop, validation=self.rows.held_out_score(operators))
+        fresh = data.coef_init is None
+        coef = context.starting_coef(self.problem.n_rows)
+        generator, column_block = context.runtime.generator, layout.column_block
+        result = fit_eigenpro(context.kernel, tensors, coef, preconditioner, loop, column_block, generator, fresh)
+        self.rows.report_epochs(result, plan, operators.train)
+        return result
+
+
+def run_eigenpro2(context, attempt):
+    """EigenPro 2 (every training row a center): :func:`_run_eigenpro` on :class:`_EigenPro2Stages`."""
+    return _run_eigenpro(_EigenPro2Stages(context))
+
+
+class _EigenPro3Stages:
+    """EigenPro 3's stages for :func:`_run_eigenpro`: ``p`` centers; the loop :func:`fit_eigenpro3`.
+
+    The centers' shards, the projection and the batches (in memory or streamed);
+    :meth:`prepare` and :meth:`solve` are the one place their cache and grid
+    branches are taken.
+    """
+
+    def __init__(self, context):
+        self.context = context
+        data, runtime = context.data, context.runtime
+        problem = context.problem_with(
+            n_centers=data.centers.shape[0],
+            n_shards=runtime.n_shards,
+            centers_from_data=data.centers_from_data,
+            streamed=data.streamed,
+        )
+        self.Z_dev = context.centers()
+        self.centers_dev = context.kernel.prepare_centers(self.Z_dev)
+        self.X_dev = None if problem.streamed else context.rows(data.order)
+        self.measurements = self._measurements(problem)
+        self.problem = operator_problem(problem, self.measurements)
+        self.operator_plan, self.center_codes = None, None
+
+    def _measurements(self, problem):
+        """The operator's measurements (none for streamed rows); rank 0's on every rank, which must agree."""
+        if self.X_dev is None:
+            return OperatorMeasurements()
+        centers = None if problem.centers_from_data else self.Z_dev
+        measured = measure_operator(self.context.kernel, self.X_dev, operator_probe_shape(problem), centers)
+        return agree_on_object(measured, self.context.runtime.group, self.context.device)
+
+    def where(self):
+        group = self.context.runtime.group
+        rank = f" (rank {group.rank()} of {group.size()})" if group is not None else ""
+        return f"devices={[str(device) for device in self.context.runtime.devices]}{rank}"
+
+    def centers_host(self):
+        return self.context.data.centers
+
+    def device_cache(self, coef):
+        return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
+
+    def layout(self, subsample_size=None):
+        context = self.context
+        runtime, planning, device = context.runtime, context.planning(subsample_size), context.device
+        layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning)
+        # Ranks may see different free memory; they must take the same path.
+        choices = agree(layout.choices, runtime.group, device)
+        if tuple(choices) != layout.choices:
+            layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning, choices)
+        return layout
+
+    def capacity(self, layout):
+        context = self.context
+        probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
+        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, self.problem)
+        if context.given_batch(self.problem.n_rows) is None and not layout.cached:
+            # Ranks time their own devices; they must agree on the batch to stay in step.
+            (agreed,) = agree([measured.batch], context.runtime.group, context.device)
+            measured = measured.bounded(agreed)
+        return measured
+
+    def spectrum(self, layout, capacity):
+        # The spectrum is estimated on the first s centers (the Nystrom subsample), and
+        # the preconditioned beta also on training rows outside it.
+        context, data = self.context, self.context.data
+        if self.X_dev is not None:
+            probe_rows = self.X_dev[:BETA_PROBE_ROWS]
+        else:
+            probe_rows = context.rows(np.sort(data.order[:BETA_PROBE_ROWS]))
+        # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
+        shift = context.ridge() / self.problem.n_rows
+        spectral = context.spectral_settings(self.problem.n_rows, shift, shift)
+        spectrum = plan_preconditioner(
+            context.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
+        )
+        # Every rank estimates it; its eigensolver may round differently on each, and the
+        # ranks' steps must be the same: rank 0's spectrum is everyone's.
+        return agree_on_object(spectrum, context.runtime.group, context.device)
+
+    def plan(self, layout, capacity, critical_batch):
+        return plan_eigenpro3(layout, capacity, critical_batch, self.context.settings.parameters.planning)
+
+    def prepare(self, plan):
+        """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""
+        cache_itemsize = self.context.itemsize if plan.cached else 0
+        self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
+        if self.operator_plan.on_grid:
+            self.center_codes = encode_on_grid(self.Z_dev, self.operator_plan.grid, checked=True)
+
+    def _shards(self, column_block):
+        """The centers' shards, on the operator plan's grid where it takes one."""
+        runtime, grid = self.context.runtime, self.operator_plan.grid
+        kernel = self.context.kernel
+        return CenterShards(kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
+
+    def solve(self, layout, plan, prepared, preconditioner, loop):
+        context = self.context
+        shards = self._shards(plan.column_block)
+        if plan.cached:
+            context.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
+        projection = self._projection(plan, shards, preconditioner)
+        batches = self._batches(plan)
+        validation = context.validation_tensors()
+        if validation is not None:
+            X_val = validation.X
+            score = context.held_out_score(
+                lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block, validation.Y
+            )
+            loop = dataclasses.replace(loop, validation=score)
+        coef = context.starting_coef(self.problem.n_centers)
+        return fit_eigenpro3(context.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
+
+    def _projection(self, plan, shards, preconditioner):
+        context = self.context
+        if plan.projection == "exact":
+            jitter = max(PROJECTION_JITTER, 10 * torch.finfo(context.runtime.dtype).eps)
+            return ExactProjection(context.kernel, self.Z_dev, jitter, context.runtime.dtype)
+        if plan.cached and self.problem.centers_from_data:
+            center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
+        else:
+            center_shards = self._shards(plan.column_block)
+            if plan.cache_centers:  # else (or where the device refuses it) K(Z, Z) is evaluated per product
+                context.cached_or_evaluated(lambda: center_shards.cache(self.Z_dev, plan.row_block), None, "K(Z, Z)")
+        return IterativeProjection(
+            center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
+        )
+
+    def _batches(self, plan):
+        context = self.context
+        data, runtime = context.data, context.runtime
+        if plan.streamed:
+            sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
+            if not np.all(data.weights == data.weights[0]):
+                sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
+            seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
+            offset = context.to_device.offset
+            return StreamedBatches(sources, context.device, runtime.dtype, offset, plan.buffer_rows, seed)
+        order = data.order
+        Y_dev = context.to_device(data.Y[order], center=False)
+        return InMemoryBatches(self.X_dev, Y_dev, context.weights_tensor(data.weights[order]), runtime.generator)
+
+
+def run_eigenpro3(context, attempt):
+    """EigenPro 3 (``p`` centers): :func:`_run_eigenpro` on :class:`_EigenPro3Stages`."""
+    return _run_eigenpro(_EigenPro3Stages(context))
+
+
+def _learning_rate_function(scaling_rule, spectrum, n_epochs):
+    """``learning_rate_for(step, batch_size, steps_per_epoch)`` for the solver, from the rule and the spectrum."""
+
+    def learning_rate_for(step, batch_size, steps_per_epoch):
+        return scaling_rule(step, _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs))
+
+    return learning_rate_for
+
+
+def _schedule_context(spectrum, batch_size, steps_per_epoch, n_epochs):
+    return ScheduleContext(
+        batch_size,
+        steps_per_epoch,
+        n_epochs,
+        beta=spectrum.beta_preconditioned,
+        top_eigenvalue=spectrum.top_eigenvalue_preconditioned,
+    )
+
+
+def _warn_if_degenerate_kernel(spectrum, subsample_size, dtype, bandwidth):
+    """Warn when the bandwidth makes the kernel matrix numerically the identity or constant."""
+    if subsample_size < 2 or not np.all(np.isfinite(spectrum.eigenvalues)):
+        return  # a kernel returning inf/NaN is reported by the solver as an error
+    eigenvalues = spectrum.eigenvalues
+    described = "The kernel" if bandwidth is None else f"With bandwidth={bandwidth:.4g}, the kernel"
+    if eigenvalues[0] * subsample_size <= 1.05 * spectrum.beta:
+        warn_user(
+            f"{described} matrix is numerically the identity: samples do not see each other, and "
+            "predictions away from the training points are close to zero. The bandwidth is "
+            "probably too small for the distances in the data.",
+            UserWarning,
+        )
+    elif max_usable_components(eigenvalues, dtype) == 0:
+        warn_user(
+            f"{described} is numerically constant on the data in {dtype}: the model can fit "
+            "little more than a constant. The bandwidth is probably too large for the "
+            "distances in the data.",
+            UserWarning,
+        )

@@ -1,0 +1,205 @@
+"""The operator stage: the operators of ``K(X, X)`` and ``K(X, Z)`` a plan asks for (the cache and grid branches)."""
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..device import is_out_of_memory, matmul_gflops, synchronize
+from ..grid import encode_on_grid
+from ..operators import (
+    CachedOperator,
+    EvaluatedOperator,
+    GridOperator,
+    OperatorBlocks,
+    filled_entries,
+    measure_operator,
+)
+from ..out_of_memory import in_row_blocks
+from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS, CG_ROW_BLOCK, plan_eigenpro2_layout
+from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..solvers.centers_cg import CachedRowBlocks, KernelRowBlocks, center_operator
+from .prepare import HeldOut
+
+
+class EveryPointOperators:
+    """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there read.
+
+    The training rows on the device in the fit's order, what the device measures of
+    their operator (their grid, int8 products' speed), the problem's sizes, EigenPro
+    2's layout (subsample, memory, cache) and the operators the operator plan asks
+    for (:meth:`build`): the one place the cache and grid branches of ``K(X, X)``
+    are taken.
+    """
+
+    def __init__(self, context, definite_penalty=None):
+        self.context, self.definite_penalty = context, definite_penalty
+        data = context.data
+        n_validation = 0 if data.validation is None else data.validation.X.shape[0]
+        problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
+        self.X_dev = context.rows(data.order)
+        self.centers_dev = context.kernel.prepare_centers(self.X_dev)
+        self.measurements = measure_operator(context.kernel, self.X_dev, operator_probe_shape(problem))
+        self.problem = operator_problem(problem, self.measurements)
+        # The operator plan once the layout is known, and the rows' grid codes where it takes the grid.
+        self.operator_plan, self.center_codes = None, None
+
+    def centers_host(self):
+        return self.context.data.X[self.context.data.order]
+
+    def layout(self, subsample_size=None):
+        context = self.context
+        planning = context.planning(subsample_size)
+        budget, device = context.runtime.budget, context.device
+        return plan_eigenpro2_layout(self.problem, budget, device, planning, self.definite_penalty)
+
+    def build(self, plan):
+        """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
+
+        A cache the device refuses is recorded and the fit planned again without it
+        (:meth:`AttemptContext.cached_or_planned_again`).
+        """
+        validation = self.context.validation_tensors()
+        self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
+        operators = self._evaluated_operators(plan, validation)
+        if plan.cached:
+            fill = lambda: self._caches(plan, operators)  # noqa: E731
+            operators = self.context.cached_or_planned_again(fill, plan, "K(X, X)")
+        return dataclasses.replace(operators, validation=validation)
+
+    def device_cache(self, coef):
+        return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
+
+    def held_out_score(self, operators):
+        """``score(coef)`` of ``K(X_val, X) @ coef`` against the held-out targets (row blocks halved out of memory)."""
+        held_out, n_rows = operators.held_out, operators.held_out.shape[0]
+
+        def predict(coef, row_block):
+            return in_row_blocks(lambda rows: held_out.matmul(coef, rows=rows), n_rows, row_block)
+
+        return self.context.held_out_score(predict, n_rows, operators.validation.Y)
+
+    def _evaluated_operators(self, plan, validation):
+        """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
+
+        Held-out rows off the training rows' grid are evaluated in float blocks.
+        """
+        kernel, dtype = self.context.kernel, self.context.runtime.dtype
+        blocks = OperatorBlocks(plan.batch_size, plan.column_block)
+        grid = self.operator_plan.grid
+        held_out_codes = None
+        if grid is not None:
+            self.center_codes = encode_on_grid(self.X_dev, grid, checked=True)  # measure_operator checked them
+            train = GridOperator(kernel, self.center_codes, self.center_codes, dtype, blocks)
+            held_out_codes = None if validation is None else encode_on_grid(validation.X, grid)
+        else:
+            train = EvaluatedOperator(kernel, self.X_dev, self.centers_dev, blocks)
+        if validation is None:
+            held_out = None
+        elif held_out_codes is not None:
+            held_out = GridOperator(kernel, held_out_codes, self.center_codes, dtype, blocks)
+        else:
+            held_out = EvaluatedOperator(kernel, validation.X, self.centers_dev, blocks)
+        return _EveryPointOperatorPair(train, held_out)
+
+    def _product_rate(self, entries, seconds, block_shape):
+        """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
+        n_features, seconds = self.X_dev.shape[1], max(seconds, 1e-9)
+        rate = 2.0 * entries * n_features / seconds / 1e9
+        rows, columns = (min(size, self.problem.n_rows) for size in block_shape)
+        achieved = f"{entries / seconds / 1e9:.2g} G entries/s, {rate:.3g} GFLOP/s"
+        try:
+            peak = matmul_gflops(self.context.device, self.context.runtime.dtype, rows, n_features, columns)
+        except (torch.OutOfMemoryError, RuntimeError) as error:  # a report never stops the fit
+            if not is_out_of_memory(error):
+                raise
+            return f"{achieved} (torch.mm not timed at these blocks: out of memory)"
+        return f"{achieved} = {rate / peak:.0%} of torch.mm's {peak:.3g} at these blocks"
+
+    def report_epochs(self, result, plan, operator):
+        """``verbose``: the rate a typical epoch reached, so that a slow machine reads as such."""
+        steady = result.history[1:] or result.history  # the first epoch of a fresh fit reads half the rows
+        runtime = self.context.runtime
+        if runtime.log is None or not steady:
+            return
+        seconds = float(np.median([record["seconds"] for record in steady]))
+        if operator.kind == "cached":
+            gigabytes = operator.nbytes / 1e9
+            rate = f"read K(X, X) ({gigabytes:.3g} GB) at {gigabytes / max(seconds, 1e-9):.3g} GB/s"
+        else:
+            n = self.problem.n_rows
+            # Out of memory halves the plan's batch; CG has none (its row blocks are the plan's).
+            rows = plan.batch_size if result.batch_size is None else min(result.batch_size, plan.batch_size)
+            rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
+        runtime.log(f"[{self.context.settings.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
+
+    def _caches(self, plan, operators):
+        """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
+        tic = time.perf_counter()
+        storage = getattr(torch, CACHE_DTYPE_NAMES[plan.cache_itemsize])
+        blocks = (plan.row_block, CACHE_FILL_COLUMNS)
+        train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
+        held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
+        synchronize(self.context.device)
+        log = self.context.runtime.log
+        if log is not None:
+            seconds = time.perf_counter() - tic
+            n_rows, n_columns = train.shape
+            rows = n_rows + (0 if held_out is None else held_out.shape[0])
+            entries = filled_entries(n_rows, n_columns, plan.row_block, symmetric=True)
+            entries += 0 if held_out is None else held_out.values.numel()
+            log(
+                f"[{self.context.settings.parameters.name}] kernel cached: {rows} x {n_columns}, "
+                f"{self.operator_plan.describe()}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
+            )
+        return _EveryPointOperatorPair(train, held_out)
+
+
+@dataclass(frozen=True)
+class _EveryPointOperatorPair:
+    """The operators of a fit on every point: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)`` and those rows."""
+
+    train: object
+    held_out: object = None
+    validation: HeldOut | None = None
+
+
+@dataclass(frozen=True)
+class CentersOperator:
+    """``K(X, Z)`` in row blocks of CG's passes, from the grid where the operator plan takes it (``codes``: Z's)."""
+
+    operator: object
+    plan: object
+    codes: torch.Tensor | None = None
+
+    @classmethod
+    def build(cls, context, plan, X, centers):
+        if plan.grid is None:
+            return cls(center_operator(context.kernel, X, centers, CG_ROW_BLOCK), plan)
+        center_codes = encode_on_grid(centers, plan.grid, checked=True)
+        row_codes = encode_on_grid(X, plan.grid, checked=True)
+        blocks = OperatorBlocks.whole(CG_ROW_BLOCK, centers.shape[0])
+        operator = GridOperator(context.kernel, row_codes, center_codes, context.runtime.dtype, blocks)
+        return cls(operator, plan, center_codes)
+
+
+def centers_row_blocks(context, operator, Y, weights):
+    """CG's source of ``K(X, Z)`` row blocks: stored where the operator plan caches it, else evaluated per pass.
+
+    A cache the device refuses is recorded and evaluated per pass instead, the
+    same blocks bit for bit (:meth:`AttemptContext.cached_or_evaluated`).
+    """
+    evaluated = KernelRowBlocks(operator.operator, Y, weights, CG_ROW_BLOCK)
+    if not operator.plan.cached:
+        return evaluated
+    fill = lambda: CachedRowBlocks.computed(operator.operator, Y, weights, CG_ROW_BLOCK)  # noqa: E731
+    return context.cached_or_evaluated(fill, evaluated, "K(X, Z)")
+
+
+def stored_plan(operator, rows):
+    """The operator plan as carried out: without its cache where the device refused the stored row blocks."""
+    if operator.plan.cached and isinstance(rows, KernelRowBlocks):
+        return dataclasses.replace(operator.plan, cache_dtype=None)
+    return operator.plan

@@ -1,0 +1,20 @@
+"""The plan stage: the solver the driver starts with (the tune stage's solution, a factorisation, or the policy's)."""
+
+import dataclasses
+
+from ..planning.kernel_policy import plan_direct_solve
+
+
+def choose_solver(request, plan):
+    """The solver stage's choice: the tune stage's solution, one factorisation, or the policy's solver.
+
+    Returns
+    -------
+    FitPlan
+        With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`).
+    """
+    parameters, tuning = request.parameters, plan.tuning
+    warm_start, every_iteration = plan.data.continuation is not None, parameters.tol is None
+    exact = tuning.solves(plan.data.X)
+    direct = plan_direct_solve(tuning.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
+    return dataclasses.replace(plan, direct=direct)

@@ -1,0 +1,381 @@
+"""The prepare stage: rows to the device once, the split, the intercept, the shuffle, the centers, the warm start."""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .._warnings import warn_user
+from ..blockwise import taken_on_device
+from ..buffer import is_out_of_core
+from ..kernels import make_kernel
+from ..out_of_memory import out_of_memory_reason, release_cached_memory
+from ..planning.kernel import full_kernel_cg_factors
+from ..splits import holdout_split
+from .request import KernelFitInput
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Held-out rows and their targets: host arrays, or their copies on the device.
+
+    ``X_device``: host rows' copy on the device, taken from the fit's one copy of its
+    rows (None: copied from ``X`` when they are needed there).
+    """
+
+    X: object
+    Y: object
+    X_device: object = None
+
+
+@dataclass(frozen=True)
+class KernelHostData:
+    """Host arrays of a kernel fit, split and shuffled by the pipeline.
+
+    Parameters
+    ----------
+    X : ndarray or memory map of shape (n, d)
+        Training rows (unshuffled; ``order`` is the shuffle).
+    Y : ndarray of shape (n, l)
+        Centred targets.
+    weights : ndarray of shape (n,)
+    order : ndarray of shape (n,)
+        The seeded permutation of the rows.
+    validation : HeldOut or None
+    centers : ndarray of shape (p, d) or None
+        The centers of EigenPro 3 and CG (float64); None puts a center at every
+        training row (EigenPro 2).
+    coef_init : Tensor or None
+        Warm-start coefficients in the order of the centers.
+    centers_from_data : bool
+        The centers are the first ``p`` shuffled training rows.
+    streamed : bool
+        ``X`` is a memory-mapped file read in buffers.
+    center_shares : ndarray of shape (p,) or None
+        The share of the training rows each center's value stands for, when
+        centers were drawn from repeated rows (CG's preconditioner reads it).
+    X_device : Tensor of shape (n, d) or None
+        ``X`` on the device, in its dtype (the fit's one copy of its rows, taken
+        there): every stage takes its rows from it; None: from ``X``.
+    center_rows : ndarray of shape (p,) or None
+        The training rows the centers are (None: the user's centers).
+    joint_intercept : bool
+        ``Y``'s last column is the column of ones of the joint intercept, not a
+        target of the model (the last check leaves it out).
+    """
+
+    X: object
+    Y: np.ndarray
+    weights: np.ndarray
+    order: np.ndarray
+    validation: HeldOut | None
+    centers: np.ndarray | None
+    coef_init: torch.Tensor | None
+    centers_from_data: bool = True
+    streamed: bool = False
+    center_shares: np.ndarray | None = None
+    X_device: torch.Tensor | None = None
+    center_rows: np.ndarray | None = None
+    joint_intercept: bool = False
+
+
+@dataclass(frozen=True)
+class KernelFitSettings:
+    """What every path reads: the resolved kernel and penalty, and the user's parameters.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    bandwidth : float or None
+    offset : ndarray or None
+        Feature means subtracted before a translation-invariant kernel.
+    alpha : float
+    validation_score : callable
+        ``validation_score(predictions, targets)`` of predictions of the centred
+        targets, the intercept added back.
+    parameters : KernelFitParameters
+        The estimator's parameters (planning, preconditioner, scaling rule, epochs,
+        stopping, name).
+    """
+
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    alpha: float
+    validation_score: Callable
+    parameters: object
+
+
+def path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
+    score = _with_intercept(parameters.validation_score, intercept)
+    return KernelFitSettings(kernel, bandwidth, offset, alpha, score, parameters)
+
+
+@dataclass(frozen=True)
+class Split:
+    """The rows a solver fits (``training``: ``data`` restricted to them) and those it scores (or None).
+
+    ``train``: which of ``data``'s rows ``training`` holds (None: every one).
+    """
+
+    training: KernelFitInput
+    validation: HeldOut | None
+    train: np.ndarray | None = None
+
+    def of_data(self, indices):
+        """``indices`` into the training rows as indices into ``data``'s rows."""
+        return indices if self.train is None else self.train[indices]
+
+
+def split_rows(data, early_stopping, validation_fraction, rng):
+    """The training rows and the held-out rows (:class:`HeldOut`, or None without early stopping)."""
+    if not early_stopping:
+        return Split(data, None)
+    train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
+    validation = HeldOut(data.X[held_out], data.Y[held_out], taken_on_device(data.X_device, held_out))
+    return Split(rows_of(data, train), validation, train)
+
+
+def with_rows_on_device(data, runtime):
+    """``data`` with its rows' one copy on the compute device (``X_device``), where the fit can hold one.
+
+    Every stage of the fit (the criteria's rows, the split, the shuffle, the
+    centers, the held-out scoring, feature learning's metrics) takes its rows
+    from this copy instead of copying them from the host again.  The copy keeps
+    the rows' dtype, so what a stage converts from it is what it converted from
+    the host, to the bit.  On the CPU a C-contiguous array is shared, not copied.
+    None is made for rows read in buffers, for a fit over a process group (its
+    ranks copy their own shares), or for rows over half of the memory budget;
+    where the device has no room for the copy, each stage copies its own rows,
+    as without one.  See :func:`runtime_holding_rows` for the budget.
+    """
+    if runtime.group is not None or is_out_of_core(data.X) or not isinstance(data.X, np.ndarray):
+        return data
+    if data.X.nbytes > runtime.budget // 2:
+        return data
+    try:
+        on_device = _copy_rows_to(data.X, runtime.devices[0])
+    except RuntimeError as error:  # out of device memory: every stage copies its own rows
+        out_of_memory_reason(error)
+        release_cached_memory(runtime.devices[0])
+        return data
+    return dataclasses.replace(data, X_device=on_device)
+
+
+def _copy_rows_to(X, device):
+    """``X`` on ``device`` in its own dtype (on the CPU, a C-contiguous array's own memory)."""
+    return torch.as_tensor(np.ascontiguousarray(X)).to(device)
+
+
+def runtime_holding_rows(runtime, data):
+    """``runtime`` with the device copy of ``data``'s rows taken off the budget the planners divide.
+
+    A copy on the CPU shares the host's memory, or stands for the copies each
+    stage made: the budget is the same as without it.
+    """
+    if data.X_device is None or data.X_device.device.type == "cpu":
+        return runtime
+    held = data.X_device.nbytes
+    return dataclasses.replace(runtime, budget=runtime.budget - held, held_bytes=runtime.held_bytes + held)
+
+
+def rows_of(data, indices):
+    """``data`` restricted to the rows ``indices``, its device copy too (a fresh fit: no warm start)."""
+    stratify = None if data.stratify is None else data.stratify[indices]
+    return dataclasses.replace(
+        data,
+        X=np.asarray(data.X[indices]),
+        Y=data.Y[indices],
+        weights=data.weights[indices],
+        stratify=stratify,
+        continuation=None,
+        X_device=taken_on_device(data.X_device, indices),
+    )
+
+
+def target_intercept(fit_intercept, Y, weights):
+    return np.average(Y, axis=0, weights=weights) if fit_intercept else np.zeros(Y.shape[1])
+
+
+def kernel_offset(kernel, X):
+    """The feature means subtracted before a translation-invariant kernel (rounding of distances), or None."""
+    return X.mean(axis=0, dtype=np.float64) if kernel.translation_invariant else None
+
+
+@dataclass(frozen=True)
+class Centers:
+    """The centers of a fit on centers: float64 host rows, the training rows they are, their shares.
+
+    ``indices`` (into the training rows; None for the user's centers) let the
+    solvers take them from the rows' device copy; ``shares`` (see
+    :func:`_distinct_rows`) is None for the user's centers and for a uniform draw.
+    """
+
+    rows: np.ndarray
+    indices: np.ndarray | None = None
+    shares: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, data, X, order, every_point=False):
+        """The user's centers, distinct shuffled training rows, or every one (``every_point``: Falkon's CG); None."""
+        if every_point and not data.uses_centers:
+            return cls(X[order].astype(np.float64), order)
+        if not data.uses_centers:
+            return None
+        if data.centers is not None:
+            return cls(data.centers)
+        n, n_centers = X.shape[0], data.n_centers
+        if n_centers > n:
+            warn_user(f"n_centers={n_centers} is larger than the {n} training samples; using {n} centers.")
+            n_centers = n
+        indices, shares = _distinct_rows(X, order, n_centers)
+        return cls(np.asarray(X[indices], dtype=np.float64), indices, shares)
+
+
+def _distinct_rows(X, order, count):
+    """``(indices, shares)``: the first ``count`` distinct rows of ``X[order]`` (fewer if ``X`` has fewer).
+
+    A repeated center adds nothing to the model's span but makes ``K(Z, Z)``
+    singular, which slows CG and EigenPro 3's projection: on Fertility (254654 rows,
+    7 categorical or integer features) a uniform draw of 10000 rows holds only a few
+    hundred distinct ones.  Continuous data draw ``count`` distinct rows at once.
+    ``shares`` is the share of the rows examined that each center's value stands
+    for (CG's preconditioner weighs the centers by it), or None when no examined
+    row repeats (``1 / p`` each, a uniform draw).
+    """
+    taken = counts = np.empty(0, dtype=np.int64)
+    drawn = 0
+    while taken.size < count and drawn < order.size:
+        drawn = min(order.size, max(2 * drawn, count + count // 8 + 1))
+        rows = np.ascontiguousarray(X[order[:drawn]])
+        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        by_position = np.argsort(first)  # first occurrences, in shuffled order
+        taken, counts = first[by_position], counts[by_position]
+    indices = order[taken[:count]]
+    if taken.size == drawn:
+        return indices, None
+    # Beyond p distinct values, the rows of the values left out are shared in proportion.
+    return indices, counts[:count] / counts[:count].sum()
+
+
+def continued_center_coef(continuation, centers):
+    """Previous coefficients when warm starting on the same centers, or None for a fresh fit."""
+    if continuation is None:
+        return None
+    previous = continuation.centers
+    if previous.shape != centers.shape or not np.array_equal(centers.astype(previous.dtype, copy=False), previous):
+        raise ValueError(
+            "warm_start=True continues from the previous coefficients, which belong to the previous "
+            "centers: fit must be called with the same centers (same X, n_centers and random_state, or "
+            "the same centers array). Set warm_start=False to fit new centers."
+        )
+    return torch.as_tensor(continuation.dual_coef)
+
+
+def continued_coef(continuation, X, order):
+    """Previous coefficients rearranged to ``order`` (every training row a center), or None for a fresh fit."""
+    if continuation is None:
+        return None
+    previous = continuation.training_order
+    if previous.shape[0] != X.shape[0] or not np.array_equal(
+        X[previous].astype(continuation.centers.dtype, copy=False), continuation.centers
+    ):
+        raise ValueError(
+            "warm_start=True continues from the previous centers, which are the previous "
+            "training points: fit must be called with the same X (and the same "
+            "early-stopping split). Set warm_start=False to fit new data."
+        )
+    position_in_previous = np.empty_like(previous)
+    position_in_previous[previous] = np.arange(previous.shape[0])
+    return torch.as_tensor(continuation.dual_coef[position_in_previous[order]])
+
+
+def _with_intercept(validation_score, intercept):
+    """The validation score of predictions made without the intercept (the loops fit centred targets)."""
+
+    def score(predictions, targets):
+        shift = torch.as_tensor(intercept, dtype=predictions.dtype, device=predictions.device)
+        return validation_score(predictions + shift, targets)
+
+    return score
+
+
+def fits_joint_intercept(fit_intercept, alpha, validation):
+    """Whether the intercept is fitted with the kernel part: penalised (``alpha > 0``), no held-out split.
+
+    The package's one model is ``f(x) = sum_j a_j k(z_j, x) + b`` minimising
+    ``sum_i w_i (y_i - f(x_i))^2 + alpha a^T K(Z, Z) a`` with ``b`` unpenalised,
+    whatever the solver.  Every solver solves for the coefficients of given
+    targets, so the fit solves for the centred targets and a column of ones
+    together and combines them (:func:`with_joint_intercept`).  Without a penalty
+    (an interpolating or early-stopped fit, where ``b`` is not determined), and
+    where held-out rows score every epoch, ``b`` is the weighted mean of the
+    targets.  The joint intercept was measured to matter: the leave-one-out
+    criterion scores ridge with an unpenalised intercept (centred features, as
+    ``RidgeCV(fit_intercept=True)``); the weighted mean of the targets is that
+    intercept only where the kernel part averages to zero over the rows, which a
+    narrow kernel's does not: on Ionosphere (280 rows) the mean intercept gave test
+    error 0.28 where ridge on the same kernel's features with its own intercept gave
+    0.056.
+    """
+    return fit_intercept and validation is None and alpha > 0
+
+
+@dataclass(frozen=True)
+class PreparedFit:
+    """The prepare stage's output: the solver's host data and settings, the split and the targets' intercept.
+
+    ``intercept`` is the weighted mean subtracted from the targets (the finish stage
+    adds the joint intercept's shift to it).
+    """
+
+    host: KernelHostData
+    settings: KernelFitSettings
+    split: Split
+    intercept: np.ndarray
+
+
+def prepare(request, runtime, plan):
+    """The prepare stage: split, centre, shuffle, draw the centers, the warm start, the joint intercept's column.
+
+    Random draws in a fixed order: the validation split, then the shuffle.
+    """
+    parameters, data, kernel, policy = request.parameters, plan.data, plan.tuning.kernel, plan.tuning.policy
+    bandwidth = plan.fitted_bandwidth
+    split = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    X, Y, weights, validation = split.training.X, split.training.Y, split.training.weights, split.validation
+    intercept = target_intercept(parameters.fit_intercept, Y, weights)
+    if validation is not None and plan.tuning.by_rule:  # the bandwidth rule reads the rows the model is fitted on
+        kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
+    offset = kernel_offset(kernel, X)
+    order = runtime.rng.permutation(X.shape[0])
+    factored_cg = plan.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
+    centers = Centers.of(data, X, order, every_point=factored_cg)
+    if centers is not None:
+        coef_init = continued_center_coef(data.continuation, centers.rows)
+    else:
+        coef_init = continued_coef(data.continuation, X, order)
+    joint = fits_joint_intercept(parameters.fit_intercept, policy.alpha, validation)
+    targets = np.hstack([Y - intercept, np.ones((Y.shape[0], 1))]) if joint else Y - intercept
+    if joint and coef_init is not None:  # the ones column starts from zero
+        coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)
+    host = KernelHostData(
+        X=X,
+        Y=targets,
+        weights=weights,
+        order=order,
+        validation=validation,
+        centers=None if centers is None else centers.rows,
+        coef_init=coef_init,
+        centers_from_data=data.centers is None,
+        streamed=plan.streamed,
+        center_shares=None if centers is None else centers.shares,
+        X_device=split.training.X_device,
+        center_rows=None if centers is None else centers.indices,
+        joint_intercept=joint,
+    )
+    settings = path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
+    return PreparedFit(host, settings, split, intercept)

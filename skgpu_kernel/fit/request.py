@@ -1,0 +1,190 @@
+"""The request and runtime of a kernel fit: what the shell hands the pipeline."""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..planning.kernel import KernelSettings
+from ..planning.kernel_policy import KernelFitRequest
+from ..regularization import LOO_MIN_COVERAGE
+
+
+@dataclass(frozen=True)
+class KernelContinuation:
+    """What a warm start continues from: the previous fit's coefficients, centers, shuffle and bandwidth.
+
+    ``bandwidth`` (None for kernels without one) is kept instead of searched again:
+    the coefficients belong to that kernel; so is ``transform``, the learnt features'
+    ``L`` (None: the input's features), see
+    ``skgpu_kernel.fit.feature_learning``.
+    """
+
+    dual_coef: np.ndarray
+    centers: np.ndarray
+    training_order: np.ndarray
+    bandwidth: float | None = None
+    transform: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class KernelFitInput:
+    """The validated host data of a kernel fit.
+
+    Parameters
+    ----------
+    X : ndarray or memory map of shape (n, d)
+    Y : ndarray of shape (n, l)
+        Float targets (the classifier's class codes), not centred.
+    weights : ndarray of shape (n,)
+        Positive sample weights (zero-weight rows already dropped).
+    stratify : ndarray of shape (n,) or None
+        Class indices the validation split is stratified by.
+    centers : ndarray of shape (p, d) or None
+        The user's validated centers (float64).
+    n_centers : int, "auto" or None
+        Centers to draw from the shuffled training rows; ``"auto"``: as many as
+        :func:`~skgpu_kernel.planning.kernel.plan_auto_centers` says (None: every point).
+    continuation : KernelContinuation or None
+        The previous fit, when ``warm_start`` continues it.
+    X_device : Tensor of shape (n, d) or None
+        The same rows on the compute device, in ``X``'s dtype: the fit's one copy
+        of them (:func:`with_rows_on_device`), which every stage takes its rows
+        from; None: each stage copies its rows from ``X``.
+    column_blocks : tuple of ndarray
+        The columns of ``X`` that encode one categorical input column each (its
+        levels' indicators, at least two): one block of a learnt metric
+        (:func:`~skgpu_kernel.agop.block_diagonal`).
+    """
+
+    X: object
+    Y: np.ndarray
+    weights: np.ndarray
+    stratify: np.ndarray | None = None
+    centers: np.ndarray | None = None
+    n_centers: int | None = None
+    continuation: KernelContinuation | None = None
+    X_device: torch.Tensor | None = None
+    column_blocks: tuple = ()
+
+    @property
+    def uses_centers(self):
+        return self.centers is not None or self.n_centers is not None
+
+    @property
+    def equal_weights(self):
+        """Every sample weight the same (the criteria then skip the weights)."""
+        return bool(np.all(self.weights == self.weights[0]))
+
+
+@dataclass(frozen=True)
+class KernelFitParameters:
+    """The estimator's parameters, as the pipeline reads them (kernel unresolved, scaling rule resolved).
+
+    ``classifier`` says which kind of estimator asks; ``cache_dtype`` is the
+    estimator's ``kernel_cache_dtype`` (see
+    :class:`~skgpu_kernel.planning.kernel.KernelSettings`).
+    """
+
+    kernel: object
+    bandwidth: object
+    kernel_params: dict | None
+    solver: str
+    alpha: object
+    early_stopping: object
+    classifier: bool
+    distributed: bool
+    batch_size: object
+    subsample_size: object
+    cache_kernel: object
+    projection: str
+    fit_intercept: bool
+    validation_fraction: float
+    n_components: object
+    damping: float
+    scaling_rule: object
+    n_epochs: int
+    tol: float | None
+    n_iter_no_change: int
+    validation_score: Callable
+    name: str
+    cache_dtype: str = "auto"
+    feature_learning: str | None = None
+    feature_learning_iter: int = 5
+
+    def request(self, weighted):
+        """What the policy planner reads; ``weighted``: the sample weights are not all equal."""
+        return KernelFitRequest(
+            self.solver, self.alpha, self.early_stopping, self.classifier, self.distributed, LOO_MIN_COVERAGE, weighted
+        )
+
+    @property
+    def planning(self):
+        """What the layout planners read."""
+        sizes = (self.batch_size, self.subsample_size)
+        return KernelSettings(*sizes, self.cache_kernel, self.projection, self.cache_dtype)
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """What one kernel fit is asked: the validated rows and the estimator's parameters.
+
+    One of the four objects that cross the stages of a fit, with the runtime
+    (:class:`KernelRuntime`), the plan (:class:`FitPlan`) and the result
+    (:class:`KernelFitResult`).
+    """
+
+    data: KernelFitInput
+    parameters: KernelFitParameters
+
+    def on(self, data):
+        """The same request on other rows (a subset, or the rows seen through a metric)."""
+        return dataclasses.replace(self, data=data)
+
+    def with_parameters(self, parameters):
+        """The same rows asked with other parameters (the learning path's kernel)."""
+        return dataclasses.replace(self, parameters=parameters)
+
+
+@dataclass(frozen=True)
+class KernelRuntime:
+    """Resolved facts of the run: devices, precision, memory, randomness, process group.
+
+    ``rng`` is the fit's ``RandomState`` (the validation split, the shuffle and a
+    streamed fit's seed are drawn from it, in that order); ``generator`` seeds the
+    epoch permutations; ``group`` is the ``torch.distributed`` group the centers
+    are sharded over (or None); ``memory_events`` collects the fit's out-of-memory
+    events (:mod:`skgpu_kernel.out_of_memory`), in order, for ``fit_attempts_``;
+    ``held_bytes`` is what the fit's rows held on the device take of the user's
+    budget (already off ``budget``).
+    """
+
+    devices: list
+    dtype: torch.dtype
+    budget: int
+    rng: np.random.RandomState
+    generator: torch.Generator
+    group: object = None
+    first_step: int = 0
+    epochs_done: int = 0
+    log: Callable | None = None
+    memory_events: list = dataclasses.field(default_factory=list)
+    held_bytes: int = 0
+
+    @property
+    def itemsize(self):
+        """Bytes per value of the training dtype."""
+        return torch.finfo(self.dtype).bits // 8
+
+    @property
+    def n_shards(self):
+        """Shards the centers would be split in: the group's ranks, else the devices."""
+        return self.group.size() if self.group is not None else len(self.devices)
+
+
+def log_fit(runtime, parameters, message):
+    """``verbose``: ``message`` with the estimator's name, where the runtime logs."""
+    if runtime.log is not None:
+        runtime.log(f"[{parameters.name}] {message}")

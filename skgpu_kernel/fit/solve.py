@@ -1,0 +1,208 @@
+"""The solve stage and the one fallback loop: run the plan's solver, then every fallback, then the last check."""
+
+import dataclasses
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from .._warnings import warn_user
+from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
+from ..planning.kernel_policy import DIRECT_FROM_TUNING
+from ..solvers.eigenpro import KernelLoopResult
+from ..solvers.fit_check import check_fit
+from .attempts import Attempt, FallbackNeeded, PathOutcome, safer_attempt
+from .cg import run_centers_cg, run_every_point_cg
+from .context import AttemptContext
+from .direct import run_direct
+from .eigenpro import run_eigenpro2, run_eigenpro3
+from .finish import FittedModel, finished_model, fit_result
+from .prepare import kernel_offset, prepare, target_intercept
+from .request import log_fit
+
+
+def solve(request, runtime, plan):
+    """The solve stage: the model of ``plan`` (every decision made), as the shell stores it.
+
+    Returns
+    -------
+    KernelFitResult
+    """
+    if plan.direct == DIRECT_FROM_TUNING:
+        model = _direct_model(request, runtime, plan)
+    else:
+        model = _solved_model(request, runtime, plan)
+    return fit_result(model, plan.tuning)
+
+
+def _solved_model(request, runtime, plan):
+    """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
+    prepared = prepare(request, runtime, plan)
+    outcome = run_solver(plan.solver, plan.tuning.policy.alpha, prepared.host, runtime, prepared.settings)
+    return finished_model(outcome, prepared, plan, runtime)
+
+
+def _direct_model(request, runtime, plan):
+    """The tune stage's exact kernel ridge solution as the fit's model: no solver runs.
+
+    The criterion scored every row as a feature, in the order of ``tuning.scored_rows``:
+    those rows are the centers, its coefficients the model's.
+    """
+    data, tuning, parameters, bandwidth = plan.data, plan.tuning, request.parameters, plan.fitted_bandwidth
+    kernel, selection, order = tuning.kernel, tuning.alpha_selection, tuning.scored_rows
+    offset = kernel_offset(kernel, data.X)
+    to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
+    centers = np.asarray(data.X[order], dtype=np.float64)
+    coef = selection.solution.coef.to(runtime.devices[0], runtime.dtype)
+    intercept = target_intercept(True, data.Y, data.weights) + selection.solution.intercept.cpu().numpy()
+    log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
+    attempt = Attempt("direct", selection.alpha)
+    device_cache = PredictionTensors.of_centers(
+        kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
+    )
+
+    # The exact solution cannot diverge; its last check is recorded as every fit's is.
+    def predict(indices):
+        rows = to_device(rows_taken(data.X, data.X_device, indices))
+        return device_cache.predict_on_device(kernel, rows, runtime.budget)
+
+    check = check_fit(predict, data.Y - intercept, data.weights)
+    outcome = PathOutcome(
+        KernelLoopResult.direct(coef),
+        centers=centers,
+        device_cache=device_cache,
+        attempts=(attempt,),
+        record=(*runtime.memory_events, attempt.record()),
+        check=check.record(),
+    )
+    return FittedModel(outcome, kernel, bandwidth, offset, intercept, order, False, order)
+
+
+def run_solver(solver, alpha, data, runtime, settings):
+    """Run ``solver`` at ``alpha``, then every fallback it asks for: the one driver of the kernel solvers.
+
+    Each attempt runs the path the registry (:data:`SOLVER_PATHS`) gives for the
+    solver and the data (centers or every point).  A path asks for a fallback by
+    returning or raising one (:class:`Fallback`): CG broken down by rounding, refit
+    with a larger penalty (at most :data:`CG_FALLBACK_REFITS` times); CG on every
+    point that diverged, refit with a 32-bit kernel cache in place of a 16-bit one,
+    else with a larger penalty; CG on every point whose preconditioned system is too
+    ill-conditioned, fitted by EigenPro 2; a kernel cache the device refused,
+    fitted without it.  Every model a path returns then meets the last check
+    (:func:`~skgpu_kernel.solvers.fit_check.check_fit`): one worse than the trivial
+    predictor beyond noise is refit by the same order of safe changes
+    (:func:`safer_attempt`), and where none is left the fit keeps the trivial
+    model with a ``ConvergenceWarning`` naming what was tried.  The driver warns,
+    runs the new attempt from scratch and records every attempt in the outcome, as
+    scikit-learn's ``_ridge_regression`` reports the solver that actually ran,
+    with the out-of-memory events of each run after it (``runtime.memory_events``).
+
+    Returns
+    -------
+    PathOutcome
+        The last attempt's, with ``attempts``, ``record`` and ``check``.
+    """
+    attempt, attempts = Attempt(solver, alpha), []
+    events = runtime.memory_events
+    record = list(events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
+    while True:
+        attempts.append(attempt)
+        record.append(attempt.record())
+        reported = len(events)
+        outcome = _run_attempt(attempt, data, runtime, settings)
+        record.extend(events[reported:])
+        fallback = outcome.fallback
+        if fallback is None:
+            check = _last_check(outcome, data, runtime, settings)
+            outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
+            if check is None or check.passed:
+                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+            why = (
+                f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
+                f"trivial predictor's, {check.trivial_loss:.4g}"
+            )
+            fallback = safer_attempt(attempt, outcome, data, runtime.dtype, why)
+            if fallback is None:
+                outcome = _trivial_model(outcome, attempts)
+                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+        _warn_of(fallback, attempt, settings.parameters.solver)
+        attempt = attempt.after(fallback)
+
+
+def _warn_of(fallback, attempt, requested):
+    """The fallback's warning; a plain one where it leaves a solver the user named and has none of its own."""
+    if fallback.warning is not None:
+        warn_user(fallback.warning, fallback.category)
+    elif fallback.solver not in (None, attempt.solver) and requested == attempt.solver:
+        warn_user(f"solver={requested!r} was not kept: {fallback.reason} (fit_attempts_ records it).", UserWarning)
+
+
+def _last_check(outcome, data, runtime, settings):
+    """The last check of the attempt's model on its training rows, or None where it is not run.
+
+    The rows are taken from the fit's one copy on the device where it holds one.
+    Not under a process group: the ranks would have to agree on a fallback, and
+    each holds the same model (its coefficients agreed every epoch).
+    """
+    if runtime.group is not None or outcome.device_cache is None or data.X.shape[0] < 2:
+        return None
+    tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, settings.offset)
+
+    n_targets = data.Y.shape[1] - data.joint_intercept  # the ones column is no target
+
+    def predict(indices):
+        rows = to_device(rows_taken(data.X, data.X_device, indices))
+        return tensors.predict_on_device(settings.kernel, rows, runtime.budget)[:, :n_targets]
+
+    check = check_fit(predict, data.Y[:, :n_targets], data.weights)
+    if runtime.log is not None:
+        verdict = "passed" if check.passed else "FAILED"
+        runtime.log(
+            f"[{settings.parameters.name}] last check {verdict}: squared error {check.model_loss:.4g} against the "
+            f"trivial predictor's {check.trivial_loss:.4g} on {check.n_rows} training rows ({check.seconds:.2f} s)"
+        )
+    return check
+
+
+def _trivial_model(outcome, attempts):
+    """The trivial model (zero coefficients: the intercept, the targets' weighted mean) after every attempt failed."""
+    tried = "; ".join(f"{attempt.solver} at alpha {attempt.alpha:.3g} ({attempt.reason})" for attempt in attempts)
+    warn_user(
+        f"Every attempt of the fit gave a model worse than the trivial predictor (the targets' weighted mean) on "
+        f"its training rows: {tried}. The fit keeps the trivial model; check the bandwidth and the scale of the "
+        "data, or set a larger alpha or dtype='float64'.",
+        ConvergenceWarning,
+    )
+    coef = torch.zeros_like(outcome.result.coef)
+    result = dataclasses.replace(outcome.result, coef=coef, converged=False)
+    return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
+
+
+def _run_attempt(attempt, data, runtime, settings):
+    """One attempt: its path built on the data and settings the attempt changes, run; a raised fallback returned."""
+    if attempt.coef_init is not None:
+        data = dataclasses.replace(data, coef_init=attempt.coef_init)
+    parameters = settings.parameters
+    if attempt.cache_kernel is not None:
+        parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
+    if attempt.cache_dtype is not None:
+        parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
+    if attempt.n_components is not None:
+        parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
+    settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
+    run = SOLVER_PATHS[attempt.solver, data.centers is not None]
+    try:
+        return run(AttemptContext(data, runtime, settings, attempt.solver), attempt)
+    except FallbackNeeded as needed:
+        return PathOutcome(None, fallback=needed.fallback)
+
+
+# The solvers by (solver_, whether the model has centers): functions of the attempt's
+# context and the attempt.  No class of this module inherits from another.
+SOLVER_PATHS = {
+    ("eigenpro", False): run_eigenpro2,
+    ("eigenpro", True): run_eigenpro3,
+    ("cg", False): run_every_point_cg,
+    ("cg", True): run_centers_cg,
+    ("direct", False): run_direct,
+}
