@@ -98,6 +98,10 @@ SCALAR_ATTRIBUTES = (
     "t_",
     "n_centers_",
     "critical_batch_size_",
+    "alpha_",
+    "bandwidth_",
+    "solver_",
+    "calibration_temperature_",
 )
 
 # Torch threads of every fit: reductions split over threads round differently.
@@ -310,6 +314,20 @@ def cg_grid_centers(tmp):
     return AdaptiveKernelRegressor(**{**EP3, "n_epochs": 20}, solver="cg", alpha=0.1).fit(*on_grid())
 
 
+# The default path (issue 64): every parameter at its default but the seed and the budget,
+# 3000 rows; feature learning "auto", the tune stage, the direct solve and the
+# classifier's calibration all run.
+DEFAULT = {"random_state": 0, "memory_budget": 2**30}
+
+
+def default_regressor(tmp):
+    return AdaptiveKernelRegressor(**DEFAULT).fit(*regression(n=3000))
+
+
+def default_classifier(tmp):
+    return AdaptiveKernelClassifier(**DEFAULT).fit(*classification(n=3000))
+
+
 FITS = (
     ep2_plain,
     ep2_early_stopping,
@@ -345,6 +363,8 @@ FITS = (
     ep3_eigenpro_exact,
     ep3_eigenpro_iterative_cached,
     cg_grid_centers,
+    default_regressor,
+    default_classifier,
 )
 
 

@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_solver_stress as stress
 
 import skgpu_kernel
-import skgpu_kernel.planning.kernel as planning_kernel
+import skgpu_kernel.planning.solver as planning_solver
 
-FACTORED_ROWS = planning_kernel.FULL_KERNEL_CG_MAX_ROWS
+FACTORED_ROWS = planning_solver.FULL_KERNEL_CG_MAX_ROWS
 
 
 def _row(problem, solver, dtype, cache):
-    planning_kernel.FULL_KERNEL_CG_MAX_ROWS = 200 if solver == "cg every point" else FACTORED_ROWS
+    planning_solver.FULL_KERNEL_CG_MAX_ROWS = 200 if solver == "cg every point" else FACTORED_ROWS
     label = f"| {problem} | {solver} | {dtype} | {cache} |"
     try:
         model, X, y, X_test, y_test = stress._fit(problem, solver, dtype, cache)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+import skgpu_kernel.planning.eigenpro as planning_eigenpro
 import skgpu_kernel.planning.kernel as planning_kernel
+import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.planning.kernel import HALF_ROUNDING, HALF_ROUNDING_SHARE, half_cache_harmless
 from skgpu_kernel.planning.stopping import (
@@ -99,7 +101,7 @@ def test_the_16_bit_cache_is_planned_for_eigenpro_and_refused_to_cg_beyond_its_b
     budget = int(2.5 * 20_000**2)
 
     def itemsize(penalty):
-        layout = planning_kernel.plan_eigenpro2_layout(problem, budget, torch.device("cpu"), settings, penalty)
+        layout = planning_eigenpro.plan_eigenpro2_layout(problem, budget, torch.device("cpu"), settings, penalty)
         return layout.cache_itemsize
 
     assert itemsize(None) == 2
@@ -137,7 +139,7 @@ def test_weights_enter_the_last_check():
 
 def test_a_fallback_away_from_a_named_solver_warns(monkeypatch):
     """``solver="cg"`` whose preconditioned system is too ill-conditioned becomes EigenPro 2, with a warning."""
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
     rng = np.random.RandomState(0)
     X = rng.randn(400, 4)
     y = np.sin(X[:, 0]) + 0.1 * rng.randn(400)

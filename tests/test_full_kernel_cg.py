@@ -13,16 +13,14 @@ from sklearn.kernel_ridge import KernelRidge
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
-from skgpu_kernel.planning import kernel as planning_kernel
-from skgpu_kernel.planning.kernel import (
+from skgpu_kernel.planning import solver as planning_solver
+from skgpu_kernel.planning.eigenpro import plan_eigenpro2_layout
+from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS, KernelProblem, KernelSettings
+from skgpu_kernel.planning.solver import (
     CG_MAX_CONDITION,
     CG_ROW_BLOCK,
-    SHIFTED_MAX_COMPONENTS,
-    KernelProblem,
-    KernelSettings,
     full_kernel_cg_conditioned,
     full_kernel_cg_factors,
-    plan_eigenpro2_layout,
     plan_every_point_cg,
     plan_full_kernel_solver,
 )
@@ -115,7 +113,7 @@ def test_planning_takes_cg_beyond_the_factored_rows_for_a_positive_alpha_only():
 @pytest.fixture
 def beyond_factors(monkeypatch):
     """Fits of more than 200 rows take the subsample-preconditioned CG."""
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
 
 
 @pytest.mark.parametrize("weighted", [False, True])

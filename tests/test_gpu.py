@@ -104,9 +104,9 @@ def test_kernel_fit_on_cuda_equals_the_cpu_fit(params):
 @pytest.mark.parametrize("cache_kernel", [True, False])
 def test_penalised_cg_on_every_point_on_cuda_equals_the_cpu_fit(monkeypatch, cache_kernel):
     # 3000 rows take the subsample-preconditioned CG that fits beyond 10000 rows take.
-    from skgpu_kernel.planning import kernel as planning_kernel
+    from skgpu_kernel.planning import solver as planning_solver
 
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 1000)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 1000)
     X, y, X_test = _problem()
     common = dict(alpha=0.05, subsample_size=500, dtype="float64", cache_kernel=cache_kernel, random_state=0)
     cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)

@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 import skgpu_kernel.fit.cg as cg_attempts
 import skgpu_kernel.operators as operators
-import skgpu_kernel.planning.kernel as planning_kernel
+import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.fit.operator import CachedOperator
 from skgpu_kernel.fit.solve import SOLVER_PATHS
@@ -28,7 +28,7 @@ def _on_grid(n=400, d=5, seed=0):
 @pytest.fixture
 def beyond_factors(monkeypatch):
     """Fits of more than 200 rows with every point a center take CG on every point (not on its factors)."""
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
 
 
 def test_the_registry_names_a_solver_function_per_solver_and_model():

@@ -33,6 +33,7 @@ SHELLS = {
 # ``parallel``, so the shell resolves where a fit trains (as it resolves the
 # device) and hands the runner down.
 SHELL_IMPORTS = {
+    "_kernel_docs",
     "_validation",
     "blockwise",
     "buffer",

@@ -13,7 +13,7 @@ import pytest
 import torch
 from sklearn.utils._param_validation import StrOptions
 
-import skgpu_kernel.planning.kernel as planning_kernel
+import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.scaling import LinearScaling
@@ -192,7 +192,7 @@ def test_every_option_of_the_constraints_has_a_case():
 @pytest.mark.parametrize(("estimator", "parameter", "value"), CASES)
 def test_every_documented_value_fits(monkeypatch, capsys, estimator, parameter, value):
     # A few hundred rows take the paths of large data (CG on every point beyond Falkon's factors).
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 150)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 150)
     classifier = estimator is AdaptiveKernelClassifier
     X, y = _data(classifier)
     params = {"random_state": 0, "verbose": 1, "n_epochs": 20, **CONTEXT[parameter, value]}

@@ -16,24 +16,23 @@ import pytest
 import torch
 
 from skgpu_kernel.planning import MemoryAccount
+from skgpu_kernel.planning.eigenpro import plan_eigenpro2, plan_eigenpro2_layout, plan_eigenpro3, plan_eigenpro3_layout
 from skgpu_kernel.planning.kernel import (
-    FULL_KERNEL_CG_MAX_ROWS,
     KernelProblem,
     KernelSettings,
     TrainingMemoryPlan,
     cached_batch_limit,
     operating_batch,
-    plan_alpha,
-    plan_auto_centers,
-    plan_centers_solver,
-    plan_eigenpro2,
-    plan_eigenpro2_layout,
-    plan_eigenpro3,
-    plan_eigenpro3_layout,
-    plan_full_kernel_solver,
     temporary_centers_for,
 )
 from skgpu_kernel.planning.kernel_policy import KernelFitRequest
+from skgpu_kernel.planning.solver import (
+    FULL_KERNEL_CG_MAX_ROWS,
+    plan_alpha,
+    plan_auto_centers,
+    plan_centers_solver,
+    plan_full_kernel_solver,
+)
 
 CPU = torch.device("cpu")
 MB = 10**6

@@ -24,6 +24,7 @@ import torch
 
 import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.kernel as planning_kernel
+import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.scaling import EigenProRule
 
@@ -148,7 +149,7 @@ def _not_worse_than_trivial(predictions, y_test, y_train):
 @pytest.fixture
 def cg_on_every_point(monkeypatch):
     """Fits of more than 200 rows with every point a center take CG on every point (not its factors)."""
-    monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+    monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
 
 
 def _fit(problem, solver, dtype, cache, quiet=True, **extra):
@@ -199,7 +200,7 @@ def test_every_solver_on_every_stress_problem(monkeypatch, problem, solver, dtyp
     if cache == "float16" and dtype == "float64" and solver == "eigenpro2":
         pytest.skip("a 16-bit cache of a float64 EigenPro fit is the float32 case's rounding")
     if solver == "cg every point":
-        monkeypatch.setattr(planning_kernel, "FULL_KERNEL_CG_MAX_ROWS", 200)
+        monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
     model, X, y, X_test, y_test = _fit(problem, solver, dtype, cache)
     assert solver != "direct" or model.solver_ == "direct"
     predictions = model.predict(X_test)

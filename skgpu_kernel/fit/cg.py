@@ -10,8 +10,8 @@ from sklearn.exceptions import ConvergenceWarning
 from .._warnings import warn_user
 from ..operators import measure_operator
 from ..out_of_memory import in_row_blocks
-from ..planning.kernel import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
 from ..preconditioner import PenalisedRows, nystrom_eigensystem, shifted_condition, shifted_rpcholesky_preconditioner
 from ..solvers.centers_cg import CGSettings, center_operator, fit_centers_cg
@@ -33,12 +33,12 @@ def run_every_point_cg(context, attempt):
     """Every training row a center, ``alpha > 0``: CG on ``K + alpha W^-1`` with a pivoted Cholesky preconditioner.
 
     It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
-    layout (:func:`~skgpu_kernel.planning.kernel.plan_every_point_cg`), and reads it
+    layout (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`), and reads it
     once per iteration.  EigenPro's Nystrom subsample estimates the preconditioned
     system's condition (beyond :data:`CG_MAX_CONDITION` it asks the driver for
     EigenPro 2); the preconditioner is built from a randomly pivoted Cholesky
     factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
-    :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
+    :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
     solved directly instead.
     """
     runtime, parameters, data = context.runtime, context.settings.parameters, context.data

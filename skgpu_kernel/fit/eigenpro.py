@@ -10,15 +10,8 @@ from .._warnings import warn_user
 from ..buffer import as_row_source
 from ..grid import encode_on_grid
 from ..operators import CenterShards, OperatorMeasurements, measure_operator
-from ..planning.kernel import (
-    BETA_PROBE_ROWS,
-    PROJECTION_JITTER,
-    PROJECTION_MAX_ITERATIONS,
-    PROJECTION_TOL,
-    plan_eigenpro2,
-    plan_eigenpro3,
-    plan_eigenpro3_layout,
-)
+from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
+from ..planning.kernel import BETA_PROBE_ROWS, PROJECTION_JITTER, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.stopping import plan_stopping
 from ..preconditioner import max_usable_components, plan_preconditioner

@@ -46,7 +46,7 @@ class KernelFitInput:
         The user's validated centers (float64).
     n_centers : int, "auto" or None
         Centers to draw from the shuffled training rows; ``"auto"``: as many as
-        :func:`~skgpu_kernel.planning.kernel.plan_auto_centers` says (None: every point).
+        :func:`~skgpu_kernel.planning.solver.plan_auto_centers` says (None: every point).
     continuation : KernelContinuation or None
         The previous fit, when ``warm_start`` continues it.
     X_device : Tensor of shape (n, d) or None

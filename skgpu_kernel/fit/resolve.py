@@ -5,8 +5,9 @@ from dataclasses import dataclass
 
 from ..buffer import is_out_of_core
 from ..kernels import make_kernel
-from ..planning.kernel import KernelProblem, plan_auto_centers
+from ..planning.kernel import KernelProblem
 from ..planning.kernel_policy import DIRECT_FACTORED, plan_kernel_fit
+from ..planning.solver import plan_auto_centers
 from .request import KernelFitInput, log_fit
 
 

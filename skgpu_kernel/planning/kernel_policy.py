@@ -13,7 +13,8 @@ planners then size the fit with.
 import dataclasses
 from dataclasses import dataclass
 
-from .kernel import KernelProblem, full_kernel_cg_factors, plan_alpha, plan_centers_solver, plan_full_kernel_solver
+from .kernel import KernelProblem
+from .solver import full_kernel_cg_factors, plan_alpha, plan_centers_solver, plan_full_kernel_solver
 
 __all__ = [
     "AUTO_VALIDATION_MIN_SAMPLES",
@@ -206,7 +207,7 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
       (:class:`~skgpu_kernel.regularization.KernelRidgeSolution`); it needs the
       intercept (the criterion's model has one);
     - :data:`DIRECT_FACTORED`: else, up to
-      :data:`~skgpu_kernel.planning.kernel.FULL_KERNEL_CG_MAX_ROWS` rows whose
+      :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows whose
       ``n x n`` float64 matrices fit the budget (:func:`direct_solve_bytes`), one
       Cholesky factorisation of ``K + alpha W^-1``
       (:func:`~skgpu_kernel.solvers.direct.solve_kernel_ridge`): in that range CG

@@ -1,0 +1,450 @@
+"""Planners of the EigenPro solvers: the layout before any tensor exists, the plan once capacity and spectrum are known.
+
+A fit is planned in two stages because two facts are measured in between:
+
+1. the *layout* (:func:`plan_eigenpro2_layout`, :func:`plan_eigenpro3_layout`),
+   before any tensor exists: the Nystrom subsample, the memory model, whether
+   ``X`` is streamed, whether ``K(X, Z)`` is cached, which projection, and the
+   largest batch the memory allows (the throughput probe's upper bound);
+2. the *plan* (:func:`plan_eigenpro2`, :func:`plan_eigenpro3`), once the device's
+   batch capacity is measured and the preconditioner's spectrum is known: the
+   batch, the temporary centers, the blocks and the memory account.
+
+Pure functions of sizes, the memory budget and the user's parameters
+(:mod:`skgpu_kernel.planning.kernel` holds the problem, the memory models and the
+kernel cache's rule).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from .._warnings import warn_user
+from ..device import batch_limit, column_block_size
+from ._account import MemoryAccount
+from .kernel import (
+    CACHE_FILL_ROWS,
+    MINIMAL_BATCH,
+    CentersMemoryPlan,
+    KernelProblem,
+    TrainingMemoryPlan,
+    auto_subsample_size,
+    cached_batch_limit,
+    operating_batch,
+    plan_kernel_cache,
+    temporary_centers_for,
+)
+
+__all__ = [
+    "EigenPro2Layout",
+    "EigenPro3Layout",
+    "KernelFitPlan",
+    "every_point_account",
+    "fill_rows",
+    "fit_plan",
+    "plan_eigenpro2",
+    "plan_eigenpro2_layout",
+    "plan_eigenpro3",
+    "plan_eigenpro3_layout",
+]
+
+
+@dataclass(frozen=True)
+class EigenPro2Layout:
+    """What an EigenPro 2 fit decides before measuring: subsample, memory model, cache, batch limit.
+
+    ``cache_itemsize`` is the bytes per entry of the ``K(X, X)`` cache (the training
+    dtype's, or 2 for float16 storage), 0 when kernel blocks are computed per batch.
+    """
+
+    problem: KernelProblem
+    subsample_size: int
+    memory: TrainingMemoryPlan
+    memory_limit: int
+    cache_itemsize: int = 0
+
+    @property
+    def cached(self):
+        return self.cache_itemsize > 0
+
+    @property
+    def cache_bytes(self):
+        return self.memory.cache_bytes(self.cache_itemsize) if self.cached else 0
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows."""
+        return self.memory.column_block(batch_size)
+
+    def batch_bytes(self, batch_size):
+        """What a batch adds to the fixed costs (and the cache)."""
+        memory = self.memory
+        return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
+
+
+def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=None):
+    """Stage 1 of an EigenPro 2 fit (every training row a center), and of CG on every point.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+        ``settings.cache_dtype`` is the cache's storage (see
+        :func:`plan_kernel_cache`).
+    definite_penalty : float or None, default=None
+        The smallest diagonal shift of the system a solver needs positive definite
+        (CG on every point: the penalty on the normalised weights); None for
+        EigenPro 2 (see :func:`plan_kernel_cache`).
+
+    Returns
+    -------
+    EigenPro2Layout
+    """
+    n = problem.n_rows
+    subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
+    memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
+    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_dtype, definite_penalty)
+    layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
+    limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
+    return dataclasses.replace(layout, memory_limit=limit)
+
+
+@dataclass(frozen=True)
+class EigenPro3Layout:
+    """What an EigenPro 3 fit decides before measuring: memory model, cache, projection, batch limit.
+
+    ``cached``: ``K(X, Z)`` is computed once; ``exact``: the projection factorises
+    ``K(Z, Z)``; ``cache_centers``: the iterative projection reads a cached
+    ``K(Z, Z)`` (``centers_in_cache``: the first ``p`` rows of the ``K(X, Z)``
+    cache, at no extra memory).  ``free`` is the budget left after the fixed
+    costs and those parts; ``memory_limit`` the largest batch that fits there
+    with one batch of temporary centers.
+    """
+
+    problem: KernelProblem
+    budget: int
+    device: object
+    subsample_size: int
+    memory: CentersMemoryPlan
+    buffer_rows: int
+    cached: bool
+    exact: bool
+    cache_centers: bool
+    memory_limit: int
+
+    @property
+    def centers_in_cache(self):
+        return self.cached and self.problem.centers_from_data
+
+    @property
+    def choices(self):
+        """The three decisions that every rank of a distributed fit must share."""
+        return (self.cached, self.exact, self.cache_centers)
+
+    @property
+    def reserved(self):
+        """Named optional parts this layout keeps on the device."""
+        memory, parts = self.memory, []
+        if self.cached:
+            parts.append(("K(X, Z) cache", memory.cache_bytes))
+        if self.exact:
+            parts.append(("exact projection", memory.exact_projection_bytes))
+        elif self.cache_centers and not self.centers_in_cache:
+            parts.append(("K(Z, Z) cache", memory.center_cache_bytes))
+        return tuple(parts)
+
+    @property
+    def free(self):
+        return max(self.memory.free_bytes(*(count for _, count in self.reserved)), 0)
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows (half the free memory at most)."""
+        return column_block_size(
+            self.device, batch_size, self.problem.n_local_centers, self.memory.entry_bytes, self.free // 2
+        )
+
+
+def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
+    """Stage 1 of an EigenPro 3 fit on ``problem.n_centers`` centers.
+
+    ``"auto"`` caches ``K(X, Z)`` when it fits next to the fixed costs and two
+    minimal batches, unless only one of the cache and the exact projection fits
+    (the projection is preferred: the iterative one makes up to
+    ``PROJECTION_MAX_ITERATIONS`` passes over ``K(Z, Z)`` per projection, which
+    cost more than the cache saves: Fashion-MNIST, 20000 centers, 56 s per
+    projection against 10 s per epoch to evaluate ``K(X, Z)``).  The projection is
+    exact when its factor fits next to the cache; the iterative one caches
+    ``K(Z, Z)`` when it is in the ``K(X, Z)`` cache already or fits in half of
+    what is left.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+    choices : tuple of bool, optional
+        ``(cached, exact, cache_centers)`` decided elsewhere (by rank 0 of a
+        distributed fit); the layout then follows them.
+
+    Returns
+    -------
+    EigenPro3Layout
+
+    Raises
+    ------
+    ValueError
+        When the budget is too small for a minimal batch, or a forced cache or
+        exact projection does not fit.
+    """
+    n, p = problem.n_rows, problem.n_centers
+    requested = auto_subsample_size(n) if settings.subsample_size == "auto" else settings.subsample_size
+    subsample_size = min(requested, p)
+    buffer_rows = min(n, max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1))
+    memory = CentersMemoryPlan(problem, budget, subsample_size, 2 * buffer_rows if problem.streamed else n)
+    _check_minimal_batch(problem, memory, subsample_size)
+    if choices is None:
+        choices = _choose_cache_and_projection(problem, memory, settings)
+    cached, exact, cache_centers = (bool(choice) for choice in choices)
+    layout = EigenPro3Layout(
+        problem, budget, device, subsample_size, memory, buffer_rows, cached, exact, cache_centers, memory_limit=1
+    )
+    reserved = sum(count for _, count in layout.reserved)
+
+    def batch_bytes(batch):
+        return batch * memory.row_bytes + memory.temporary_bytes(batch, batch)
+
+    limit = batch_limit(budget, memory.fixed_bytes + reserved, batch_bytes, n)
+    return dataclasses.replace(layout, memory_limit=limit)
+
+
+def _minimal_batch(memory):
+    return min(memory.n_rows, MINIMAL_BATCH)
+
+
+def _check_minimal_batch(problem, memory, subsample_size):
+    minimal = _minimal_batch(memory)
+    if memory.free_bytes() < memory.row_bytes * minimal:
+        raise ValueError(
+            f"{problem.named_budget(memory.budget)} is too small for EigenPro 3 on {memory.n_centers} centers: the "
+            f"data, centers, coefficients and the {subsample_size}-point Nystrom eigensystem take "
+            f"{memory.fixed_bytes} bytes, and a batch of {minimal} rows needs {memory.row_bytes * minimal} more. "
+            "Use a larger memory_budget, fewer centers or a smaller subsample_size." + problem.held_note()
+        )
+
+
+def _choose_cache_and_projection(problem, memory, settings):
+    """``(cached, exact, cache_centers)`` from the budget and ``cache_kernel`` / ``projection``."""
+    minimal = _minimal_batch(memory)
+
+    def room(*parts):
+        """Bytes left after the fixed costs, ``parts`` and two minimal batches."""
+        return memory.free_bytes(*parts) - 2 * memory.row_bytes * minimal
+
+    cache_fits = not problem.streamed and memory.cache_bytes <= room()
+    if settings.cache_kernel is True and not cache_fits:
+        raise ValueError(
+            f"cache_kernel=True: K(X, centers) for {problem.n_rows} rows and {problem.n_local_centers} centers per "
+            f"device needs {memory.cache_bytes} bytes, but {problem.named_budget(memory.budget)} leaves "
+            f"{max(memory.free_bytes(), 0)} bytes next to the other fixed costs"
+            + (" (X is streamed from its memory-mapped file)" if problem.streamed else "")
+            + ". Use cache_kernel='auto' or a larger memory_budget."
+            + problem.held_note()
+        )
+    exact_bytes = memory.exact_projection_bytes
+    if settings.cache_kernel == "auto":
+        exact_alone, exact_with_cache = exact_bytes <= room(), exact_bytes <= room(memory.cache_bytes)
+        cached = cache_fits and (exact_with_cache or not exact_alone or settings.projection == "iterative")
+    else:
+        cached = bool(settings.cache_kernel)
+    cache = memory.cache_bytes if cached else 0
+    exact_fits = exact_bytes <= room(cache)
+    if settings.projection == "exact" and not exact_fits:
+        raise ValueError(
+            f"projection='exact' factorises K(centers, centers): {exact_bytes} bytes for {problem.n_centers} "
+            f"centers, which do not fit {problem.named_budget(memory.budget)} next to the other fixed costs "
+            f"({memory.fixed_bytes + cache} bytes). Use projection='auto' or 'iterative'." + problem.held_note()
+        )
+    exact = exact_fits if settings.projection == "auto" else settings.projection == "exact"
+    # Centers drawn from the training rows are the first p rows of the cached K(X, Z):
+    # the iterative projection reads K(Z, Z) there at no extra cost.  Otherwise its
+    # own cache must fit in half of what the K(X, Z) cache leaves.
+    cache_centers = not exact and (
+        (cached and problem.centers_from_data)
+        or memory.center_cache_bytes <= (memory.free_bytes(cache) - memory.row_bytes * minimal) // 2
+    )
+    return cached, exact, cache_centers
+
+
+@dataclass(frozen=True)
+class KernelFitPlan:
+    """Every decision of a kernel fit, with the memory it takes on the main device.
+
+    Attributes
+    ----------
+    method : {"eigenpro2", "eigenpro3", "cg"}
+        ``"cg"``: CG on every point (:func:`plan_every_point_cg`).
+    subsample_size : int
+    capacity : int
+        Measured batch capacity ``m_G`` (or the given batch size).
+    memory_limit : int
+        Largest batch the memory allows.
+    batch_size : int
+    column_block : int
+        Columns of a kernel block at ``batch_size``.
+    streamed, cached : bool
+    projection : {"exact", "iterative"} or None
+    cache_centers : bool
+    n_temporary : int
+        Temporary centers between projections (0 for EigenPro 2).
+    row_block : int
+        Rows of a kernel block when caching, projecting or validating.
+    buffer_rows : int
+    cache_itemsize : int
+        Bytes per entry of the kernel cache (0 when not cached).
+    memory : MemoryAccount
+    """
+
+    method: str
+    subsample_size: int
+    capacity: int
+    memory_limit: int
+    batch_size: int
+    column_block: int
+    memory: MemoryAccount
+    streamed: bool = False
+    cached: bool = False
+    projection: str | None = None
+    cache_centers: bool = False
+    n_temporary: int = 0
+    row_block: int = 0
+    buffer_rows: int = 0
+    cache_itemsize: int = 0
+
+    def describe(self):
+        """One line for ``verbose``."""
+        cached = f"cached ({8 * self.cache_itemsize}-bit)"
+        if self.method == "cg":
+            read = cached if self.cached else f"computed {self.batch_size} rows at a time"
+            return f"CG on every point, kernel {read}, {self.memory.describe()}"
+        if self.method == "eigenpro2":
+            layout = "EigenPro 2, kernel " + (cached if self.cached else "computed per batch")
+        else:
+            layout = (
+                f"EigenPro 3{' streamed' if self.streamed else ''}, {self.projection} projection, kernel "
+                f"{'cached' if self.cached else 'computed per batch'}, {self.n_temporary} temporary centers"
+            )
+        return (
+            f"{layout}, batch capacity m_G={self.capacity} (memory limit {self.memory_limit}), batch size "
+            f"{self.batch_size}, {self.memory.describe()}"
+        )
+
+
+def _requested_batch(settings, capacity, critical_batch_preconditioned, problem, memory_limit):
+    """The batch: ``operating_batch`` when auto, else the user's (clamped to the memory with a warning)."""
+    if settings.batch_size == "auto":
+        return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit)
+    if capacity > memory_limit:
+        warn_user(
+            f"batch_size={capacity} does not fit memory_budget next to the fixed costs; using {memory_limit}.",
+            UserWarning,
+        )
+        return memory_limit
+    return capacity
+
+
+def fit_plan(method, sized, **decisions):
+    """The :class:`KernelFitPlan` of ``sized = (layout, capacity, batch_size, account)`` and a path's own decisions."""
+    layout, capacity, batch_size, account = sized
+    return KernelFitPlan(
+        method=method,
+        subsample_size=layout.subsample_size,
+        capacity=capacity,
+        memory_limit=layout.memory_limit,
+        batch_size=batch_size,
+        column_block=layout.column_block(batch_size),
+        memory=account,
+        cached=layout.cached,
+        **decisions,
+    )
+
+
+def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
+    """Stage 2 of an EigenPro 2 fit: the batch and the memory account.
+
+    Parameters
+    ----------
+    layout : EigenPro2Layout
+    capacity : int
+        Measured batch capacity, or ``min(batch_size, n)`` when given.
+    critical_batch_preconditioned : float
+    settings : KernelSettings
+
+    Returns
+    -------
+    KernelFitPlan
+    """
+    problem = layout.problem
+    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    if layout.cached and settings.batch_size == "auto":
+        batch_size = min(batch_size, cached_batch_limit(problem.n_rows))
+    sized = (layout, capacity, batch_size, every_point_account(layout, batch_size))
+    return fit_plan("eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout))
+
+
+def every_point_account(layout, batch_size):
+    """The memory of ``K(X, X)`` read ``batch_size`` rows at a time: EigenPro 2's layout, its cache and blocks."""
+    memory = layout.memory
+    account = MemoryAccount(memory.budget, memory.items)
+    if not layout.cached:
+        return account.with_item("batch", layout.batch_bytes(batch_size))
+    account = account.with_item(f"K(X, X) cache ({layout.cache_itemsize}-byte entries)", layout.cache_bytes)
+    working = max(memory.fill_bytes(), layout.batch_bytes(batch_size))
+    return account.with_item("batch (or the blocks filling the cache)", working)
+
+
+def fill_rows(layout):
+    """Rows of a block filling the kernel cache (0: nothing cached)."""
+    return CACHE_FILL_ROWS if layout.cached else 0
+
+
+def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
+    """Stage 2 of an EigenPro 3 fit: the batch, the temporary centers, the blocks and the memory account.
+
+    Temporary centers trade per-step kernel work against fewer projections
+    (:func:`temporary_centers_for`); their count is halved until they fit in
+    half the free memory and next to the batch, and is at least one batch.
+
+    Parameters
+    ----------
+    layout : EigenPro3Layout
+    capacity : int
+    critical_batch_preconditioned : float
+    settings : KernelSettings
+
+    Returns
+    -------
+    KernelFitPlan
+    """
+    problem, memory = layout.problem, layout.memory
+    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    projection = "exact" if layout.exact else "iterative"
+    n_temporary = max(min(temporary_centers_for(problem, projection, layout.cache_centers), problem.n_rows), batch_size)
+    room = min(layout.free // 2, layout.free - batch_size * memory.row_bytes)
+    while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > room:
+        n_temporary //= 2
+    n_temporary = max(n_temporary, batch_size)
+    account = MemoryAccount(memory.budget, (*memory.items, *layout.reserved))
+    account = account.with_item("temporary centers", memory.temporary_bytes(n_temporary, batch_size))
+    account = account.with_item("batch", batch_size * memory.row_bytes)
+    return fit_plan(
+        "eigenpro3",
+        (layout, capacity, batch_size, account),
+        streamed=problem.streamed,
+        cache_itemsize=problem.itemsize if layout.cached else 0,
+        projection=projection,
+        cache_centers=layout.cache_centers,
+        n_temporary=n_temporary,
+        row_block=max(min(batch_size, 4096), 1),
+        buffer_rows=layout.buffer_rows,
+    )

@@ -1,0 +1,372 @@
+"""Planners of the solver: which one runs (CG on centers or every point, EigenPro, direct), how many centers, alpha.
+
+Pure functions of sizes, the memory budget and the user's parameters.
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..preconditioner import SHIFTED_MAX_COMPONENTS
+from ._account import MemoryAccount
+from .eigenpro import KernelFitPlan, every_point_account, fill_rows, fit_plan
+from .kernel import TrainingMemoryPlan, auto_subsample_size, cached_batch_limit, plan_kernel_cache
+
+__all__ = [
+    "AUTO_CENTERS_MIN",
+    "AUTO_CENTERS_PER_ROOT",
+    "AUTO_EVERY_POINT_MAX_ROWS",
+    "CG_FACTOR_BYTES",
+    "CG_MAX_CONDITION",
+    "CG_ROW_BLOCK",
+    "FULL_KERNEL_CG_MAX_ROWS",
+    "CentersCount",
+    "CentersSolverChoice",
+    "EveryPointCGPlan",
+    "full_kernel_cg_conditioned",
+    "full_kernel_cg_factors",
+    "plan_alpha",
+    "plan_auto_centers",
+    "plan_centers_solver",
+    "plan_every_point_cg",
+    "plan_full_kernel_solver",
+]
+
+# The conjugate-gradient solver for centers keeps two p x p float64 factors (the
+# Cholesky factor of K(Z, Z) and that of the preconditioner's inner matrix) and
+# evaluates K(X, Z) in blocks of this many rows per pass.
+CG_FACTOR_BYTES = 2 * 8
+
+
+CG_ROW_BLOCK = 2048
+
+
+@dataclass(frozen=True)
+class CentersSolverChoice:
+    """How a model on ``p`` centers is fitted: the solver and, for CG, whether ``K(X, Z)`` is stored.
+
+    Attributes
+    ----------
+    solver : {"cg", "eigenpro"}
+    memory : MemoryAccount
+        What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
+    stores_kernel : bool
+        CG computes ``K(X, Z)`` once and reads it on every iteration; otherwise
+        every iteration evaluates it again, block by block.
+    """
+
+    solver: str
+    memory: MemoryAccount
+    stores_kernel: bool
+
+
+def plan_centers_solver(problem, budget, solver):
+    """Which solver fits the model on ``p`` centers, ``"cg"`` or ``"eigenpro"``, and whether CG stores ``K(X, Z)``.
+
+    Conjugate gradients on the penalised normal equations, preconditioned with the
+    ``K(centers, centers)`` factor (Falkon's), reach the exact solution in tens of
+    passes over the data, whatever the conditioning; EigenPro 3's SGD needs no
+    ``p x p`` matrix and reaches a good model in a few passes.  Every CG iteration
+    reads ``K(X, Z)``: stored (``n p`` entries in the training dtype), an iteration
+    costs one read of it; evaluated again, it costs an EigenPro 3 epoch's kernel
+    work, and tens of such passes lose to EigenPro 3 (5M rows, 20000 centers, one
+    pass on an H100: test R^2 0.52 by CG, 0.97 by EigenPro 3).  So ``"auto"``
+    takes CG when its factors, the training data and the stored ``K(X, Z)`` fit
+    the budget on one device with the data in memory (as scikit-learn's
+    ``Ridge(solver="auto")`` picks a direct solver when it can), and EigenPro 3
+    otherwise: for centers sharded over devices or ranks, for streamed data, or
+    when ``K(X, Z)`` or the ``p x p`` factors do not fit.  ``solver="cg"`` stores
+    ``K(X, Z)`` when it fits and evaluates it every iteration otherwise.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        With ``n_centers`` set.
+    budget : int
+    solver : {"auto", "cg", "eigenpro"}
+
+    Returns
+    -------
+    CentersSolverChoice
+
+    Raises
+    ------
+    ValueError
+        ``solver="cg"`` where it cannot run: sharded centers, streamed data, or
+        factors that do not fit the budget.
+    """
+    p, rows = problem.n_centers, min(problem.n_rows, CG_ROW_BLOCK)
+    memory = MemoryAccount(
+        budget,
+        (
+            ("training data", problem.n_rows * (problem.n_features + problem.n_outputs + 1) * problem.itemsize),
+            ("K(Z, Z) factors (float64)", CG_FACTOR_BYTES * p * p),
+            ("kernel row block", rows * p * problem.entry_bytes),
+        ),
+    )
+    stored = memory.with_item("K(X, Z) stored", problem.n_rows * p * problem.itemsize)
+    possible = problem.n_shards == 1 and not problem.streamed
+    if solver == "cg" and not possible:
+        raise ValueError("solver='cg' runs on one device with the data in memory; use solver='eigenpro' here.")
+    if solver == "cg" and not memory.fits():
+        raise ValueError(
+            f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
+        )
+    stores_kernel = possible and stored.fits()
+    if solver == "auto":
+        solver = "cg" if stores_kernel else "eigenpro"
+    return CentersSolverChoice(solver, stored if stores_kernel else memory, stores_kernel and solver == "cg")
+
+
+# n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
+# optimal learning rate with p ~ sqrt(n) centers; we take ten times that, and never
+# fewer than the 2000 components of the Nystroem + RidgeCV baseline users compare with
+# (100k rows: 3163 centers, 254k: 5047, 1M: 10000, 5M: 22361).
+AUTO_CENTERS_PER_ROOT = 10
+
+
+AUTO_CENTERS_MIN = 2000
+
+
+# Up to this many rows n_centers="auto" keeps a center at every point even when K(X, X)
+# does not fit the budget: an EigenPro 2 epoch then evaluates n^2 kernel entries
+# (4e8, seconds on the 2-core CPU), and the real-data sets up to 20000 rows
+# (LetterRecognition, HI) fitted well so.
+AUTO_EVERY_POINT_MAX_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class CentersCount:
+    """What ``n_centers="auto"`` chose: ``n_centers`` (None: every training point) and why, in words."""
+
+    n_centers: int | None
+    reason: str
+
+
+def plan_auto_centers(problem, budget, device, settings):
+    """The number of centers of ``n_centers="auto"``.
+
+    Every training point is a center while EigenPro 2 can keep ``K(X, X)`` in the
+    budget (:func:`plan_kernel_cache`, float16 storage included where allowed) or
+    there are at most :data:`AUTO_EVERY_POINT_MAX_ROWS` rows.  Beyond, ``p =
+    max(AUTO_CENTERS_MIN, AUTO_CENTERS_PER_ROOT sqrt(n))`` training rows, lowered to
+    the largest ``p`` whose ``K(X, Z)`` CG can store next to its factors (each CG
+    iteration then costs one read of it, :func:`plan_centers_solver`) as long as
+    that leaves at least ``AUTO_CENTERS_MIN``; otherwise ``p`` stays and EigenPro 3
+    evaluates ``K(X, Z)`` every epoch.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        Every training row, ``n_centers`` None.
+    budget : int
+    device : torch.device
+    settings : KernelSettings
+
+    Returns
+    -------
+    CentersCount
+    """
+    n = problem.n_rows
+    if not problem.streamed:
+        memory = TrainingMemoryPlan(problem, budget, device, auto_subsample_size(n))
+        cache_itemsize = plan_kernel_cache(problem, memory, "auto", settings.cache_dtype)
+        if cache_itemsize:
+            return CentersCount(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
+        if n <= AUTO_EVERY_POINT_MAX_ROWS:
+            return CentersCount(None, f"n <= {AUTO_EVERY_POINT_MAX_ROWS}: EigenPro 2 evaluates K(X, X) every epoch")
+    target = min(n, max(AUTO_CENTERS_MIN, math.ceil(AUTO_CENTERS_PER_ROOT * math.sqrt(n))))
+    rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
+
+    def stores(p):
+        return plan_centers_solver(dataclasses.replace(problem, n_centers=p), budget, "auto").stores_kernel
+
+    low, high = 0, target  # the largest p <= target whose K(X, Z) CG stores (0: none)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if stores(middle) else (low, middle - 1)
+    if low >= min(AUTO_CENTERS_MIN, target):
+        lowered = "" if low == target else f", lowered to {low} for CG to store K(X, Z)"
+        return CentersCount(low, f"{rule}{lowered}")
+    if problem.streamed or problem.n_shards > 1:
+        why = "X is streamed" if problem.streamed else f"the centers are sharded over {problem.n_shards} devices"
+    else:
+        why = f"K(X, Z) of {min(AUTO_CENTERS_MIN, target)} centers does not fit memory_budget"
+    return CentersCount(target, f"{rule}; {why}: EigenPro 3 evaluates K(X, Z) every epoch")
+
+
+# With every training point a center, CG's p x p factors are n x n: three O(n^3)
+# factorisations that take seconds up to this many rows on the 2-core CPU we develop
+# on (5007 rows: see benchmarks/RESULTS.md), where EigenPro 2 on ill-conditioned,
+# low-dimensional data needs tens of epochs to reach the penalised solution.
+FULL_KERNEL_CG_MAX_ROWS = 10_000
+
+
+def plan_full_kernel_solver(problem, budget, solver, alpha):
+    """Which solver fits a model with a center at every training point: ``"cg"`` or ``"eigenpro"``.
+
+    ``"auto"`` takes CG for a positive ``alpha``: up to
+    :data:`FULL_KERNEL_CG_MAX_ROWS` rows with Falkon's preconditioner built on
+    ``K(X, X)``'s own factor (the exact penalised solution in a few passes) when
+    the factors fit the budget, EigenPro 2 when they do not; beyond, with a
+    preconditioner from the Nystrom subsample (:func:`full_kernel_cg_factors`),
+    in the memory EigenPro 2 would use: each iteration reads ``K(X, X)`` once,
+    as an epoch does, and a small ``alpha`` needs far fewer of them than SGD's
+    epochs (VietNamI, alpha 0.07: 17 against 31).  Without a penalty EigenPro 2 is
+    kept: its early-stopped iterates regularise, where CG would return the
+    interpolant.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        With ``n_centers`` None.
+    budget : int
+    solver : {"auto", "cg", "eigenpro"}
+    alpha : float
+
+    Returns
+    -------
+    str
+    """
+    if solver == "eigenpro" or (solver == "auto" and alpha <= 0):
+        return "eigenpro"
+    if not full_kernel_cg_factors(problem):
+        return "cg"
+    as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
+    return plan_centers_solver(as_centers, budget, solver).solver
+
+
+# n x l float64 vectors the square system's CG holds at once (coefficients, residual,
+# direction, step, and the images of the coefficients and of the step, doubled while
+# they are concatenated).
+_CG_VECTORS = 8
+
+
+@dataclass(frozen=True)
+class EveryPointCGPlan:
+    """CG on every point: how ``K(X, X)`` is read, and the preconditioner's size.
+
+    Attributes
+    ----------
+    fit : KernelFitPlan
+        ``method="cg"`` on EigenPro 2's layout (the same subsample, cache and
+        blocks): CG has no batch, and ``batch_size`` is the row block an uncached
+        pass evaluates at once.  Its ``memory`` holds CG's vectors and the
+        preconditioner's basis too.
+    max_components : int
+        The most columns of the preconditioner's basis the budget leaves room for
+        (at most ``SHIFTED_MAX_COMPONENTS``).
+    """
+
+    fit: KernelFitPlan
+    max_components: int
+
+
+def plan_every_point_cg(layout):
+    """The plan of CG on every point on EigenPro 2's ``layout``: row blocks, memory, preconditioner basis.
+
+    A pass reads ``CG_ROW_BLOCK`` rows at a time (fewer where the memory
+    allows fewer, or where a cached kernel is read in EigenPro 2's row blocks).
+    The preconditioner's basis is ``n x q`` in the training dtype, built from a
+    float64 factor (the sketch) of at most the same shape; ``q`` is as many as the
+    budget leaves room for next to the kernel's items and CG's vectors.
+
+    Parameters
+    ----------
+    layout : EigenPro2Layout
+
+    Returns
+    -------
+    EveryPointCGPlan
+    """
+    problem = layout.problem
+    n = problem.n_rows
+    capacity = min(CG_ROW_BLOCK, layout.memory_limit)
+    row_block = min(max(min(capacity, n), 1), layout.memory_limit)
+    if layout.cached:
+        row_block = min(row_block, cached_batch_limit(n))
+    account = every_point_account(layout, row_block)
+    account = account.with_item("CG vectors (float64)", _CG_VECTORS * n * problem.n_outputs * 8)
+    per_component = n * (8 + problem.itemsize)
+    components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
+    account = account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
+    sized = (layout, capacity, row_block, account)
+    fit = fit_plan("cg", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout))
+    return EveryPointCGPlan(fit, components)
+
+
+# CG on every point beyond Falkon's factors runs where its preconditioned system's
+# estimated condition number, (n lambda + alpha) / alpha at the first direction the
+# preconditioner cannot flatten, is at most this: CG then needs about
+# sqrt(100) ln(2 / 1e-4) / 2 ~ 50 iterations at worst, the epochs EigenPro 2's
+# penalised SGD needed on the benchmark.  Beyond, EigenPro 2 fits: on 12000 rows in 5
+# dimensions with alpha 1e-3 (condition ~600) CG ran 63 iterations (test MSE 0.0042)
+# against EigenPro's 21 epochs (0.0033), and with alpha 1e-6 CG ended unconverged after
+# 100 (0.23) against 34 epochs (0.025).  VietNamI's alpha 0.07 is at about 10.
+CG_MAX_CONDITION = 100.0
+
+
+def full_kernel_cg_conditioned(condition):
+    """Whether subsample-preconditioned CG fits a system of estimated condition number ``condition``.
+
+    ``condition`` is :func:`~skgpu_kernel.preconditioner.shifted_condition` of the
+    eigensystem the fit measured; above :data:`CG_MAX_CONDITION` EigenPro 2's
+    penalised SGD fits instead.
+
+    Parameters
+    ----------
+    condition : float
+
+    Returns
+    -------
+    bool
+    """
+    return condition <= CG_MAX_CONDITION
+
+
+def full_kernel_cg_factors(problem):
+    """Whether CG with a center at every training point factors ``K(X, X)`` (else: a subsample preconditioner).
+
+    Up to :data:`FULL_KERNEL_CG_MAX_ROWS` rows the ``n x n`` factors of Falkon's
+    preconditioner are affordable and make CG exact in a few iterations; beyond,
+    the preconditioner is :func:`~skgpu_kernel.preconditioner.shifted_rpcholesky_preconditioner`,
+    a randomly pivoted Cholesky factor of rank ``q``, ``O(n q)`` memory.
+    """
+    return problem.n_rows <= FULL_KERNEL_CG_MAX_ROWS
+
+
+def plan_alpha(alpha, uses_centers, solver, request):
+    """How ``alpha`` is resolved: ``("given", alpha)``, ``("zero", None)`` or ``("loo", min_coverage)``.
+
+    ``"loo"`` asks for the leave-one-out criterion, scored only where the Nystrom
+    features capture at least the returned share of the kernel's trace (0: always).
+
+    Parameters
+    ----------
+    alpha : float, "auto" or "loo"
+        The estimator's parameter.
+    uses_centers : bool
+        ``n_centers`` or ``centers`` given.
+    solver : str
+        The solver resolved so far (with centers: ``"cg"`` or ``"eigenpro"``).
+    request : KernelFitRequest
+        Reads ``classifier``, ``weighted`` and ``min_coverage`` (the coverage
+        ``"auto"`` asks of a model with every point a center).
+
+    Returns
+    -------
+    tuple
+    """
+    if not isinstance(alpha, str):
+        return "given", float(alpha)
+    if uses_centers:
+        # EigenPro 3's SGD has no penalty (early stopping regularises); CG needs one.
+        return ("loo", 0.0) if solver == "cg" else ("zero", None)
+    if alpha == "loo" or (request.classifier and request.weighted):
+        # An interpolating (or early-stopped) classifier fits every training label
+        # whatever its weight: class weights act through a penalty (on an imbalanced
+        # digits task, minority recall 0.31 -> 0.38 at alpha 0, 0.26 -> 0.65 with it).
+        return "loo", 0.0
+    # Elsewhere the criterion is trusted only where its Nystrom model is close to the
+    # kernel; below that coverage EigenPro 2's early stopping regularises.
+    return "loo", request.min_coverage
