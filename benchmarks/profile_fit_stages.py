@@ -41,7 +41,7 @@ STAGES = (
     ("  CG on centers", "centers_cg.py", "fit_centers_cg"),
     ("  preconditioner", "preconditioner.py", "plan_preconditioner"),
     ("  capacity measured", "blockwise.py", "measure_batch_capacity"),
-    ("  operator measured", "operators.py", "measure_operator"),
+    ("  operator measured", "operators/core.py", "measure_operator"),
     ("feature learning: AGOP", "feature_learning.py", "_input_space_agop"),
     ("feature learning: held-out scoring", "feature_learning.py", "candidate"),
     ("predict after fit (PredictionTensors)", "blockwise.py", "predict"),

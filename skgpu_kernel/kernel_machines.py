@@ -37,7 +37,8 @@ from .fit import (
 )
 from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
-from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
+from .scaling import ScalingRule
+from .scaling_rules import SCALING_RULES, resolve_scaling_rule
 from .tables import COLUMN_SCALINGS, TableOptions, as_pandas, fit_table_encoding, is_table, rows_of_positive_weight
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]

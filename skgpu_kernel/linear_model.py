@@ -30,7 +30,8 @@ from .buffer import as_row_source, is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .parallel.runner import worker_runner
 from .parallel.strategies import ParallelStrategy
-from .scaling import SCALING_RULES, ScalingRule, resolve_scaling_rule
+from .scaling import ScalingRule
+from .scaling_rules import SCALING_RULES, resolve_scaling_rule
 from .solvers.bmgd_fit import (
     BMGDContinuation,
     BMGDInput,

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from sklearn.base import clone
 
-from .operators import kernel_matrix
+from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
 from .preconditioner import nystrom_eigensystem
 
 __all__ = [
@@ -439,7 +439,7 @@ class _NystromFeatures:
         self.projection = eigenvectors[:, :k] * scale
         self.n_features = k
 
-    def blocks(self):
+    def feature_blocks(self):
         """``(start, stop, phi(X[start:stop]))`` over the rows."""
         for start in range(0, self.X.shape[0], ROW_BLOCK):
             stop = min(start + ROW_BLOCK, self.X.shape[0])
@@ -447,7 +447,7 @@ class _NystromFeatures:
 
     def of(self, rows):
         """``phi(rows)`` for float64 rows."""
-        return kernel_matrix(self.kernel, rows, self.centers) @ self.projection
+        return kernel_matrix_product(self.kernel, rows, self.centers, self.projection)
 
 
 def _nystrom_coverage(kernel, X, subsample_size, w):
@@ -482,13 +482,13 @@ class _CentredBasis:
     """The weighted, centred features ``W^{1/2} (Phi - 1 m^T) = Q S V^T`` as the residuals need them.
 
     ``m`` is the features' weighted mean (the unpenalised intercept); ``Q``, whose
-    rows :meth:`blocks` yields, is an orthonormal basis of their span.
+    rows :attr:`basis_blocks` yields, is an orthonormal basis of their span.
     """
 
     squares: torch.Tensor  # S^2, the directions kept
     coordinates: torch.Tensor  # Q^T W^{1/2} (Y - target_mean)
     target_mean: torch.Tensor
-    blocks: Callable[[], Iterator[tuple[int, int, torch.Tensor]]]
+    basis_blocks: Callable[[], Iterator[tuple[int, int, torch.Tensor]]]
     solve: Callable[[float], KernelRidgeSolution] | None = None  # every row a feature: the model at a penalty
 
     @property
@@ -506,7 +506,7 @@ class _CentredBasis:
         # enough, they are not evaluated again (VietNamI, 22212 rows x 2000 features: 355 MB).
         keep = features.X.shape[0] * features.n_features * 8 <= _KEPT_FEATURE_BYTES
         kept = []
-        for start, stop, phi in features.blocks():
+        for start, stop, phi in features.feature_blocks():
             if keep:
                 kept.append((start, stop, phi))
             weighted = w[start:stop, None] * phi
@@ -520,11 +520,11 @@ class _CentredBasis:
         squares, vectors = _leading(*torch.linalg.eigh(gram), _RESOLVABLE)
         to_basis = vectors * squares.rsqrt()  # Q = W^{1/2} (Phi - 1 m^T) V S^-1
 
-        def blocks():
-            for start, stop, phi in kept or features.blocks():
+        def basis_blocks():
+            for start, stop, phi in kept or features.feature_blocks():
                 yield start, stop, (w[start:stop, None].sqrt() * (phi - feature_mean)) @ to_basis
 
-        return cls(squares, to_basis.T @ cross, target_mean, blocks)
+        return cls(squares, to_basis.T @ cross, target_mean, basis_blocks)
 
     @classmethod
     def of_kernel(cls, kernel, X, Y, w):
@@ -541,7 +541,7 @@ class _CentredBasis:
         gram = kernel_matrix(kernel, X)
         kernel.require_finite(gram, X.dtype)
         total = w.sum()
-        row_means = (gram + gram.T) @ (w / (2.0 * total))
+        row_means = symmetrised_product(gram, w / (2.0 * total))
         centred = gram - row_means[:, None] - row_means[None, :] + (w @ row_means) / total
         sqrt_w = w.sqrt()
         centred = sqrt_w[:, None] * centred * sqrt_w[None, :]
@@ -549,13 +549,13 @@ class _CentredBasis:
         target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
         coordinates = basis.T @ (sqrt_w[:, None] * (Y.double() - target_mean))
 
-        def blocks():
+        def basis_blocks():
             for start in range(0, basis.shape[0], ROW_BLOCK):
                 yield start, min(start + ROW_BLOCK, basis.shape[0]), basis[start : start + ROW_BLOCK]
 
         targets = sqrt_w[:, None] * (Y.double() - target_mean)
         exact = _ExactKernelRidge(basis, squares, coordinates, targets, sqrt_w, row_means, target_mean)
-        return cls(squares, coordinates, target_mean, blocks, exact.solve)
+        return cls(squares, coordinates, target_mean, basis_blocks, exact.solve)
 
 
 @dataclass(frozen=True)
@@ -611,7 +611,7 @@ def _loo_errors(basis, Y, w, alphas, classes=None):
     shrunk = (basis.coordinates[:, None, :] * shrink[:, :, None]).flatten(1)  # (k, candidates * l)
     total, errors = w.sum(), torch.zeros(len(alphas), dtype=torch.float64, device=squares.device)
     misclassified = None if classes is None else torch.zeros_like(errors)
-    for start, stop, rows in basis.blocks():
+    for start, stop, rows in basis.basis_blocks():
         sqrt_w = w[start:stop, None].sqrt()
         targets = sqrt_w * (Y[start:stop].double() - basis.target_mean)
         fitted = (rows @ shrunk).unflatten(1, (len(alphas), -1))

@@ -57,23 +57,19 @@ from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, clone
+from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._warnings import warn_user
 from .preconditioner import eigenpro_step_size
 
 __all__ = [
     "LEGW",
-    "SCALING_RULES",
     "ConstantRule",
     "EigenProRule",
     "LinearScaling",
     "ScalingRule",
     "ScheduleContext",
     "SqrtScaling",
-    "resolve_scaling_rule",
-    "warn_if_warmup_fills_run",
 ]
 
 
@@ -253,7 +249,7 @@ def _decay_doc(decay="None", decay_power="1.0"):
     return _DECAY_DOC % {"decay": decay, "decay_power": decay_power}
 
 
-class _WarmupDecayRule(ScalingRule):
+class WarmupDecayRule(ScalingRule):
     """The built-in rules: a peak from the batch size, an optional warm-up, then a decay."""
 
     _parameter_constraints: ClassVar[dict] = dict(_DECAY_CONSTRAINTS)
@@ -304,7 +300,7 @@ def _sqrt_scaled_base_lr(rule, context):
     return float(math.sqrt(_batch_ratio(rule, context)) * rule.base_lr)
 
 
-class ConstantRule(_WarmupDecayRule):
+class ConstantRule(WarmupDecayRule):
     __doc__ = (
         """The same peak learning rate ``base_lr`` for every batch size.
 
@@ -342,7 +338,7 @@ class ConstantRule(_WarmupDecayRule):
         return float(self.base_lr)
 
 
-class _WarmupFromBaseRule(_WarmupDecayRule):
+class _WarmupFromBaseRule(WarmupDecayRule):
     """Rules whose warm-up climbs linearly from ``base_lr`` to the peak over ``warmup_epochs``."""
 
     _parameter_constraints: ClassVar[dict] = {
@@ -505,7 +501,7 @@ class SqrtScaling(_WarmupFromBaseRule):
         return _sqrt_scaled_base_lr(self, context)
 
 
-class LEGW(_WarmupDecayRule):
+class LEGW(WarmupDecayRule):
     __doc__ = (
         """Linear-epoch gradual warm-up (You et al.): square-root peak, warm-up growing with the batch.
 
@@ -585,7 +581,7 @@ class LEGW(_WarmupDecayRule):
         return _batch_ratio(self, context) * self.base_warmup_epochs, 0.0, 1
 
 
-class EigenProRule(_WarmupDecayRule):
+class EigenProRule(WarmupDecayRule):
     __doc__ = (
         """EigenPro's analytic step size for the batch, from the kernel's spectrum (Ma and Belkin).
 
@@ -678,95 +674,3 @@ class EigenProRule(_WarmupDecayRule):
         if self.step == "optimal":
             return float(self.scale * m / (beta + (m - 1) * top))
         return float(self.scale * eigenpro_step_size(m, beta, top))
-
-
-SCALING_RULES = {
-    "constant": ConstantRule,
-    "linear": LinearScaling,
-    "sqrt": SqrtScaling,
-    "legw": LEGW,
-    "eigenpro": EigenProRule,
-    "optimal": EigenProRule,
-}
-# Aliases that name a rule with parameters other than its defaults.
-_ALIAS_PARAMS = {"optimal": {"step": "optimal"}}
-
-
-def resolve_scaling_rule(spec):
-    """Turn an estimator's ``scaling_rule`` parameter into a validated rule of its own.
-
-    Parameters
-    ----------
-    spec : str or ScalingRule
-        A name from ``SCALING_RULES`` (a rule with default parameters;
-        ``"optimal"`` is ``EigenProRule(step="optimal")``) or a rule instance, whose
-        parameters are validated.
-
-    Returns
-    -------
-    ScalingRule
-        A new object: an instance passed in is cloned, never modified.
-
-    Raises
-    ------
-    ValueError
-        For an unknown name or another type of object; for an instance with an
-        invalid parameter (``InvalidParameterError``, also a ``TypeError``, naming
-        the parameter).
-
-    Examples
-    --------
-    >>> from skgpu_kernel.scaling import LEGW, resolve_scaling_rule
-    >>> resolve_scaling_rule("sqrt")
-    SqrtScaling()
-    >>> rule = LEGW(base_lr=0.1)
-    >>> resolved = resolve_scaling_rule(rule)
-    >>> resolved, resolved is rule
-    (LEGW(base_lr=0.1), False)
-    """
-    if isinstance(spec, str) and spec in SCALING_RULES:
-        return SCALING_RULES[spec](**_ALIAS_PARAMS.get(spec, {}))
-    if isinstance(spec, ScalingRule):
-        rule = clone(spec)
-        rule._validate_params()
-        return rule
-    hint = f" (pass an instance, {spec.__name__}(...))" if isinstance(spec, type) else ""
-    raise ValueError(
-        f"scaling_rule must be one of {sorted(SCALING_RULES)} or a ScalingRule instance, got {spec!r}{hint}."
-    )
-
-
-def warn_if_warmup_fills_run(rule, context):
-    """Warn when ``rule``'s warm-up lasts the whole run, so its rate never reaches the peak.
-
-    Warm-ups are counted in epochs (LEGW's grows with the batch), so a short run or
-    a large batch can end inside them; the estimators call this before training.
-    Rules without a warm-up, and user rules, never warn.
-
-    Parameters
-    ----------
-    rule : ScalingRule
-    context : ScheduleContext
-        The run's operating batch, steps per epoch and epoch count.
-
-    Examples
-    --------
-    >>> import warnings
-    >>> from skgpu_kernel.scaling import LinearScaling, ScheduleContext, warn_if_warmup_fills_run
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     warn_if_warmup_fills_run(LinearScaling(), ScheduleContext(256, 100, n_epochs=3))
-    >>> len(caught)
-    1
-    """
-    if not isinstance(rule, _WarmupDecayRule):
-        return
-    warmup_epochs = rule._warmup(context)[0]
-    if warmup_epochs >= context.n_epochs:
-        warn_user(
-            f"{rule!r} warms up over {warmup_epochs:.3g} epochs at batch size {context.batch_size}, no shorter "
-            f"than the {context.n_epochs:g}-epoch run: the learning rate never reaches its peak"
-            + (" and never decays" if rule.decay is not None else "")
-            + ". Shorten the warm-up or train for more epochs.",
-            UserWarning,
-        )

@@ -62,7 +62,6 @@ estimators without this layer; a table of the same numbers gives the same matrix
 and so the same model, bit for bit.
 """
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,6 +69,17 @@ import scipy.sparse
 
 from ._validation import check_sample_weight
 from .buffer import _backing_memmap
+from .column_values import (
+    checked_kind,
+    column_of,
+    first_string,
+    from_dtype,
+    keys_like,
+    level_keys,
+    lookup,
+    missing_entries,
+    value_kind,
+)
 from .planning.columns import COLUMN_SCALINGS, ColumnScaling, plan_column_scaling
 
 __all__ = [
@@ -101,24 +111,6 @@ _INFINITY = "Input X contains infinity or a value too large for dtype('float64')
 # few MB stays in cache (Fashion-MNIST's 60000 x 784 pixels: 0.1 s, against 5 s in
 # blocks of 65536 rows).
 _BLOCK_BYTES = 2**23
-# pandas.api.types.infer_dtype's answers for an object column, by what the encoding does with them.
-_INFERRED_KINDS = {
-    "string": "string",
-    "bytes": "string",
-    "boolean": "bool",
-    "integer": "number",
-    "floating": "number",
-    "mixed-integer-float": "number",
-    "decimal": "number",
-    "empty": "number",  # every value missing: a numeric column that never varies
-    "datetime64": "datetime",
-    "datetime": "datetime",
-    "date": "datetime",
-    "timedelta64": "datetime",
-    "timedelta": "datetime",
-    "time": "datetime",
-    "period": "datetime",
-}
 
 
 @dataclass(frozen=True)
@@ -191,8 +183,8 @@ class CategoricalColumn:
 
     def encode(self, values, out, label="the column"):
         """Write the block of ``values`` (a column) into ``out`` of shape ``(rows, width)``, zeroed."""
-        keys, missing = _keys_like(self.levels, *_level_keys(values), label)
-        index, found = _lookup(self.levels, keys, missing)
+        keys, missing = keys_like(self.levels, *level_keys(values), label)
+        index, found = lookup(self.levels, keys, missing)
         rows = np.flatnonzero(found)
         if self.binary:
             out[:, 0] = np.where(found, index, 0.5)
@@ -201,7 +193,7 @@ class CategoricalColumn:
         if self.missing_level:
             out[missing, len(self.levels)] = 1.0
         if len(self.pooled):
-            _, in_pool = _lookup(self.pooled, keys, missing | found)
+            _, in_pool = lookup(self.pooled, keys, missing | found)
             out[in_pool, self.width - 1] = 1.0
 
 
@@ -314,7 +306,7 @@ class TableEncoding:
             _encode_numeric(block[:, position], self.columns[j], out[:, starts[j] : starts[j + 1]])
         for j, column in enumerate(self.columns):
             if isinstance(column, CategoricalColumn):
-                column.encode(_column(X, j), out[:, starts[j] : starts[j + 1]], self._label(j))
+                column.encode(column_of(X, j), out[:, starts[j] : starts[j + 1]], self._label(j))
         return out
 
     def row_block(self, n_rows, memory_budget):
@@ -407,7 +399,7 @@ def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=Non
     numeric = np.flatnonzero(~categorical)
     block = _numeric_block(X, numeric, labels.__getitem__)
     statistics = _column_statistics(block, weights) if block is not None else None
-    levels = {j: _fit_levels(_column(X, j), weights, labels[j]) for j in np.flatnonzero(categorical)}
+    levels = {j: _fit_levels(column_of(X, j), weights, labels[j]) for j in np.flatnonzero(categorical)}
     n_indicators = sum(column.width for column in levels.values())
     if statistics is not None:
         n_indicators += int(np.count_nonzero(statistics.missing))
@@ -467,7 +459,7 @@ def categorical_mask(X, categorical_features, feature_names=None, labels=None):
                 f"categorical_features={categorical_features!r}: use 'from_dtype', a mask, indices or names."
             )
         labels = labels or tuple(f"column {j}" for j in range(n_features))
-        return np.array([_from_dtype(_column(X, j), labels[j]) for j in range(n_features)], dtype=bool)
+        return np.array([from_dtype(column_of(X, j), labels[j]) for j in range(n_features)], dtype=bool)
     chosen = np.asarray(categorical_features)
     mask = np.zeros(n_features, dtype=bool)
     if chosen.size == 0:  # as HistGradientBoosting: none
@@ -629,15 +621,15 @@ def _numeric_block(X, numeric, label):
         return None
     if isinstance(X, np.ndarray) and X.dtype.kind in "fiub":
         return X if len(numeric) == X.shape[1] else X[:, numeric]
-    return np.column_stack([_as_float(_column(X, j), label(j)) for j in numeric])
+    return np.column_stack([_as_float(column_of(X, j), label(j)) for j in numeric])
 
 
 def _as_float(values, label):
     """A numeric column as float64 (float32 kept), missing values (None, NaN, ``pd.NA``) as NaN."""
-    kind = _checked_kind(values, label)
-    if kind in ("string", "mixed") or (kind == "category" and _value_kind(values.cat.categories) != "number"):
+    kind = checked_kind(values, label)
+    if kind in ("string", "mixed") or (kind == "category" and value_kind(values.cat.categories) != "number"):
         raise ValueError(
-            f"{label} holds strings (for example {_first_string(values)!r}) but is not taken as categorical: "
+            f"{label} holds strings (for example {first_string(values)!r}) but is not taken as categorical: "
             "name it in categorical_features, or convert it to numbers."
         )
     try:
@@ -646,180 +638,10 @@ def _as_float(values, label):
             return values.to_numpy(dtype=np.float32 if single else np.float64, na_value=np.nan)
         values = np.asarray(values)
         if values.dtype == object:
-            values = np.where(_missing(values), np.nan, values)
+            values = np.where(missing_entries(values), np.nan, values)
         return values.astype(np.float64)
     except TypeError as error:  # a value neither a number nor a string
         raise TypeError(f"{label}: {error}") from error
-
-
-def _column(X, j):
-    return X.iloc[:, j] if hasattr(X, "iloc") else X[:, j]
-
-
-def _from_dtype(values, label):
-    """``"from_dtype"``: a category, boolean or string column, or an object column of strings (and booleans)."""
-    kind = _checked_kind(values, label)
-    if kind == "mixed":
-        raise ValueError(
-            f"{label} mixes numbers and strings (for example {_first_string(values)!r}): name it in "
-            "categorical_features to take each value as a level, or convert it to numbers."
-        )
-    return kind in ("category", "bool", "string")
-
-
-def _checked_kind(values, label):
-    """:func:`_value_kind`, refusing a column of dates or times by name."""
-    kind = _value_kind(values)
-    if kind == "datetime":
-        raise ValueError(
-            f"{label} holds dates or times ({values.dtype}), which the kernel cannot measure distances in: convert "
-            "it to numbers (for example days since a reference date, or year, month and day columns), or to "
-            "strings to take each value as a level, or drop it."
-        )
-    return kind
-
-
-def _value_kind(values):
-    """What a column holds: category, bool, number, string, mixed (numbers and strings), datetime or other."""
-    dtype = values.dtype
-    name = str(getattr(dtype, "name", dtype)).lower()
-    if name == "category":
-        return "category"
-    if name.startswith("string") or name == "str" or dtype.kind in "US":
-        return "string"
-    if dtype.kind == "b":
-        return "bool"
-    if dtype.kind in "fiu":
-        return "number"
-    if dtype.kind in "mM" or name.startswith("period"):
-        return "datetime"
-    if dtype.kind != "O":
-        return "other"
-    values = _object_array(values)
-    try:
-        import pandas as pd
-    except ImportError:
-        return _classified_kind(values)
-    return _INFERRED_KINDS.get(pd.api.types.infer_dtype(values, skipna=True)) or _classified_kind(values)
-
-
-# Classes of single values, for an object column pandas does not name (see _classified_kind).
-_MISSING, _BOOL, _NUMBER, _STRING, _DATETIME, _OTHER = range(6)
-
-
-def _classified_kind(values):
-    """:func:`_value_kind` of an object array, from the classes of its values."""
-    present = set(np.unique(np.frompyfunc(_value_class, 1, 1)(values).astype(np.int8)).tolist()) - {_MISSING}
-    if _OTHER in present:
-        return "other"
-    if _DATETIME in present:
-        return "datetime"
-    if _STRING in present:
-        return "mixed" if _NUMBER in present else "string"
-    return "bool" if present == {_BOOL} else "number"
-
-
-def _value_class(value):
-    if value is None or type(value).__name__ in ("NAType", "NaTType"):
-        return _MISSING
-    if isinstance(value, (bool, np.bool_)):
-        return _BOOL
-    if isinstance(value, numbers.Real) or (
-        isinstance(value, numbers.Number) and not isinstance(value, numbers.Complex)
-    ):
-        return _NUMBER if value == value else _MISSING  # a real number (Decimal included), or NaN
-    if isinstance(value, (str, bytes)):
-        return _STRING
-    if isinstance(value, (np.datetime64, np.timedelta64)) or type(value).__module__ == "datetime":
-        return _DATETIME
-    return _OTHER
-
-
-def _object_array(values):
-    return values.to_numpy(dtype=object) if hasattr(values, "to_numpy") else np.asarray(values, dtype=object)
-
-
-def _first_string(values):
-    return next((value for value in _object_array(values) if isinstance(value, str)), "")
-
-
-def _missing(values):
-    """Elementwise: None, NaN, ``pd.NA`` or ``pd.NaT`` (an object array)."""
-    try:
-        import pandas as pd
-    except ImportError:
-        return np.frompyfunc(lambda value: _value_class(value) == _MISSING, 1, 1)(values).astype(bool)
-    return np.asarray(pd.isna(values), dtype=bool)
-
-
-def _level_keys(values, label="the column"):
-    """``(keys, missing)``: each value's level (float64 for numbers, str otherwise), and where it is missing."""
-    kind = _checked_kind(values, label)
-    if kind == "category":
-        codes = values.cat.codes.to_numpy()
-        names, _ = _level_keys(values.cat.categories, label)
-        missing = codes < 0
-        if len(names) == 0:
-            return np.full(codes.shape[0], np.nan), missing
-        return names[np.where(missing, 0, codes)], missing
-    if kind in ("number", "bool"):
-        if hasattr(values, "to_numpy"):
-            keys = values.to_numpy(dtype=np.float64, na_value=np.nan)
-        else:
-            array = np.asarray(values)
-            keys = np.where(_missing(array), np.nan, array) if array.dtype == object else array
-            keys = keys.astype(np.float64)
-        return keys, np.isnan(keys)
-    array = _object_array(values)
-    missing = _missing(array)
-    keys = np.where(missing, "", array)
-    if kind != "string":  # numbers among strings: a whole number without its ".0"
-        keys = np.frompyfunc(_level_name, 1, 1)(keys)
-    return keys.astype(str), missing
-
-
-def _level_name(value):
-    """A level's string: a whole number without its ``.0``, so that 1 and 1.0 are one level."""
-    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-        number = float(value)
-        return str(int(number)) if number.is_integer() else repr(number)
-    return str(value)
-
-
-def _keys_like(levels, keys, missing, label):
-    """``keys`` as the fitted ``levels``' kind: numbers named for string levels; strings refused for numbers."""
-    if len(levels) == 0 or (levels.dtype.kind == "f") == (keys.dtype.kind == "f"):
-        return keys, missing
-    if levels.dtype.kind == "f":
-        example = next((key for key, absent in zip(keys, missing, strict=True) if not absent), "")
-        raise ValueError(
-            f"{label} was fitted on numeric levels and holds strings at predict (for example {example!r}): "
-            "give it as numbers, as in fit."
-        )
-    return np.frompyfunc(_level_name, 1, 1)(keys).astype(str), missing
-
-
-def _lookup(levels, keys, missing):
-    """``(index, found)``: each key's position in the sorted ``levels``, and whether it is one of them."""
-    if len(levels) == 0:
-        return np.zeros(len(keys), dtype=np.intp), np.zeros(len(keys), dtype=bool)
-    index = np.minimum(np.searchsorted(levels, keys), len(levels) - 1)
-    return index, (levels[index] == keys) & ~missing
-
-
-def _fit_levels(values, weights, label):
-    """The :class:`CategoricalColumn` of a training column (its levels counted by weight)."""
-    keys, missing = _level_keys(values, label)
-    observed = ~missing
-    levels, inverse = np.unique(keys[observed], return_inverse=True)
-    counts = np.bincount(inverse.reshape(-1), None if weights is None else weights[observed], minlength=len(levels))
-    pooled = levels[:0]
-    if len(levels) > MAX_CATEGORY_LEVELS:
-        # The most frequent keep their columns (ties to the first in sorted order).
-        order = np.argsort(-counts, kind="stable")
-        pooled = np.sort(levels[order[MAX_CATEGORY_LEVELS:]])
-        levels = np.sort(levels[order[:MAX_CATEGORY_LEVELS]])
-    return CategoricalColumn(levels, pooled, bool(missing.any()))
 
 
 def _dense(X, memory_budget):
@@ -834,3 +656,18 @@ def _dense(X, memory_budget):
             "memory_budget, or reduce the columns (for example with TruncatedSVD)."
         )
     return X.toarray()
+
+
+def _fit_levels(values, weights, label):
+    """The :class:`CategoricalColumn` of a training column (its levels counted by weight)."""
+    keys, missing = level_keys(values, label)
+    observed = ~missing
+    levels, inverse = np.unique(keys[observed], return_inverse=True)
+    counts = np.bincount(inverse.reshape(-1), None if weights is None else weights[observed], minlength=len(levels))
+    pooled = levels[:0]
+    if len(levels) > MAX_CATEGORY_LEVELS:
+        # The most frequent keep their columns (ties to the first in sorted order).
+        order = np.argsort(-counts, kind="stable")
+        pooled = np.sort(levels[order[MAX_CATEGORY_LEVELS:]])
+        levels = np.sort(levels[order[:MAX_CATEGORY_LEVELS]])
+    return CategoricalColumn(levels, pooled, bool(missing.any()))

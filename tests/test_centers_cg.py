@@ -16,15 +16,9 @@ import torch
 from sklearn.kernel_ridge import KernelRidge
 
 from skgpu_kernel.kernels import Gaussian
-from skgpu_kernel.solvers.centers_cg import (
-    CachedRowBlocks,
-    CGSettings,
-    KernelRowBlocks,
-    _Monitor,
-    center_operator,
-    default_jitter,
-    fit_centers_cg,
-)
+from skgpu_kernel.operators.row_blocks import CachedRowBlocks, KernelRowBlocks, center_operator
+from skgpu_kernel.solvers.centers_cg import default_jitter, fit_centers_cg
+from skgpu_kernel.solvers.conjugate_gradients import CGSettings, _Monitor
 from skgpu_kernel.solvers.epochs import CORE_KEYS
 
 

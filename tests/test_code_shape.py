@@ -137,9 +137,66 @@ def test_shell_modules_are_short(shell):
     assert lines <= MAX_SHELL_MODULE_LINES, f"{shell} has {lines} lines of code"
 
 
-# Modules that may evaluate a kernel themselves: the kernels, the operators, and the
-# checker of a user's kernel against the Kernel protocol (it calls the kernel it checks).
-KERNEL_CALLERS = ("kernels.py", "operators.py", "testing.py")
+# The kernel machine's path (issue 64 item 6): the shell and its docstrings, the fit's
+# stages, the algorithms (BMGD's loops excepted), the planners, the operators and what
+# they read, the preconditioners, the criteria, the scaling rules and the tables.
+KERNEL_PATH = (
+    "kernel_machines.py",
+    "_kernel_docs.py",
+    "fit/",
+    "solvers/",
+    "planning/",
+    "operators/",
+    "operator_facts.py",
+    "grid.py",
+    "kernels.py",
+    "blockwise.py",
+    "agop.py",
+    "calibration.py",
+    "preconditioner.py",
+    "cg_preconditioner.py",
+    "regularization.py",
+    "scaling.py",
+    "scaling_rules.py",
+    "tables.py",
+    "column_values.py",
+)
+# BMGD's modules under solvers/ (its pipeline and loop), outside the kernel path.
+BMGD_SOLVERS = ("solvers/bmgd_fit.py", "solvers/sgd.py")
+MAX_KERNEL_PATH_MODULE_LINES = 700
+
+
+def _kernel_path_modules():
+    """``{relative path: lines}`` of the kernel path's modules."""
+    sizes = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in BMGD_SOLVERS or not any(relative.startswith(part) for part in KERNEL_PATH):
+            continue
+        sizes[relative] = len(path.read_text().splitlines())
+    return sizes
+
+
+def test_the_kernel_path_has_no_module_over_700_lines():
+    sizes = _kernel_path_modules()
+    assert {"fit/solve.py", "solvers/eigenpro.py", "planning/kernel.py", "tables.py"} <= set(sizes)
+    assert not set(BMGD_SOLVERS) & set(sizes)
+    too_long = {module: lines for module, lines in sizes.items() if lines > MAX_KERNEL_PATH_MODULE_LINES}
+    assert not too_long, too_long
+
+
+# Modules that may evaluate a kernel themselves: the kernels, the operators (the
+# ``operators`` package), and the checker of a user's kernel against the Kernel
+# protocol (it calls the kernel it checks); paths relative to the package.
+KERNEL_CALLERS = ("kernels.py", "operators/", "testing.py")
+
+
+def _may_evaluate_kernels(path):
+    """Whether the package module at ``path`` is one of :data:`KERNEL_CALLERS`."""
+    relative = path.relative_to(PACKAGE).as_posix()
+    return any(relative == caller or relative.startswith(caller) for caller in KERNEL_CALLERS if caller)
+
+
 _KERNEL_PRODUCTS = ("block", "prepared_block")
 
 
@@ -174,10 +231,10 @@ def _kernel_evaluations(tree):
 
 
 def test_no_kernel_is_evaluated_outside_the_operators_and_the_kernels():
-    """Every kernel matrix of the package comes from ``operators.py`` (issue 51)."""
+    """Every kernel matrix of the package comes from the ``operators`` package (issues 51, 64)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in KERNEL_CALLERS:
+        if _may_evaluate_kernels(path):
             continue
         tree = ast.parse(path.read_text())
         found += [f"{path.relative_to(PACKAGE.parent)}:{line}" for line in _kernel_evaluations(tree)]
@@ -188,6 +245,104 @@ def test_the_kernel_evaluation_rule_finds_what_it_names():
     source = "kernel(X, Z)\nself.kernel(X)\ngradient_kernel(a, b)\nfit.kernel.block(X, Z)\nkernel.gradient_kernel()\n"
     source += "make_kernel('gaussian', 1.0, None, X)\nkernel.diagonal(X)\n"
     assert list(_kernel_evaluations(ast.parse(source))) == [1, 2, 3, 4]
+
+
+# Calls that return kernel entries: a block of an operator or a kernel (``.block``,
+# ``.prepared_block``), a whole kernel matrix (``kernel_matrix``), a kernel itself, and
+# the row blocks of ``K(X, Z)`` a CG pass reads (``.blocks()``).
+_BLOCK_SOURCES = ("block", "prepared_block", "kernel_matrix", "blocks")
+# Functions and methods that multiply matrices (besides the ``@`` operator).
+_MATRIX_PRODUCTS = ("mm", "matmul", "addmm", "addmm_", "bmm", "einsum", "tensordot", "mv", "dot")
+
+
+def _is_block_source(node):
+    """Whether ``node`` is a call that returns kernel entries (see :data:`_BLOCK_SOURCES`), whatever its receiver."""
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    name = function.id if isinstance(function, ast.Name) else getattr(function, "attr", "")
+    return name in _BLOCK_SOURCES or _is_kernel(function)
+
+
+def _kernel_block_names(function):
+    """Names ``function`` binds to kernel entries: assigned from, or iterated over, a block source.
+
+    Followed one step through slices, transposes and dtype conversions (``K[rows]``,
+    ``K.mT``, ``K.to(dtype)``), as a name bound to the whole expression.
+    """
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.For):
+            value = node.iter if isinstance(node, ast.For) else node.value
+            if value is None or not any(_is_block_source(inner) for inner in ast.walk(value)):
+                continue
+            targets = [node.target] if isinstance(node, ast.For | ast.AnnAssign) else node.targets
+            for target in targets:
+                # ``for K_block, Y, w in row_blocks.blocks()``: the first element is the block.
+                first = target.elts[0] if isinstance(target, ast.Tuple) and isinstance(node, ast.For) else target
+                names |= {leaf.id for leaf in ast.walk(first) if isinstance(leaf, ast.Name)}
+    return names
+
+
+def _holds_kernel_entries(node, block_names):
+    """Whether the expression ``node`` contains a block source or a name bound to one."""
+    return any(
+        _is_block_source(inner) or (isinstance(inner, ast.Name) and inner.id in block_names) for inner in ast.walk(node)
+    )
+
+
+def _kernel_products(tree):
+    """Line numbers of matrix products with kernel entries: ``K @ V``, ``torch.mm(K, V)``, ``K.matmul(V)``."""
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    # The module's own statements are a scope too, without the bodies of its functions and classes.
+    module = ast.Module(
+        body=[node for node in tree.body if not isinstance(node, ast.FunctionDef | ast.ClassDef)], type_ignores=[]
+    )
+    found = set()
+    for scope in [module, *functions]:
+        block_names = _kernel_block_names(scope)
+        for node in ast.walk(scope):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                operands = (node.left, node.right)
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in _MATRIX_PRODUCTS:
+                operands = (node.func.value, *node.args)
+            else:
+                continue
+            if any(_holds_kernel_entries(operand, block_names) for operand in operands):
+                found.add(node.lineno)
+    return sorted(found)
+
+
+def test_no_kernel_product_outside_the_operators():
+    """Issue 64: every product of kernel entries with a matrix is taken in the ``operators`` package.
+
+    Whatever the names: a product with a block an operator returned, a kernel matrix,
+    a kernel's own block or a CG pass's row block is a product of the operators'.
+    """
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if _may_evaluate_kernels(path):
+            continue
+        lines = _kernel_products(ast.parse(path.read_text()))
+        found += [f"{path.relative_to(PACKAGE.parent)}:{line}" for line in lines]
+    assert not found, found
+
+
+def test_the_kernel_product_rule_finds_products_whatever_the_names():
+    source = (
+        "def f(operator, kernel, X, Z, V, rows, W):\n"
+        "    G = kernel_matrix(kernel, X)\n"  # a whole matrix, multiplied by @ (line 3)
+        "    a = (G + G.T) @ V\n"
+        "    b = center_operator(kernel, X, Z, 64).block() @ V\n"  # a block, no name (line 4)
+        "    for K_part, Y, w in rows.blocks():\n"
+        "        c = K_part.mT @ (w * Y)\n"  # a CG pass's row block (line 6)
+        "        d = torch.mm(W, K_part)\n"  # the other operand, torch.mm (line 7)
+        "    e = operator.matmul(V)\n"  # through the operator: allowed
+        "    f = W @ V\n"  # no kernel entries
+        "    g = Y.matmul(operator.block(rows))\n"  # a method product (line 10)
+        "    return a, b, c, d, e, f, g\n"
+    )
+    assert _kernel_products(ast.parse(source)) == [3, 4, 6, 7, 10]
 
 
 def _package_classes():

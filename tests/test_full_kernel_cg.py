@@ -12,6 +12,14 @@ import torch
 from sklearn.kernel_ridge import KernelRidge
 
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
+from skgpu_kernel.cg_preconditioner import (
+    PenalisedRows,
+    ShiftedNystromPreconditioner,
+    rpcholesky_factor,
+    shifted_condition,
+    shifted_nystrom_preconditioner,
+    shifted_rpcholesky_preconditioner,
+)
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning import solver as planning_solver
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2_layout
@@ -24,16 +32,8 @@ from skgpu_kernel.planning.solver import (
     plan_every_point_cg,
     plan_full_kernel_solver,
 )
-from skgpu_kernel.preconditioner import (
-    PenalisedRows,
-    ShiftedNystromPreconditioner,
-    nystrom_eigensystem,
-    rpcholesky_factor,
-    shifted_condition,
-    shifted_nystrom_preconditioner,
-    shifted_rpcholesky_preconditioner,
-)
-from skgpu_kernel.solvers.centers_cg import CGSettings
+from skgpu_kernel.preconditioner import nystrom_eigensystem
+from skgpu_kernel.solvers.conjugate_gradients import CGSettings
 from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
 
 

@@ -132,9 +132,9 @@ def test_grid_fit_on_cuda_equals_the_float_fit_on_the_cpu(monkeypatch, cache_ker
     common = dict(solver="eigenpro", batch_size=250, n_epochs=2, early_stopping=False, dtype="float64")
     # No learnt metric: its features X L are off the data's grid.
     common.update(cache_kernel=cache_kernel, bandwidth=1.5, feature_learning=None, random_state=0)
-    monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: 100.0)
+    monkeypatch.setattr(operators.core, "integer_matmul_speedup", lambda *args: 100.0)
     cuda = AdaptiveKernelRegressor(device="cuda", **common).fit(X, y)
-    monkeypatch.setattr(operators, "find_grid", lambda rows: None)  # float blocks, as if on no grid
+    monkeypatch.setattr(operators.core, "find_grid", lambda rows: None)  # float blocks, as if on no grid
     cpu = AdaptiveKernelRegressor(device="cpu", **common).fit(X, y)
     assert cuda.kernel_grid_step_ == pytest.approx(1 / 255) and cpu.kernel_grid_step_ is None
     _assert_close_predictions(cuda, cpu, X_test)

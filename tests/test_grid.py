@@ -224,10 +224,10 @@ def test_measurements_find_the_grid_only_for_kernels_of_distances_and_centers_on
 def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):
     """Fit with the int8 products' speed measured as ``speedup``; None: as if the rows lay on no grid."""
     if speedup is None:
-        monkeypatch.setattr(operators, "find_grid", lambda rows: None)
+        monkeypatch.setattr(operators.core, "find_grid", lambda rows: None)
     else:
-        monkeypatch.setattr(operators, "find_grid", find_grid)
-        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args: speedup)
+        monkeypatch.setattr(operators.core, "find_grid", find_grid)
+        monkeypatch.setattr(operators.core, "integer_matmul_speedup", lambda *args: speedup)
     return estimator.fit(X, y)
 
 

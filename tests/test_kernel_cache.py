@@ -36,7 +36,7 @@ def _filled(kernel, X, Z, storage, row_block, column_block, symmetric=False):
 @pytest.mark.parametrize("blocks", [(64, 100), (128, 700), (700, 700), (7, 13), (300, 256)])
 def test_symmetric_fill_equals_the_kernel_matrix(monkeypatch, blocks, mirror_tile):
     if mirror_tile is not None:  # tiles smaller than a band, some cut short at its edges
-        monkeypatch.setattr(operators, "_MIRROR_TILE", mirror_tile)
+        monkeypatch.setattr(operators.core, "_MIRROR_TILE", mirror_tile)
     X = _points()
     kernel = Laplacian(bandwidth=1.5)
     cache = _filled(kernel, X, X, torch.float64, *blocks, symmetric=True)
@@ -255,7 +255,7 @@ def test_a_verbose_report_out_of_memory_leaves_the_fit_as_it_is(monkeypatch, cap
 def test_whole_cache_products_read_views_in_pieces_where_a_batch_is_gathered(monkeypatch, rows):
     # As on CUDA (read_rows None): a slice of rows is read as views of at most
     # CUDA_READ_ENTRIES entries, never gathered into a copy of the cache.
-    monkeypatch.setattr(operators, "CUDA_READ_ENTRIES", 64)
+    monkeypatch.setattr(operators.core, "CUDA_READ_ENTRIES", 64)
     values = torch.randn(50, 16, dtype=torch.float64)
     cache = CachedOperator(values.to(torch.float16), torch.float64)
     cache.read_rows = None

@@ -82,8 +82,8 @@ def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(bey
     predictions = {}
     for kind, cache_kernel, speedup in OPERATOR_KINDS[case]:
         on_grid = speedup is not None
-        monkeypatch.setattr(operators, "find_grid", find_grid if on_grid else lambda rows: None)
-        monkeypatch.setattr(operators, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup or 0.0)
+        monkeypatch.setattr(operators.core, "find_grid", find_grid if on_grid else lambda rows: None)
+        monkeypatch.setattr(operators.core, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup or 0.0)
         params = dict(SOLVER_CASES[case], bandwidth=2.0, dtype="float64", random_state=0, tol=None)
         model = AdaptiveKernelRegressor(cache_kernel=cache_kernel, **params).fit(X, y)
         assert model.solver_ == params["solver"], kind

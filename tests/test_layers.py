@@ -44,6 +44,7 @@ SHELL_IMPORTS = {
     "tables",
     "parallel.runner",
     "parallel.strategies",
+    "scaling_rules",
     "process_group",
 }
 # Loop modules: iterations on tensors, below the pipelines and the parallel workers.

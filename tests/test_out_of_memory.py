@@ -31,7 +31,7 @@ import skgpu_kernel.fit.direct as direct_attempt
 import skgpu_kernel.fit.eigenpro as eigenpro_attempts
 import skgpu_kernel.fit.feature_learning as feature_learning
 import skgpu_kernel.operators as operators
-import skgpu_kernel.solvers.centers_cg as centers_cg
+import skgpu_kernel.operators.row_blocks as row_blocks
 import skgpu_kernel.solvers.eigenpro as eigenpro
 import skgpu_kernel.solvers.eigenpro3 as eigenpro3
 from skgpu_kernel import AdaptiveKernelRegressor
@@ -104,7 +104,7 @@ CASES = {
     "cache fill (CG on centers)": Case(
         "cache fill",
         {**BASE, "solver": "cg", "alpha": 0.5, "n_centers": 150, "n_epochs": 60},
-        centers_cg.CachedRowBlocks,
+        row_blocks.CachedRowBlocks,
         "computed",
         1,
         {"solver": "cg", "shrank": "K(X, Z)", "from": "cached", "to": "evaluated"},

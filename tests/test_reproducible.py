@@ -149,7 +149,7 @@ def test_the_int8_speed_measurement_changes_no_bit_of_the_model(tmp_path, monkey
     X, y, X_test = _digits_on_a_grid()
     fits = []
     for speedup in (1.5, 3.0):
-        for module in (operators, blockwise):
+        for module in (operators.core, blockwise):
             monkeypatch.setattr(module, "integer_matmul_speedup", lambda *args, speedup=speedup: speedup)
         # solver="cg": CG on every point takes the grid; "auto" solves these rows directly in float64.
         model = AdaptiveKernelClassifier(random_state=0, solver="cg").fit(X, y)

@@ -14,16 +14,14 @@ from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
 from skgpu_kernel.preconditioner import eigenpro_step_size
 from skgpu_kernel.scaling import (
     LEGW,
-    SCALING_RULES,
     ConstantRule,
     EigenProRule,
     LinearScaling,
     ScalingRule,
     ScheduleContext,
     SqrtScaling,
-    resolve_scaling_rule,
-    warn_if_warmup_fills_run,
 )
+from skgpu_kernel.scaling_rules import SCALING_RULES, resolve_scaling_rule, warn_if_warmup_fills_run
 from skgpu_kernel.testing import check_scaling_rule
 
 

@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 import torch
 
+from skgpu_kernel.cg_preconditioner import PenalisedRows, shifted_nystrom_preconditioner
 from skgpu_kernel.grid import encode_on_grid, find_grid
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator, CenterShards, EvaluatedOperator, GridOperator, OperatorBlocks
-from skgpu_kernel.preconditioner import PenalisedRows, nystrom_eigensystem, shifted_nystrom_preconditioner
-from skgpu_kernel.solvers.centers_cg import CachedRowBlocks, CGSettings, KernelRowBlocks, fit_centers_cg
+from skgpu_kernel.operators.row_blocks import CachedRowBlocks, KernelRowBlocks
+from skgpu_kernel.preconditioner import nystrom_eigensystem
+from skgpu_kernel.solvers.centers_cg import fit_centers_cg
+from skgpu_kernel.solvers.conjugate_gradients import CGSettings
 from skgpu_kernel.solvers.direct import solve_kernel_ridge
 from skgpu_kernel.solvers.eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
 from skgpu_kernel.solvers.eigenpro3 import ExactProjection, InMemoryBatches, fit_eigenpro3

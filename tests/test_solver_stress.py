@@ -258,7 +258,7 @@ def test_a_non_finite_kernel_block_is_caught(cg_on_every_point, monkeypatch):
     non-finite merit with its best iterate (a warning), or the driver refits.
     """
     calls = {"n": 0, "poison": None}
-    block = operators._PreparedBlocks.block
+    block = operators.core._PreparedBlocks.block
 
     def counted(self, rows, left, right, fresh=False):
         out = block(self, rows, left, right, fresh)
@@ -268,7 +268,7 @@ def test_a_non_finite_kernel_block_is_caught(cg_on_every_point, monkeypatch):
             out[0, 0] = float("nan")
         return out
 
-    monkeypatch.setattr(operators._PreparedBlocks, "block", counted)
+    monkeypatch.setattr(operators.core._PreparedBlocks, "block", counted)
     for solver in ("eigenpro2", "cg every point"):
         calls.update(n=0, poison=None)
         _fit("constant columns", solver, "float32", "auto", cache_kernel=False)

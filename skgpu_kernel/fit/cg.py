@@ -8,13 +8,16 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
+from ..cg_preconditioner import PenalisedRows, shifted_condition, shifted_rpcholesky_preconditioner
 from ..operators import measure_operator
+from ..operators.row_blocks import center_operator
 from ..out_of_memory import in_row_blocks
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
-from ..preconditioner import PenalisedRows, nystrom_eigensystem, shifted_condition, shifted_rpcholesky_preconditioner
-from ..solvers.centers_cg import CGSettings, center_operator, fit_centers_cg
+from ..preconditioner import nystrom_eigensystem
+from ..solvers.centers_cg import fit_centers_cg
+from ..solvers.conjugate_gradients import CGSettings
 from ..solvers.eigenpro import KernelLoopResult
 from ..solvers.full_kernel_cg import fit_full_kernel_cg
 from .attempts import CG_FALLBACK_REFITS, Fallback, FallbackNeeded, PathOutcome, larger_penalty, safer_attempt
@@ -153,7 +156,7 @@ def _centers_held_out_score(context, centers):
 
     def predict(coef, row_block):
         return in_row_blocks(
-            lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block() @ coef, n_rows, row_block
+            lambda rows: center_operator(kernel, X_val[rows], centers, row_block).block_matmul(coef), n_rows, row_block
         )
 
     return context.held_out_score(predict, n_rows, validation.Y)

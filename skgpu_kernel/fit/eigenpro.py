@@ -16,7 +16,8 @@ from ..planning.operator import operator_probe_shape, operator_problem, plan_ope
 from ..planning.stopping import plan_stopping
 from ..preconditioner import max_usable_components, plan_preconditioner
 from ..process_group import agree, agree_on_object
-from ..scaling import ScheduleContext, warn_if_warmup_fills_run
+from ..scaling import ScheduleContext
+from ..scaling_rules import warn_if_warmup_fills_run
 from ..solvers.eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
 from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
 from .attempts import PathOutcome

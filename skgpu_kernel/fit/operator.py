@@ -17,12 +17,12 @@ from ..operators import (
     filled_entries,
     measure_operator,
 )
+from ..operators.row_blocks import CachedRowBlocks, KernelRowBlocks, center_operator
 from ..out_of_memory import in_row_blocks
 from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.solver import CG_ROW_BLOCK
-from ..solvers.centers_cg import CachedRowBlocks, KernelRowBlocks, center_operator
 from .prepare import HeldOut
 
 

@@ -18,9 +18,10 @@ Nothing allocates a tensor or reads a clock.
 import math
 from dataclasses import dataclass
 
+from ..cg_preconditioner import SHIFTED_MAX_COMPONENTS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, padded_features, shard_bounds
-from ..preconditioner import CRITICAL_BATCH_MARGIN, SHIFTED_MAX_COMPONENTS
+from ..preconditioner import CRITICAL_BATCH_MARGIN
 
 __all__ = [
     "HALF_ROUNDING",

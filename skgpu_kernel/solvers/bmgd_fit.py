@@ -47,7 +47,7 @@ from ..planning.sgd import (
     validation_split,
 )
 from ..planning.stopping import plan_stopping
-from ..scaling import warn_if_warmup_fills_run
+from ..scaling_rules import warn_if_warmup_fills_run
 from .losses import make_loss
 from .sgd import SGDOutcome, SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
 

@@ -76,28 +76,15 @@ References
 """
 
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
 
 import torch
 
-from .._warnings import warn_user
-from ..operators import EvaluatedOperator, OperatorBlocks
-from ..planning.stopping import NEVER, DivergenceRule, StoppingPlan, plan_divergence
+from ..operators.row_blocks import as_matrix, first_pass, iteration_pass
+from .conjugate_gradients import CentersSolveResult, column_norms, conjugate_gradients
 from .eigenpro3 import ExactProjection
-from .epochs import EpochClock, Stopping, epoch_record, format_record
 
 __all__ = [
-    "CGSettings",
-    "CachedRowBlocks",
     "CentersPreconditioner",
-    "CentersSolveResult",
-    "KernelRowBlocks",
-    "RowBlock",
-    "RowBlocks",
-    "center_operator",
-    "conjugate_gradients",
     "default_jitter",
     "fit_centers_cg",
 ]
@@ -145,205 +132,6 @@ def default_jitter(dtype, alpha, mass):
     # The smallest j with j (mass j + alpha) >= the bound: the positive root.
     root = (-alpha + math.sqrt(alpha * alpha + 4.0 * mass * _FLOAT64_STRETCH_BOUND)) / (2.0 * mass)
     return max(floor, root)
-
-
-@dataclass(frozen=True)
-class CGSettings:
-    """How :func:`fit_centers_cg` iterates.
-
-    Parameters
-    ----------
-    max_iterations : int, default=100
-        CG iterations at most (each one pass over the row blocks).
-    tol : float, default=1e-6
-        Stop when every output's residual of the preconditioned system,
-        ``||B^T (b - H a)||``, is at most ``tol`` times ``||B^T b||`` (or times its
-        value at the warm start, when that is larger: a zero target column).
-    jitter : float or None, default=None
-        Relative jitter (times the mean diagonal) of the Cholesky factorisations of
-        ``K(Z, Z)`` and of ``A``'s matrix.  It shapes the preconditioner only, not
-        the solution.  None: :func:`default_jitter` of the kernel blocks' dtype,
-        the problem's ``alpha`` and its mass per center.
-    log : callable or None, default=None
-        Called with one progress line per iteration.
-    n_iter_no_change : int or None, default=10
-        Stop (unconverged) when the largest relative residual has not reached a new
-        low for this many iterations: the residual has hit the rounding floor of
-        the kernel blocks' dtype above ``tol``.  None: run up to ``max_iterations``.
-        Float32 blocks stall between 1e-5 and 1e-2 (LetterRecognition, p = 2000 and
-        10000) while their training loss is within 0.2% of float64's, and the
-        residual keeps making small new lows: with float32 pass ``tol`` ~1e-3, or
-        a ``stopping`` plan.
-    stopping : StoppingPlan, default: never
-        The package's stopping rule on the objective (the training loss as a
-        fraction of its value at the first iteration, the zero model's from a cold
-        start), on top of the residual test: the estimators' ``tol``.  On
-        Computers (5007 rows, every row a center, float32 blocks) the residual
-        stalled at 1.3e-3 after 3 iterations and kept making new lows for 24 more,
-        with the objective flat to 1e-4.
-    objective_divergence : DivergenceRule or None, default=None
-        The divergence rule of the training objective, for systems whose merit is
-        not the objective (CG on every point, whose merit is the A-norm quadratic):
-        a run that breaks it stops (``"diverged"``) with its best iterate by the
-        objective, and an unconverged run returns that iterate where its last
-        measured objective is worse (:meth:`DivergenceRule.keeps_best`).  None: the
-        merit's rule alone (on centers the merit is the objective).
-    """
-
-    max_iterations: int = 100
-    tol: float = 1e-6
-    jitter: float | None = None
-    log: Callable[[str], None] | None = None
-    n_iter_no_change: int | None = 10
-    stopping: StoppingPlan = NEVER
-    objective_divergence: DivergenceRule | None = None
-
-
-@dataclass
-class CentersSolveResult:
-    """What a run of :func:`fit_centers_cg` found.
-
-    Attributes
-    ----------
-    coef : Tensor of shape (p, l)
-        The coefficients, in the dtype of the kernel blocks.
-    n_iterations : int
-        CG iterations run (0 when the warm start already met the tolerance).
-    history : list of dict
-        One :func:`~skgpu_kernel.solvers.epochs.epoch_record` per iteration, with
-        the key ``relative_residual`` (the largest over the outputs, after the
-        iteration) after the core keys.
-    jitter : float
-        The relative jitter ``K(Z, Z)``'s factorisation used.
-    stop : str
-        Why the run ended: ``"converged"`` (every output met ``tol``; an output
-        that met it is not updated again while the others iterate),
-        ``"objective"`` (the ``stopping`` plan), ``"residual stalled"``
-        (``n_iter_no_change``), ``"objective grew"`` (rounding; the best
-        coefficients kept), ``"diverged"`` (the training objective broke
-        ``objective_divergence``; the best coefficients kept), ``"curvature"`` (a
-        column's curvature was not positive) or ``"iterations"``
-        (``max_iterations``).
-    """
-
-    coef: torch.Tensor
-    n_iterations: int
-    history: list = field(default_factory=list)
-    jitter: float = 0.0
-    stop: str = "converged"
-
-    @property
-    def converged(self):
-        """Whether every output met ``tol``."""
-        return self.stop == "converged"
-
-
-class RowBlock(NamedTuple):
-    """One block of training rows as CG on centers reads it."""
-
-    kernel_rows: torch.Tensor  # K(X_rows, Z)
-    targets: torch.Tensor  # Y_rows
-    weights: torch.Tensor | None  # w_rows, or None for unit weights
-
-
-class RowBlocks(Protocol):
-    """The row-block source :func:`fit_centers_cg` reads (see the module's docstring)."""
-
-    def blocks(self) -> Iterator[RowBlock]:
-        """One pass over every row once."""
-        ...
-
-
-def center_operator(kernel, X, centers, row_block):
-    """``K(X, Z)`` as an evaluated operator, its row blocks whole: the centers prepared once, in the rows' dtype.
-
-    Parameters
-    ----------
-    kernel : Kernel
-    X : Tensor of shape (n, d)
-    centers : Tensor of shape (p, d)
-        Raw centers on the rows' device.
-    row_block : int
-        Rows of a block.
-
-    Returns
-    -------
-    EvaluatedOperator
-    """
-    prepared = kernel.prepare_centers(centers.to(X.dtype))
-    return EvaluatedOperator(kernel, X, prepared, OperatorBlocks.whole(row_block, centers.shape[0]))
-
-
-def _as_matrix(Y):
-    return Y[:, None] if Y.ndim == 1 else Y
-
-
-class KernelRowBlocks:
-    """Row blocks of a kernel operator ``K(X, Z)``, computed on each pass.
-
-    Parameters
-    ----------
-    operator : KernelOperator
-        ``K(X, Z)`` with ``n`` rows (:func:`center_operator`, or a
-        :class:`~skgpu_kernel.operators.GridOperator` of data on a grid).
-    Y : Tensor of shape (n, l) or (n,)
-    weights : Tensor of shape (n,) or None
-    row_block : int
-        Rows per block.
-    """
-
-    def __init__(self, operator, Y, weights, row_block):
-        self.operator, self.Y, self.weights = operator, _as_matrix(Y), weights
-        self.row_block = max(int(row_block), 1)
-
-    def blocks(self):
-        """Yield a :class:`RowBlock` of ``K(X_rows, Z)`` for consecutive rows."""
-        return _sliced_blocks(self.operator.block, self.Y, self.weights, self.row_block)
-
-
-class CachedRowBlocks:
-    """Row blocks sliced (as views) from a precomputed ``K(X, Z)``.
-
-    Parameters
-    ----------
-    K : Tensor of shape (n, p)
-    Y : Tensor of shape (n, l) or (n,)
-    weights : Tensor of shape (n,) or None
-    row_block : int
-        Rows per block (bounds the temporaries of a pass, not the cache).
-    """
-
-    def __init__(self, K, Y, weights, row_block):
-        self.K, self.Y, self.weights = K, _as_matrix(Y), weights
-        self.row_block = max(int(row_block), 1)
-
-    @classmethod
-    def computed(cls, operator, Y, weights, row_block):
-        """``K(X, Z)`` evaluated once, block by block as :class:`KernelRowBlocks` would on every pass.
-
-        The blocks have the rows and shapes of ``KernelRowBlocks(operator, Y,
-        weights, row_block)``'s, so the stored entries, and the fit read from them,
-        are those of that source, bit for bit.
-        """
-        row_block = max(int(row_block), 1)
-        n_rows = operator.shape[0]
-        first = operator.block(slice(0, row_block))
-        K = torch.empty((n_rows, first.shape[1]), dtype=first.dtype, device=first.device)
-        K[:row_block] = first
-        for start in range(row_block, n_rows, row_block):
-            K[start : start + row_block] = operator.block(slice(start, start + row_block))
-        return cls(K, Y, weights, row_block)
-
-    def blocks(self):
-        """Yield a :class:`RowBlock` of ``K[rows]`` for consecutive rows."""
-        return _sliced_blocks(self.K.__getitem__, self.Y, self.weights, self.row_block)
-
-
-def _sliced_blocks(kernel_rows, Y, weights, row_block):
-    """One pass of consecutive row slices, each a :class:`RowBlock` of ``kernel_rows(rows)``."""
-    for start in range(0, Y.shape[0], row_block):
-        rows = slice(start, start + row_block)
-        yield RowBlock(kernel_rows(rows), Y[rows], None if weights is None else weights[rows])
 
 
 class CentersPreconditioner:
@@ -427,51 +215,6 @@ def _lower_gram(L, masses):
     return gram
 
 
-def _first_pass(row_blocks, coef):
-    """``(K^T W Y, K^T W K coef or None, n_eff, dtype)`` in one pass."""
-    target = fitted = None
-    n_effective, dtype = 0.0, None
-    for K_block, Y_block, w_block in row_blocks.blocks():
-        Y_block = _as_matrix(Y_block).to(torch.float64)
-        if dtype is None:
-            dtype = K_block.dtype
-            target = torch.zeros(K_block.shape[1], Y_block.shape[1], dtype=torch.float64, device=K_block.device)
-            fitted = None if coef is None else torch.zeros_like(target)
-        w_column = None if w_block is None else w_block.to(torch.float64)[:, None]
-        weighted_Y = Y_block if w_column is None else Y_block * w_column
-        target += (K_block.mT @ weighted_Y.to(dtype)).to(torch.float64)
-        if coef is not None:
-            predictions = (K_block @ coef.to(dtype)).to(torch.float64)
-            fitted += (K_block.mT @ (predictions if w_column is None else predictions * w_column).to(dtype)).double()
-        n_effective += float(K_block.shape[0] if w_block is None else w_column.sum())
-    if dtype is None:
-        raise ValueError("The row blocks yielded no rows.")
-    return target, fitted, n_effective, dtype
-
-
-def _iteration_pass(row_blocks, coef, direction, dtype):
-    """One pass: ``(K^T W (K coef - Y), K^T W K direction, sum_i w_i ||K(x_i, Z) coef - y_i||^2)``."""
-    n_outputs = coef.shape[1]
-    both = torch.cat([coef, direction], dim=1).to(dtype)
-    images = torch.zeros(coef.shape[0], 2 * n_outputs, dtype=torch.float64, device=coef.device)
-    loss = torch.zeros((), dtype=torch.float64, device=coef.device)
-    for K_block, Y_block, w_block in row_blocks.blocks():
-        products = K_block @ both
-        residual = products[:, :n_outputs].to(torch.float64) - _as_matrix(Y_block).to(torch.float64)
-        values = torch.cat([residual.to(dtype), products[:, n_outputs:]], dim=1)
-        if w_block is None:
-            loss += residual.square().sum()
-        else:
-            loss += (residual.square() * w_block.to(torch.float64)[:, None]).sum()
-            values = values * w_block.to(dtype)[:, None]
-        images += (K_block.mT @ values).to(torch.float64)
-    return images[:, :n_outputs], images[:, n_outputs:], float(loss)
-
-
-def _column_norms(matrix):
-    return torch.linalg.vector_norm(matrix, dim=0)
-
-
 def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None, center_shares=None):
     """Fit the coefficients of the centers by preconditioned conjugate gradients.
 
@@ -516,8 +259,8 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     >>> result.converged, result.coef.shape
     (True, torch.Size([10, 1]))
     """
-    coef = None if coef_init is None else _as_matrix(coef_init).to(centers.device, torch.float64)
-    target, fitted, n_effective, dtype = _first_pass(row_blocks, coef)
+    coef = None if coef_init is None else as_matrix(coef_init).to(centers.device, torch.float64)
+    target, fitted, n_effective, dtype = first_pass(row_blocks, coef)
     jitter = settings.jitter
     if jitter is None:
         mean_diagonal = float(kernel.diagonal(centers).mean())
@@ -533,7 +276,7 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     else:
         gradient = target - fitted - alpha * preconditioner.gram(coef)
     residual = preconditioner.solve_transpose(gradient)
-    reference = torch.maximum(_column_norms(preconditioner.solve_transpose(target)), _column_norms(residual))
+    reference = torch.maximum(column_norms(preconditioner.solve_transpose(target)), column_norms(residual))
     system = _CentersSystem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype, coef)
     history, stop = conjugate_gradients(system, coef, residual, reference, settings)
     return CentersSolveResult(coef.to(dtype), len(history), history, projection.jitter, stop)
@@ -558,7 +301,7 @@ class _CentersSystem:
 
     def evaluate(self, coef, step_coef):
         """``([H a - b, H v], objective, merit)`` in one pass over the row blocks (the merit is the objective)."""
-        gradient, image, data_loss = _iteration_pass(self.row_blocks, coef, step_coef, self.dtype)
+        gradient, image, data_loss = iteration_pass(self.row_blocks, coef, step_coef, self.dtype)
         # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
         # each reads a p x p matrix, which dominates the p-space work when p is large.
         both_factors = torch.cat([self.coef_factor, self.step_factor], 1)
@@ -575,178 +318,3 @@ class _CentersSystem:
     def moved(self, step):
         """``a`` moved by ``step`` times the last step's coefficients: ``T a`` follows."""
         self.coef_factor.add_(self.step_factor * step)
-
-
-def _relative(residual, reference):
-    norms = _column_norms(residual)
-    return torch.where(reference > 0, norms / reference.clamp_min(1e-300), torch.zeros_like(norms))
-
-
-def conjugate_gradients(system, coef, residual, reference, settings):
-    """CG on ``C^T A C beta = C^T b`` tracking ``a = C beta`` in ``coef`` (in place); ``(history, stop)``.
-
-    ``system`` holds the symmetric operator ``A`` (Falkon's ``H`` on centers, or
-    ``K + alpha W^-1`` with every training row a center) and the split
-    preconditioner ``C`` (Falkon's ``B``): ``system.step_coefficients(d)`` is ``C d``,
-    ``system.evaluate(a, v)`` is ``([A a - b, A v], training objective, merit)``
-    from one pass over the data (the merit is what exact CG lowers at every step,
-    up to a constant: its growth means rounding), ``system.transposed(M)`` is ``C^T M`` and ``system.moved(step)``
-    hears that ``a`` moved by ``step`` times the last ``C d``.  ``residual`` is
-    ``C^T (b - A a)`` at the start and ``reference`` the norms the relative
-    residual divides by.
-
-    Each pass also yields the gradient at the current coefficients, so every
-    iteration starts from the true residual ``B^T (b - H a)`` rather than the one
-    the recurrence carries: the step is the exact line search along the direction
-    (the objective cannot grow) and the direction follows Polak-Ribiere, which is
-    plain CG in exact arithmetic.  Without this, rounding in ``B`` (whose condition
-    number grows as the jitter and ``alpha`` shrink) let the recurrence drift from
-    the true residual and the objective grew again after ~10 iterations on
-    numerically singular problems.  The stopping test reads the residual one step
-    after the true one.
-    """
-    history = []
-    relative = _relative(residual, reference)
-    met = relative <= settings.tol  # columns that met the tolerance: frozen from then on
-    broken = torch.zeros_like(met)  # columns whose curvature was not positive (rounding): stopped unconverged
-    direction, monitor = residual.clone(), _Monitor(coef, settings)
-    n_outputs = coef.shape[1]
-    clock = EpochClock(coef.device)
-    for iteration in range(1, settings.max_iterations + 1):
-        active = ~(met | broken)
-        if not bool(active.any()):
-            break
-        clock.start()
-        step_coef = system.step_coefficients(direction)
-        images, train_loss, merit = system.evaluate(coef, step_coef)
-        if monitor.diverged(merit, coef):
-            return history, "objective grew"
-        if monitor.objective_diverged(train_loss, coef, settings.log):
-            return history, "diverged"
-        both = system.transposed(images)
-        residual, image = both[:, :n_outputs].neg(), both[:, n_outputs:]
-        curvature = (direction * image).sum(dim=0)
-        broken |= active & ~(curvature > 0)
-        active &= ~broken
-        step = torch.where(active, (residual * direction).sum(dim=0) / curvature.clamp_min(1e-300), 0.0)
-        coef.add_(step_coef * step)
-        system.moved(step)
-        new_residual = residual - image * step
-        relative = _relative(new_residual, reference)
-        ratio = (new_residual * (new_residual - residual)).sum(dim=0) / _column_norms(residual).square()
-        direction = new_residual + direction * ratio.nan_to_num(0.0).clamp_min(0.0)
-        met |= active & (relative <= settings.tol)
-        history.append(_record(iteration, train_loss, step, clock.seconds(), relative, settings))
-        active &= ~met
-        if bool(active.any()):
-            stop = monitor.stagnated(float(relative[active].max()), merit, settings.log)
-            if stop:
-                return history, monitor.unconverged(stop, coef)
-    if bool(met.all()):
-        return history, "converged"
-    return history, monitor.unconverged("iterations" if bool(active.any()) else "curvature", coef)
-
-
-class _Monitor:
-    """Rollback to the best measured coefficients when the merit or the objective diverges; residual stagnation.
-
-    The merit and the objective are measured in the kernel blocks' dtype at the
-    coefficients an iteration starts from (rounded to that dtype, as they will be
-    returned).  The exact line search cannot make the merit grow, so its growth
-    (:data:`~skgpu_kernel.planning.stopping.CG_MERIT_DIVERGENCE`) means rounding has
-    taken over: with float32 blocks and a tiny ``alpha`` the exact solution can have
-    coefficients so large that float32 cannot evaluate it.  Where the settings carry
-    the objective's own rule, its best iterate is kept too.
-    """
-
-    def __init__(self, coef, settings):
-        self.n_iter_no_change = settings.n_iter_no_change
-        self.merit_rule = plan_divergence("merit")
-        self.best_loss, self.best_coef = math.inf, coef.clone()
-        self.lowest_residual, self.without_new_low = math.inf, 0
-        self.objective = Stopping(settings.stopping)
-        self.objective_rule = settings.objective_divergence
-        if self.objective_rule is not None:
-            self.best_objective, self.best_objective_coef = math.inf, coef.clone()
-            self.reference, self.last_objective, self.growths = None, math.inf, 0
-
-    def diverged(self, merit, coef):
-        """Record CG's merit at ``coef``; on growth put the best coefficients back (a warning) and say so.
-
-        Growth is by ``growth - 1`` times the best merit's size (which may be
-        negative: CG's quadratic on the square system).
-        """
-        if self.merit_rule.exceeded(merit, self.best_loss) is None:
-            if merit < self.best_loss:
-                self.best_loss = merit
-                self.best_coef.copy_(coef)
-            return False
-        coef.copy_(self.best_coef)
-        warn_user(
-            f"Conjugate gradients stopped: the objective grew to {merit:.4g} from "
-            f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best coefficients. "
-            "Use float64 or a larger alpha.",
-            RuntimeWarning,
-        )
-        return True
-
-    def objective_diverged(self, objective, coef, log):
-        """Record the training objective at ``coef``; where it broke its rule, the best iterate put back and True."""
-        rule = self.objective_rule
-        if rule is None:
-            return False
-        if self.reference is None:
-            self.reference = objective  # the zero model's, from a cold start
-        why = rule.exceeded(objective, self.best_objective, self.reference)
-        self.growths = self.growths + 1 if why == "grew" else 0
-        self.last_objective = objective
-        if why is None or (why == "grew" and self.growths < rule.window):
-            if objective < self.best_objective:
-                self.best_objective = objective
-                self.best_objective_coef.copy_(coef)
-            return False
-        coef.copy_(self.best_objective_coef)
-        if log is not None:
-            log(
-                f"stopping: the training objective diverged ({why}: {objective:.4g}, lowest "
-                f"{self.best_objective:.4g}, the start's {self.reference:.4g}); keeping the best iterate"
-            )
-        return True
-
-    def unconverged(self, stop, coef):
-        """``stop``, with the best iterate by the objective put back where the last measured one is worse."""
-        rule = self.objective_rule
-        if rule is not None and self.reference is not None:
-            if rule.keeps_best(self.last_objective, self.best_objective, self.reference):
-                coef.copy_(self.best_objective_coef)
-        return stop
-
-    def stagnated(self, residual, train_loss, log):
-        """Record the largest relative residual and the objective; which has stopped improving, or None."""
-        if self.objective.should_stop({"train_loss": train_loss}, None, log):
-            return "objective"
-        if residual < self.lowest_residual:
-            self.lowest_residual, self.without_new_low = residual, 0
-            return None
-        self.without_new_low += 1
-        if self.n_iter_no_change is None or self.without_new_low < self.n_iter_no_change:
-            return None
-        if log is not None:
-            log(
-                f"stopping: the relative residual has not fallen below {self.lowest_residual:.3g} for "
-                f"{self.n_iter_no_change} iterations"
-            )
-        return "residual stalled"
-
-
-def _record(iteration, train_loss, step, seconds, relative, settings):
-    """The iteration's record (learning rate: the mean CG step of the columns that moved), logged."""
-    moved = step[step != 0]
-    learning_rate = float(moved.mean()) if moved.numel() else 0.0
-    record = epoch_record(
-        iteration, iteration, train_loss, learning_rate, seconds, relative_residual=float(relative.max())
-    )
-    if settings.log is not None:
-        line = format_record(record, settings.max_iterations)
-        settings.log(f"{line}, relative residual {record['relative_residual']:.3g}")
-    return record

@@ -93,8 +93,7 @@ class ExactProjection:
         factor = torch.empty(p, p, dtype=torch.float64, device=centers.device)
         info = torch.empty((), dtype=torch.int32, device=centers.device)
         for _ in range(8):
-            for start in range(0, p, row_block):
-                factor[start : start + row_block] = gram.block(slice(start, start + row_block))
+            gram.fill(factor, row_block)
             scale = float(factor.diagonal().mean()) if p else 1.0
             factor.diagonal().add_(jitter * scale)
             torch.linalg.cholesky_ex(factor, out=(factor, info))
@@ -323,9 +322,8 @@ class _TemporaryCenters:
         if self.count == 0:
             return None
         blocks = OperatorBlocks.whole(rows.shape[0], self.count)
-        return (
-            EvaluatedOperator(self.kernel, rows, self.prepared[: self.count], blocks).block() @ self.coef[: self.count]
-        )
+        operator = EvaluatedOperator(self.kernel, rows, self.prepared[: self.count], blocks)
+        return operator.block_matmul(self.coef[: self.count])
 
     def add(self, rows, coef):
         stop = self.count + rows.shape[0]

@@ -22,7 +22,7 @@ run in the training dtype.
 
 import torch
 
-from .centers_cg import CentersSolveResult, conjugate_gradients
+from .conjugate_gradients import CentersSolveResult, conjugate_gradients
 
 __all__ = ["fit_full_kernel_cg"]
 
