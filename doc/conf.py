@@ -22,8 +22,17 @@ Environment variables:
 """
 
 import os
+import sys
+from pathlib import Path
 
 import skgpu_kernel
+
+# "How a fit runs" shows the stages of a fit as a figure drawn here at every build
+# (matplotlib only, offline), so that it names the modules of the code it documents.
+sys.path.insert(0, str(Path(__file__).parent))
+from fit_stages_figure import draw as draw_fit_stages
+
+draw_fit_stages(Path(__file__).parent / "_generated" / "fit_stages.png")
 
 # -- Project information ---------------------------------------------------------
 

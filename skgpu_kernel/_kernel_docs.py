@@ -299,6 +299,12 @@ default="from_dtype"
         ``column_scaling_``.
 """
 
+REFERENCES = """    References
+    ----------
+    .. [1] S. Ma and M. Belkin, "Kernel machines that adapt to GPUs for effective
+       large batch training", SysML 2019. arXiv:1806.06144.
+"""
+
 COMMON_ATTRIBUTES = """
     device_ : str
         Device the model was trained on.
@@ -520,11 +526,9 @@ REGRESSOR_DOC = (
     AdaptiveKernelClassifier : The same machine for classification.
     sklearn.kernel_ridge.KernelRidge : Exact solve in O(n^3) time and O(n^2) memory.
 
-    References
-    ----------
-    .. [1] S. Ma and M. Belkin, "Kernel machines that adapt to GPUs for effective
-       large batch training", SysML 2019. arXiv:1806.06144.
-
+"""
+    + REFERENCES
+    + """
     Examples
     --------
     >>> import numpy as np
@@ -592,11 +596,9 @@ CLASSIFIER_DOC = (
     AdaptiveKernelRegressor : The same machine for regression.
     sklearn.calibration.CalibratedClassifierCV : Other calibrations of the scores.
 
-    References
-    ----------
-    .. [1] S. Ma and M. Belkin, "Kernel machines that adapt to GPUs for effective
-       large batch training", SysML 2019. arXiv:1806.06144.
-
+"""
+    + REFERENCES
+    + """
     Examples
     --------
     >>> from sklearn.datasets import load_digits

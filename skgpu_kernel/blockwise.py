@@ -99,7 +99,7 @@ class PredictionTensors:
         From the grid's exact distances where the fit took them and every row of ``X``
         lies on the centers' grid (after the offset), else from float blocks.  The
         distances' products are int8 ones where these pay at the prediction blocks
-        (:func:`~skgpu_kernel.grid.integer_products_pay`, measured: a fit's wide
+        (:func:`~skgpu_kernel.operator_facts.integer_products_pay`, measured: a fit's wide
         blocks may gain where 256-row blocks do not), else exact float32 ones: the
         same predictions to the bit either way.
 

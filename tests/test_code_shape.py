@@ -425,16 +425,18 @@ def test_a_fits_stages_take_only_the_request_the_runtime_and_the_plan():
     assert not any(found.values()), found
 
 
+@pytest.mark.slow
 def test_only_four_objects_cross_a_fits_stages(monkeypatch):
-    """A learning fit, each stage wrapped: its arguments and results are the request, runtime, plan and result."""
+    """A default fit, each stage wrapped: its arguments and results are the request, runtime, plan and result."""
     import importlib
     import pkgutil
 
     import numpy as np
 
-    from skgpu_kernel import AdaptiveKernelRegressor, fit, kernel_machines
+    from skgpu_kernel import AdaptiveKernelClassifier, fit, kernel_machines
     from skgpu_kernel.fit import FeatureLearningResult, FitRequest, KernelFitResult, KernelRuntime
     from skgpu_kernel.fit.resolve import FitPlan
+    from skgpu_kernel.planning.agop import AUTO_LEARNING_MIN_ROWS
 
     allowed_in = (FitRequest, KernelRuntime, FitPlan, type(None))
     allowed_out = (FitPlan, KernelFitResult, FeatureLearningResult)
@@ -457,7 +459,10 @@ def test_only_four_objects_cross_a_fits_stages(monkeypatch):
             if hasattr(holder, name):
                 monkeypatch.setattr(holder, name, stage)
     rng = np.random.RandomState(0)
-    X = rng.uniform(-1, 1, (300, 4))
-    y = np.sin(3 * X[:, 0]) + X[:, 1]
-    AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=1, random_state=0).fit(X, y)
+    # The default path (issue 64): every parameter at its default, feature learning
+    # "auto" learning at AUTO_LEARNING_MIN_ROWS rows, the classifier's calibration too.
+    X = rng.uniform(-1, 1, (AUTO_LEARNING_MIN_ROWS, 4))
+    y = np.sin(3 * X[:, 0]) + X[:, 1] > 0.5
+    model = AdaptiveKernelClassifier(random_state=0).fit(X, y)
+    assert model.feature_learning_ is not None and model.calibration_ == "held-out"
     assert set(crossed) == set(_fit_stages())  # every stage ran

@@ -152,15 +152,47 @@ def test_layers_import_downwards():
     assert not upward, upward
 
 
+# The stages of a kernel fit (issue 64 item 1), one module each in ``skgpu_kernel/fit/``,
+# and the functions that run them, which ``solvers/`` (algorithms only) never defines.
+FIT_STAGE_MODULES = ("request", "resolve", "tune", "plan", "prepare", "operator", "solve", "finish", "feature_learning")
+STAGE_FUNCTIONS = {
+    "resolve",
+    "tune",
+    "tune_kernel",
+    "choose_solver",
+    "prepare",
+    "solve",
+    "run_solver",
+    "fit_kernel_model",
+    "fit_with_feature_learning",
+}
+
+
+def test_the_fit_stages_are_modules_of_the_fit_package_and_solvers_hold_algorithms_only():
+    missing = [stage for stage in FIT_STAGE_MODULES if not (PACKAGE / "fit" / f"{stage}.py").exists()]
+    in_solvers = sorted(
+        f"solvers/{path.name}: {node.name}"
+        for path in (PACKAGE / "solvers").glob("*.py")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name in STAGE_FUNCTIONS
+    )
+    assert not missing and not in_solvers, (missing, in_solvers)
+
+
+def _imports_of(directory, parts):
+    """``module -> imported`` for each import of the modules under ``directory`` from one of ``parts``."""
+    return [
+        f"{path.relative_to(PACKAGE)} -> {name}"
+        for path in sorted((PACKAGE / directory).rglob("*.py"))
+        for name in _internal_imports(path)
+        if _part(name) in parts
+    ]
+
+
 def test_solvers_import_nothing_from_the_fit_pipeline():
     # Issue 64: ``solvers/`` holds the algorithms, the ``fit`` package the stages that
     # run them; an algorithm never reaches back into the pipeline that calls it.
-    upward = [
-        f"{path.relative_to(PACKAGE)} -> {name}"
-        for path in sorted((PACKAGE / "solvers").rglob("*.py"))
-        for name in _internal_imports(path)
-        if _part(name) == "fit"
-    ]
+    upward = _imports_of("solvers", ("fit",))
     assert not upward, upward
 
 
@@ -170,38 +202,28 @@ def test_solvers_import_nothing_from_the_fit_pipeline():
 PLANNING_MAY_NOT_IMPORT = ("operators", "grid", "fit", "solvers", "parallel", "regularization")
 
 
-def _planning_imports_above(planning_modules):
-    """``module -> imported`` for each import of ``planning_modules`` ({name: imports}) above planning."""
-    return [
-        f"{module} -> {name}"
-        for module, imports in sorted(planning_modules.items())
-        for name in sorted(imports)
-        if _part(name) in PLANNING_MAY_NOT_IMPORT
-    ]
-
-
 def test_planning_reads_facts_not_operators_grids_or_stages():
-    planning = {
-        str(path.relative_to(PACKAGE)): _internal_imports(path) for path in sorted((PACKAGE / "planning").glob("*.py"))
-    }
-    found = _planning_imports_above(planning)
+    found = _imports_of("planning", PLANNING_MAY_NOT_IMPORT)
     assert not found, found
 
 
-def test_the_planning_import_rule_finds_an_operator_import():
-    modules = {"planning/operator.py": {"operators", "device"}, "planning/kernel.py": {"grid", "planning._account"}}
-    assert _planning_imports_above(modules) == ["planning/kernel.py -> grid", "planning/operator.py -> operators"]
+def test_the_planning_import_rule_finds_an_operator_import(tmp_path, monkeypatch):
+    # The rule must be able to fail: a planning module that imports the operators and the grid.
+    planning = tmp_path / "skgpu_kernel" / "planning"
+    planning.mkdir(parents=True)
+    (planning / "operator.py").write_text("from ..operators import OperatorMeasurements\nfrom ..device import x\n")
+    (planning / "kernel.py").write_text("from .. import grid\nfrom ._account import MemoryAccount\n")
+    monkeypatch.setitem(globals(), "PACKAGE", tmp_path / "skgpu_kernel")
+    assert _imports_of("planning", PLANNING_MAY_NOT_IMPORT) == [
+        "planning/kernel.py -> grid",
+        "planning/operator.py -> operators",
+    ]
 
 
 def test_solvers_import_nothing_from_parallel():
     # The BMGD pipeline receives its runner (this process, or a strategy's workers)
     # from the shell: the loops and pipelines never reach up into ``parallel``.
-    upward = [
-        f"{path.relative_to(PACKAGE)} -> {name}"
-        for path in sorted((PACKAGE / "solvers").rglob("*.py"))
-        for name in _internal_imports(path)
-        if _part(name) == "parallel"
-    ]
+    upward = _imports_of("solvers", ("parallel",))
     assert not upward, upward
 
 

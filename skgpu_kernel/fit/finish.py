@@ -119,27 +119,6 @@ class FittedModel:
     center_rows: np.ndarray | None  # the rows of the fit's data the centers are; None: the user's centers
 
 
-def fits_joint_intercept(fit_intercept, alpha, validation):
-    """Whether the intercept is fitted with the kernel part: penalised (``alpha > 0``), no held-out split.
-
-    The package's one model is ``f(x) = sum_j a_j k(z_j, x) + b`` minimising
-    ``sum_i w_i (y_i - f(x_i))^2 + alpha a^T K(Z, Z) a`` with ``b`` unpenalised,
-    whatever the solver.  Every solver solves for the coefficients of given
-    targets, so the fit solves for the centred targets and a column of ones
-    together and combines them (:func:`with_joint_intercept`).  Without a penalty
-    (an interpolating or early-stopped fit, where ``b`` is not determined), and
-    where held-out rows score every epoch, ``b`` is the weighted mean of the
-    targets.  The joint intercept was measured to matter: the leave-one-out
-    criterion scores ridge with an unpenalised intercept (centred features, as
-    ``RidgeCV(fit_intercept=True)``); the weighted mean of the targets is that
-    intercept only where the kernel part averages to zero over the rows, which a
-    narrow kernel's does not: on Ionosphere (280 rows) the mean intercept gave test
-    error 0.28 where ridge on the same kernel's features with its own intercept gave
-    0.056.
-    """
-    return fit_intercept and validation is None and alpha > 0
-
-
 @dataclass(frozen=True)
 class JointResiduals:
     """What the joint intercept of a model on centers reads: the training rows, targets (ones last), weights."""

@@ -310,7 +310,8 @@ def fits_joint_intercept(fit_intercept, alpha, validation):
     ``sum_i w_i (y_i - f(x_i))^2 + alpha a^T K(Z, Z) a`` with ``b`` unpenalised,
     whatever the solver.  Every solver solves for the coefficients of given
     targets, so the fit solves for the centred targets and a column of ones
-    together and combines them (:func:`with_joint_intercept`).  Without a penalty
+    together and the finish stage combines them
+    (:func:`~skgpu_kernel.fit.finish.with_joint_intercept`).  Without a penalty
     (an interpolating or early-stopped fit, where ``b`` is not determined), and
     where held-out rows score every epoch, ``b`` is the weighted mean of the
     targets.  The joint intercept was measured to matter: the leave-one-out

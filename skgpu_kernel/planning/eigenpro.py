@@ -90,11 +90,11 @@ def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=No
     device : torch.device
     settings : KernelSettings
         ``settings.cache_dtype`` is the cache's storage (see
-        :func:`plan_kernel_cache`).
+        :func:`~skgpu_kernel.planning.kernel.plan_kernel_cache`).
     definite_penalty : float or None, default=None
         The smallest diagonal shift of the system a solver needs positive definite
         (CG on every point: the penalty on the normalised weights); None for
-        EigenPro 2 (see :func:`plan_kernel_cache`).
+        EigenPro 2 (see :func:`~skgpu_kernel.planning.kernel.plan_kernel_cache`).
 
     Returns
     -------
@@ -283,7 +283,7 @@ class KernelFitPlan:
     Attributes
     ----------
     method : {"eigenpro2", "eigenpro3", "cg"}
-        ``"cg"``: CG on every point (:func:`plan_every_point_cg`).
+        ``"cg"``: CG on every point (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`).
     subsample_size : int
     capacity : int
         Measured batch capacity ``m_G`` (or the given batch size).
@@ -412,7 +412,7 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
     """Stage 2 of an EigenPro 3 fit: the batch, the temporary centers, the blocks and the memory account.
 
     Temporary centers trade per-step kernel work against fewer projections
-    (:func:`temporary_centers_for`); their count is halved until they fit in
+    (:func:`~skgpu_kernel.planning.kernel.temporary_centers_for`); their count is halved until they fit in
     half the free memory and next to the batch, and is at least one batch.
 
     Parameters

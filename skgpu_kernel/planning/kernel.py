@@ -1,18 +1,14 @@
-"""Planners of the kernel machines: every automatic decision of an EigenPro 2 or EigenPro 3 fit.
+"""The sizes of a kernel fit and what its memory holds: the problem, the memory models, the kernel cache.
 
-A fit is planned in two stages because two facts are measured in between:
-
-1. the *layout* (:func:`plan_eigenpro2_layout`, :func:`plan_eigenpro3_layout`),
-   before any tensor exists: the Nystrom subsample, the memory model, whether
-   ``X`` is streamed, whether ``K(X, Z)`` is cached, which projection, and the
-   largest batch the memory allows (the throughput probe's upper bound);
-2. the *plan* (:func:`plan_eigenpro2`, :func:`plan_eigenpro3`), once the device's
-   batch capacity is measured and the preconditioner's spectrum is known: the
-   batch, the temporary centers, the blocks and the memory account.
-
-Everything here is a pure function of sizes, the memory budget and the user's
-parameters; the memory models are linear in the batch, as in Falkon's helpers.
-Nothing allocates a tensor or reads a clock.
+:class:`KernelProblem` is what every planner of a kernel fit reads (rows,
+features, outputs, centers, shards, the kernel's own blocks); the memory models
+(:class:`TrainingMemoryPlan`, :class:`CentersMemoryPlan`) are linear in the batch,
+as in Falkon's helpers; :func:`plan_kernel_cache` decides whether ``K(X, X)`` or
+``K(X, Z)`` is stored and in which dtype.  The EigenPro solvers' layouts and plans
+build on them (:mod:`skgpu_kernel.planning.eigenpro`), and so does the choice of
+the solver (:mod:`skgpu_kernel.planning.solver`).  Everything here is a pure
+function of sizes, the memory budget and the user's parameters: nothing allocates
+a tensor or reads a clock.
 """
 
 import math

@@ -8,7 +8,7 @@ capacity probe measures the batch) and after the memory layout has placed the
 cache:
 
 * **products**: blocks from the grid's exact distances wherever the rows lie on one
-  (computed by int8 products where they pay, :func:`skgpu_kernel.grid.integer_products_pay`:
+  (computed by int8 products where they pay, :func:`skgpu_kernel.operator_facts.integer_products_pay`:
   at least ``INTEGER_PRODUCTS_MIN_SPEEDUP`` times faster at the measured blocks, the
   one rule of the fit and ``predict``, else by exact float32 products of the codes:
   the same bits, so that no model depends on that timing), else float blocks from

@@ -147,8 +147,8 @@ def plan_auto_centers(problem, budget, device, settings):
     """The number of centers of ``n_centers="auto"``.
 
     Every training point is a center while EigenPro 2 can keep ``K(X, X)`` in the
-    budget (:func:`plan_kernel_cache`, float16 storage included where allowed) or
-    there are at most :data:`AUTO_EVERY_POINT_MAX_ROWS` rows.  Beyond, ``p =
+    budget (:func:`~skgpu_kernel.planning.kernel.plan_kernel_cache`, float16 storage included where allowed) or
+    there are at most ``AUTO_EVERY_POINT_MAX_ROWS`` rows.  Beyond, ``p =
     max(AUTO_CENTERS_MIN, AUTO_CENTERS_PER_ROOT sqrt(n))`` training rows, lowered to
     the largest ``p`` whose ``K(X, Z)`` CG can store next to its factors (each CG
     iteration then costs one read of it, :func:`plan_centers_solver`) as long as
@@ -206,10 +206,10 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     """Which solver fits a model with a center at every training point: ``"cg"`` or ``"eigenpro"``.
 
     ``"auto"`` takes CG for a positive ``alpha``: up to
-    :data:`FULL_KERNEL_CG_MAX_ROWS` rows with Falkon's preconditioner built on
+    ``FULL_KERNEL_CG_MAX_ROWS`` rows with Falkon's preconditioner built on
     ``K(X, X)``'s own factor (the exact penalised solution in a few passes) when
     the factors fit the budget, EigenPro 2 when they do not; beyond, with a
-    preconditioner from the Nystrom subsample (:func:`full_kernel_cg_factors`),
+    preconditioner from the Nystrom subsample (``full_kernel_cg_factors``),
     in the memory EigenPro 2 would use: each iteration reads ``K(X, X)`` once,
     as an epoch does, and a small ``alpha`` needs far fewer of them than SGD's
     epochs (VietNamI, alpha 0.07: 17 against 31).  Without a penalty EigenPro 2 is
@@ -309,7 +309,7 @@ CG_MAX_CONDITION = 100.0
 def full_kernel_cg_conditioned(condition):
     """Whether subsample-preconditioned CG fits a system of estimated condition number ``condition``.
 
-    ``condition`` is :func:`~skgpu_kernel.preconditioner.shifted_condition` of the
+    ``condition`` is :func:`~skgpu_kernel.cg_preconditioner.shifted_condition` of the
     eigensystem the fit measured; above :data:`CG_MAX_CONDITION` EigenPro 2's
     penalised SGD fits instead.
 
@@ -327,9 +327,9 @@ def full_kernel_cg_conditioned(condition):
 def full_kernel_cg_factors(problem):
     """Whether CG with a center at every training point factors ``K(X, X)`` (else: a subsample preconditioner).
 
-    Up to :data:`FULL_KERNEL_CG_MAX_ROWS` rows the ``n x n`` factors of Falkon's
+    Up to ``FULL_KERNEL_CG_MAX_ROWS`` rows the ``n x n`` factors of Falkon's
     preconditioner are affordable and make CG exact in a few iterations; beyond,
-    the preconditioner is :func:`~skgpu_kernel.preconditioner.shifted_rpcholesky_preconditioner`,
+    the preconditioner is :func:`~skgpu_kernel.cg_preconditioner.shifted_rpcholesky_preconditioner`,
     a randomly pivoted Cholesky factor of rank ``q``, ``O(n q)`` memory.
     """
     return problem.n_rows <= FULL_KERNEL_CG_MAX_ROWS

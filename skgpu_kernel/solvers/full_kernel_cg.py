@@ -11,10 +11,10 @@ Where ``alpha`` is small against ``K``'s top eigenvalues the system is ill
 conditioned, and SGD's progress on the directions below the preconditioner's level
 is ``alpha / beta_P`` e-folds per epoch (VietNamI: 0.066, 31 epochs).  CG with a
 preconditioner that brings the top of the spectrum down to the shift
-(:class:`~skgpu_kernel.preconditioner.ShiftedNystromPreconditioner`) needs about
+(:class:`~skgpu_kernel.cg_preconditioner.ShiftedNystromPreconditioner`) needs about
 the square root of the remaining condition number.
 
-The loop is :func:`~skgpu_kernel.solvers.centers_cg.conjugate_gradients` (exact
+The loop is :func:`~skgpu_kernel.solvers.conjugate_gradients.conjugate_gradients` (exact
 line search from the true residual every iteration, the package's stopping rule
 on the objective); coefficients and CG vectors are float64, products with ``K``
 run in the training dtype.
