@@ -3,6 +3,7 @@
 import dataclasses
 
 from .plan import choose_solver
+from .request import log_fit
 from .resolve import resolve
 from .solve import solve
 from .tune import applied_tuning, tune
@@ -26,5 +27,9 @@ def fit_kernel_model(request, runtime, plan=None):
     """
     resolved = resolve(request, runtime)
     if plan is not None:
-        resolved = dataclasses.replace(resolved, tuning=applied_tuning(plan.tuning, resolved))
+        tuning = applied_tuning(plan.tuning, resolved)
+        if tuning is None:  # the tune stage runs again, and says so
+            message = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
+            log_fit(runtime, request.parameters, message + "asks for none: tuned again")
+        resolved = dataclasses.replace(resolved, tuning=tuning)
     return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))
