@@ -379,7 +379,8 @@ def test_no_solver_class_inherits_from_another():
     """
     package_classes = _package_classes()
     found = {}
-    for path in sorted((PACKAGE / "solvers").glob("*.py")):
+    # The algorithms (solvers/) and the attempts that run them (fit/, issue 64).
+    for path in sorted([*(PACKAGE / "solvers").glob("*.py"), *(PACKAGE / "fit").glob("*.py")]):
         inheriting = _inheriting_classes(path.read_text(), package_classes)
         if inheriting:
             found[path.name] = inheriting
