@@ -56,7 +56,8 @@ def resolve_scaling_rule(spec):
 
     Examples
     --------
-    >>> from skgpu_kernel.scaling import LEGW, resolve_scaling_rule
+    >>> from skgpu_kernel.scaling import LEGW
+    >>> from skgpu_kernel.scaling_rules import resolve_scaling_rule
     >>> resolve_scaling_rule("sqrt")
     SqrtScaling()
     >>> rule = LEGW(base_lr=0.1)
@@ -92,7 +93,8 @@ def warn_if_warmup_fills_run(rule, context):
     Examples
     --------
     >>> import warnings
-    >>> from skgpu_kernel.scaling import LinearScaling, ScheduleContext, warn_if_warmup_fills_run
+    >>> from skgpu_kernel.scaling import LinearScaling, ScheduleContext
+    >>> from skgpu_kernel.scaling_rules import warn_if_warmup_fills_run
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     warn_if_warmup_fills_run(LinearScaling(), ScheduleContext(256, 100, n_epochs=3))

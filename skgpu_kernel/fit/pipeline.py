@@ -1,4 +1,11 @@
-"""A kernel fit, stage by stage: resolve, tune, plan, solve (prepare, operator, solver, fallbacks, finish)."""
+"""A kernel fit, stage by stage: resolve, tune, plan, solve (prepare, operator, solver, fallbacks, finish).
+
+:func:`fit_kernel_model` is the one fit function of the kernel machines: each
+stage is a module of this package and adds its decisions to one
+:class:`~skgpu_kernel.fit.resolve.FitPlan`.  Random draws happen in a fixed order
+(validation split, shuffle, then a streamed fit's seed), so that a seed gives the
+same model whatever the path.
+"""
 
 import dataclasses
 

@@ -1,4 +1,16 @@
-"""The solve stage and the one fallback loop: run the plan's solver, then every fallback, then the last check."""
+"""The solve stage and the one fallback loop: run the plan's solver, then every fallback, then the last check.
+
+:func:`solve` takes the model the tune stage already solved (``plan.direct ==
+"from tuning"``) or prepares the fit (:func:`~skgpu_kernel.fit.prepare.prepare`)
+and hands :func:`run_solver` the host data and settings.  The loop runs the
+attempt the registry :data:`SOLVER_PATHS` names for the solver and the data
+(centers or every point; :mod:`~skgpu_kernel.fit.eigenpro`,
+:mod:`~skgpu_kernel.fit.cg`, :mod:`~skgpu_kernel.fit.direct`), then every
+:class:`~skgpu_kernel.fit.attempts.Fallback` an attempt asks for, checks each
+model against the trivial predictor, and records every attempt: the one place a
+fit changes course, as scikit-learn's ``_ridge_regression`` reports the solver
+that ran.  The finish stage (:mod:`~skgpu_kernel.fit.finish`) makes the result.
+"""
 
 import dataclasses
 

@@ -252,6 +252,8 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
     --------
     >>> import torch
     >>> from skgpu_kernel.kernels import Gaussian
+    >>> from skgpu_kernel.operators.row_blocks import KernelRowBlocks, center_operator
+    >>> from skgpu_kernel.solvers.conjugate_gradients import CGSettings
     >>> X = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
     >>> kernel, Z = Gaussian(bandwidth=0.3), X[::4]
     >>> rows = KernelRowBlocks(center_operator(kernel, X, Z, row_block=16), torch.sin(6 * X), None, row_block=16)

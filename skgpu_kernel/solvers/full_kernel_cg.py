@@ -97,9 +97,9 @@ def fit_full_kernel_cg(products, Y, weights, alpha, preconditioner, settings, co
     --------
     >>> import torch
     >>> from skgpu_kernel.kernels import Gaussian
-    >>> from skgpu_kernel.preconditioner import (
-    ...     PenalisedRows, nystrom_eigensystem, shifted_nystrom_preconditioner)
-    >>> from skgpu_kernel.solvers.centers_cg import CGSettings
+    >>> from skgpu_kernel.cg_preconditioner import PenalisedRows, shifted_nystrom_preconditioner
+    >>> from skgpu_kernel.preconditioner import nystrom_eigensystem
+    >>> from skgpu_kernel.solvers.conjugate_gradients import CGSettings
     >>> X = torch.linspace(0, 1, 60, dtype=torch.float64)[:, None]
     >>> K = Gaussian(bandwidth=0.3)(X, X)
     >>> rows = PenalisedRows(60, 1e-3, None, torch.float64)
