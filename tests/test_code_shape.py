@@ -194,7 +194,7 @@ KERNEL_CALLERS = ("kernels.py", "operators/", "testing.py")
 def _may_evaluate_kernels(path):
     """Whether the package module at ``path`` is one of :data:`KERNEL_CALLERS`."""
     relative = path.relative_to(PACKAGE).as_posix()
-    return any(relative == caller or relative.startswith(caller) for caller in KERNEL_CALLERS if caller)
+    return any(relative == caller or relative.startswith(caller) for caller in KERNEL_CALLERS)
 
 
 _KERNEL_PRODUCTS = ("block", "prepared_block")

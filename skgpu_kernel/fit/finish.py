@@ -175,9 +175,16 @@ def finished_model(outcome, prepared, plan, runtime):
         intercept = intercept + shift
     center_rows = host.order if host.centers is None else host.center_rows
     center_rows = None if center_rows is None else split.of_data(center_rows)
-    early_stopping = plan.tuning.policy.early_stopping
-    model = (settings.kernel, settings.bandwidth, settings.offset, intercept, host.order, early_stopping, center_rows)
-    return FittedModel(outcome, *model)
+    return FittedModel(
+        outcome,
+        kernel=settings.kernel,
+        bandwidth=settings.bandwidth,
+        offset=settings.offset,
+        intercept=intercept,
+        order=host.order,
+        early_stopping=plan.tuning.policy.early_stopping,
+        center_rows=center_rows,
+    )
 
 
 def fit_result(model, tuning):
