@@ -17,9 +17,10 @@ from sklearn.kernel_ridge import KernelRidge
 
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators.row_blocks import CachedRowBlocks, KernelRowBlocks, center_operator
-from skgpu_kernel.solvers.centers_cg import default_jitter, fit_centers_cg
-from skgpu_kernel.solvers.conjugate_gradients import CGSettings, _Monitor
+from skgpu_kernel.solvers.centers_cg import default_jitter, solve_centers_cg
+from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings, _Monitor
 from skgpu_kernel.solvers.epochs import CORE_KEYS
+from skgpu_kernel.solvers.solution import Targets
 
 
 def _gaussian(A, B, bandwidth):
@@ -40,8 +41,8 @@ def _fit(X, Y, w, Z, bandwidth, alpha, dtype=torch.float64, row_block=128, **set
     Z_t = torch.tensor(Z, dtype=torch.float64)
     weights = None if w is None else torch.tensor(w, dtype=dtype)
     operator = center_operator(kernel, torch.tensor(X, dtype=dtype), Z_t, row_block)
-    rows = KernelRowBlocks(operator, torch.tensor(Y, dtype=dtype), weights, row_block)
-    return fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(**settings))
+    rows = KernelRowBlocks(operator, Z_t, row_block)
+    return solve_centers_cg(rows, Targets(torch.tensor(Y, dtype=dtype), weights), CGPlan(alpha, CGSettings(**settings)))
 
 
 def _normal_equations(X, Y, w, Z, bandwidth, alpha):
@@ -79,7 +80,7 @@ def test_every_point_a_center_gives_kernel_ridge(alpha):
     result = _fit(X, y, None, X, bandwidth, alpha, tol=1e-10)
     assert result.converged
     # With Z = X the preconditioner is exact up to the jitter: a handful of iterations.
-    assert result.n_iterations <= 5
+    assert result.n_steps <= 5
     assert result.coef.shape == (300, 1)
     assert _relative(result.coef.numpy().ravel(), reference) < 1e-6
 
@@ -134,7 +135,7 @@ def test_ill_conditioned_problem_converges_where_plain_cg_does_not():
     reference = _stacked_least_squares(K, K_zz, Y, w, alpha)
     result = _fit(X, Y, None, Z, bandwidth, alpha, row_block=512)
     assert result.converged
-    assert result.n_iterations <= 30
+    assert result.n_steps <= 30
     coef = result.coef.numpy()
     assert _relative(K @ coef, K @ reference) < 1e-4
     best = _objective(K, K_zz, Y, w, alpha, reference)
@@ -199,7 +200,7 @@ def test_history_records_and_convergence_flag():
     lines = []
     result = _fit(X, Y, w, Z, 1.0, 0.1, log=lines.append)
     assert result.converged
-    assert result.n_iterations == len(result.history) == len(lines) > 1
+    assert result.n_steps == len(result.history) == len(lines) > 1
     for number, record in enumerate(result.history, start=1):
         assert tuple(record)[: len(CORE_KEYS)] == CORE_KEYS
         assert record["epoch"] == record["n_steps"] == number
@@ -215,7 +216,7 @@ def test_history_records_and_convergence_flag():
 
     short = _fit(X, Y, w, Z, 1.0, 0.1, max_iterations=2)
     assert not short.converged
-    assert short.n_iterations == len(short.history) == 2
+    assert short.n_steps == len(short.history) == 2
 
 
 def test_train_loss_is_the_penalised_objective():
@@ -236,13 +237,14 @@ def test_warm_start():
     exact = _fit(X, Y, w, Z, bandwidth, alpha, tol=1e-10)
     kernel = Gaussian(bandwidth=bandwidth)
     Z_t = torch.tensor(Z)
-    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z_t, 128), torch.tensor(Y), torch.tensor(w), 128)
-    again = fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(tol=1e-6), coef_init=exact.coef)
-    assert again.converged and again.n_iterations == 0
-    partial = fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(max_iterations=3))
-    resumed = fit_centers_cg(kernel, rows, Z_t, alpha, CGSettings(tol=1e-10), coef_init=partial.coef)
+    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z_t, 128), Z_t, 128)
+    targets = Targets(torch.tensor(Y), torch.tensor(w))
+    again = solve_centers_cg(rows, targets, CGPlan(alpha, CGSettings(tol=1e-6), coef_init=exact.coef))
+    assert again.converged and again.n_steps == 0
+    partial = solve_centers_cg(rows, targets, CGPlan(alpha, CGSettings(max_iterations=3)))
+    resumed = solve_centers_cg(rows, targets, CGPlan(alpha, CGSettings(tol=1e-10), coef_init=partial.coef))
     assert resumed.converged
-    assert resumed.n_iterations < exact.n_iterations
+    assert resumed.n_steps < exact.n_steps
     assert _relative(resumed.coef.numpy(), exact.coef.numpy()) < 1e-7
 
 
@@ -251,13 +253,13 @@ def test_row_block_sources_agree():
     bandwidth, alpha = 1.0, 0.1
     kernel = Gaussian(bandwidth=bandwidth)
     X_t, Y_t, w_t, Z_t = (torch.tensor(a) for a in (X, Y, w, Z))
-    computed = KernelRowBlocks(center_operator(kernel, X_t, Z_t, 64), Y_t, w_t, 64)
-    cached = CachedRowBlocks(kernel(X_t, Z_t), Y_t, w_t, 500)
-    settings = CGSettings(tol=1e-10)
-    first = fit_centers_cg(kernel, computed, Z_t, alpha, settings)
-    second = fit_centers_cg(kernel, cached, Z_t, alpha, settings)
+    computed = KernelRowBlocks(center_operator(kernel, X_t, Z_t, 64), Z_t, 64)
+    cached = CachedRowBlocks(kernel(X_t, Z_t), kernel, Z_t, 500)
+    plan = CGPlan(alpha, CGSettings(tol=1e-10))
+    first = solve_centers_cg(computed, Targets(Y_t, w_t), plan)
+    second = solve_centers_cg(cached, Targets(Y_t, w_t), plan)
     # Rounding differs with the block sizes: equal to the tolerance, not bit for bit.
-    assert abs(first.n_iterations - second.n_iterations) <= 2
+    assert abs(first.n_steps - second.n_steps) <= 2
     assert _relative(first.coef.numpy(), second.coef.numpy()) < 1e-8
 
 
@@ -271,7 +273,7 @@ def test_zero_target_column_and_stagnation():
     # the residual makes no new low for n_iter_no_change iterations.
     stalled = _fit(X, Y, w, Z, 1.0, 0.1, dtype=torch.float32, tol=1e-12, n_iter_no_change=5)
     assert not stalled.converged
-    assert stalled.n_iterations < 100
+    assert stalled.n_steps < 100
     residuals = [record["relative_residual"] for record in stalled.history]
     assert min(residuals[-5:]) >= min(residuals)
 
@@ -292,11 +294,12 @@ def test_center_shares_make_the_preconditioner_exact_on_repeated_rows():
     shares = torch.tensor(counts / counts.sum())
     kernel = Gaussian(bandwidth=0.5)
     Z = torch.tensor(values)
-    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z, 512), torch.tensor(Y), None, 512)
-    weighted = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10), center_shares=shares)
-    uniform = fit_centers_cg(kernel, rows, Z, alpha, CGSettings(tol=1e-10))
-    assert weighted.converged and weighted.n_iterations <= 3
-    assert uniform.n_iterations > 3 * weighted.n_iterations
+    rows = KernelRowBlocks(center_operator(kernel, torch.tensor(X), Z, 512), Z, 512)
+    targets = Targets(torch.tensor(Y))
+    weighted = solve_centers_cg(rows, targets, CGPlan(alpha, CGSettings(tol=1e-10), center_shares=shares))
+    uniform = solve_centers_cg(rows, targets, CGPlan(alpha, CGSettings(tol=1e-10)))
+    assert weighted.converged and weighted.n_steps <= 3
+    assert uniform.n_steps > 3 * weighted.n_steps
     np.testing.assert_allclose(K @ weighted.coef.numpy(), K @ reference, rtol=0, atol=1e-8)
 
 

@@ -9,7 +9,8 @@ from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian, Laplacian
 from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
 from skgpu_kernel.regularization import select_alpha
-from skgpu_kernel.solvers.direct import solve_kernel_ridge
+from skgpu_kernel.solvers.direct import solve_direct
+from skgpu_kernel.solvers.solution import Targets
 
 
 def _data(n, seed, d=5):
@@ -126,21 +127,22 @@ def test_above_the_criterion_rows_the_default_fit_is_factored_and_matches_cg():
 
 def test_a_factorisation_rounding_breaks_falls_back_to_cg_and_is_recorded(monkeypatch):
     X, y = _data(400, 15)
-    monkeypatch.setattr(direct_attempt, "solve_kernel_ridge", lambda operator, targets, penalties: None)
+    monkeypatch.setattr(direct_attempt, "solve_direct", lambda operator, targets, plan: None)
     model = AdaptiveKernelRegressor(dtype="float64", random_state=0, alpha=0.1).fit(X, y)
     assert [entry["solver"] for entry in model.fit_attempts_] == ["direct", "cg"]
     assert "could not be factored" in model.fit_attempts_[1]["reason"]
     assert model.solver_ == "cg" and model.alpha_ == 0.1
 
 
-def test_solve_kernel_ridge_refuses_a_system_rounding_leaves_indefinite():
+def test_solve_direct_refuses_a_system_rounding_leaves_indefinite():
     rows = torch.zeros(50, 3, dtype=torch.float64)  # K is all ones: rank one
     kernel = Gaussian(bandwidth=1.0)
     operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), OperatorBlocks.whole(50, 50))
-    targets = torch.ones(50, 1, dtype=torch.float64)
-    assert solve_kernel_ridge(operator, targets, torch.full((50,), -1e-3, dtype=torch.float64)) is None
-    solved = solve_kernel_ridge(operator, targets, torch.full((50,), 0.5, dtype=torch.float64))
-    np.testing.assert_allclose(solved.numpy(), np.full((50, 1), 1.0 / 50.5), rtol=1e-12)
+    targets = Targets(torch.ones(50, 1, dtype=torch.float64))
+    assert solve_direct(operator, targets, -1e-3) is None
+    solved = solve_direct(operator, targets, 0.5)
+    assert solved.converged
+    np.testing.assert_allclose(solved.coef.numpy(), np.full((50, 1), 1.0 / 50.5), rtol=1e-12)
 
 
 def test_a_warm_start_after_a_direct_solve_continues_by_cg_from_its_solution():

@@ -21,6 +21,7 @@ from skgpu_kernel.cg_preconditioner import (
     shifted_rpcholesky_preconditioner,
 )
 from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.operators import CachedOperator
 from skgpu_kernel.planning import solver as planning_solver
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2_layout
 from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS, KernelProblem, KernelSettings
@@ -33,8 +34,15 @@ from skgpu_kernel.planning.solver import (
     plan_full_kernel_solver,
 )
 from skgpu_kernel.preconditioner import nystrom_eigensystem
-from skgpu_kernel.solvers.conjugate_gradients import CGSettings
-from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
+from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
+from skgpu_kernel.solvers.full_kernel_cg import solve_full_kernel_cg
+from skgpu_kernel.solvers.solution import Targets
+
+
+def _solve(K, Y, weights, alpha, preconditioner, settings, coef_init=None):
+    """CG on every point with ``K`` given as a float64 matrix (a cache of it)."""
+    plan = CGPlan(alpha, settings, preconditioner, coef_init)
+    return solve_full_kernel_cg(CachedOperator(K, torch.float64), Targets(Y, weights), plan)
 
 
 def _data(n, d=4, seed=0):
@@ -61,7 +69,7 @@ def _system(n, subsample, alpha, weighted, bandwidth=1.5, seed=0):
 def test_cg_reaches_the_exact_penalised_solution(alpha, weighted):
     K, Y, weights, preconditioner = _system(400, 120, alpha, weighted)
     settings = CGSettings(tol=1e-9, max_iterations=500)
-    result = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, preconditioner, settings)
+    result = _solve(K, Y, weights, alpha, preconditioner, settings)
     inverse_weights = torch.ones(400, dtype=torch.float64) if weights is None else 1.0 / weights
     exact = torch.linalg.solve(K + alpha * torch.diag(inverse_weights), Y)
     assert result.converged
@@ -86,19 +94,19 @@ def test_cg_needs_fewer_iterations_with_the_preconditioner():
     K, Y, _, preconditioner = _system(400, 120, alpha, weighted=False)
     none = ShiftedNystromPreconditioner(torch.zeros(400, 0, dtype=torch.float64), torch.zeros(0), alpha)
     settings = CGSettings(tol=1e-8, max_iterations=400, n_iter_no_change=None)
-    with_it = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, preconditioner, settings)
-    without = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, none, settings)
+    with_it = _solve(K, Y, None, alpha, preconditioner, settings)
+    without = _solve(K, Y, None, alpha, none, settings)
     # Plain CG may not reach the tolerance at all within the bound (it then ran all 400).
     assert with_it.converged
-    assert with_it.n_iterations * 2 <= without.n_iterations
+    assert with_it.n_steps * 2 <= without.n_steps
 
 
 def test_warm_start_from_the_solution_needs_no_iteration():
     alpha = 1e-2
     K, Y, _, preconditioner = _system(300, 100, alpha, weighted=False)
     exact = torch.linalg.solve(K + alpha * torch.eye(300, dtype=torch.float64), Y)
-    result = fit_full_kernel_cg(K.__matmul__, Y, None, alpha, preconditioner, CGSettings(tol=1e-8), coef_init=exact)
-    assert result.n_iterations == 0 and result.converged
+    result = _solve(K, Y, None, alpha, preconditioner, CGSettings(tol=1e-8), coef_init=exact)
+    assert result.n_steps == 0 and result.converged
 
 
 def test_planning_takes_cg_beyond_the_factored_rows_for_a_positive_alpha_only():
@@ -270,10 +278,10 @@ def test_rpcholesky_preconditioned_cg_reaches_the_exact_solution_in_fewer_iterat
     rows = PenalisedRows(400, alpha, weights, torch.float64)
     pivoted = shifted_rpcholesky_preconditioner(Gaussian(bandwidth=1.5), X, rows, 120, torch.Generator().manual_seed(0))
     settings = CGSettings(tol=1e-9, max_iterations=400, n_iter_no_change=None)
-    result = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, pivoted, settings)
-    baseline = fit_full_kernel_cg(K.__matmul__, Y, weights, alpha, uniform, settings)
+    result = _solve(K, Y, weights, alpha, pivoted, settings)
+    baseline = _solve(K, Y, weights, alpha, uniform, settings)
     inverse_weights = torch.ones(400, dtype=torch.float64) if weights is None else 1.0 / weights
     exact = torch.linalg.solve(K + alpha * torch.diag(inverse_weights), Y)
     assert result.converged and baseline.converged
     torch.testing.assert_close(K @ result.coef, K @ exact, rtol=0, atol=1e-7)
-    assert result.n_iterations < baseline.n_iterations
+    assert result.n_steps < baseline.n_steps

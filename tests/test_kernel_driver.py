@@ -102,18 +102,18 @@ def test_every_solver_fits_the_same_model_on_each_operator_kind_it_plans_for(bey
 def test_a_staged_cg_breakdown_is_refitted_and_recorded(monkeypatch):
     """CG that rounding breaks down (staged here on the first run) is refitted with ten times alpha by the driver."""
     X, y = _on_grid(seed=1)
-    solve = cg_attempts.fit_centers_cg
+    solve = cg_attempts.solve_centers_cg
     calls = []
 
-    def breaks_down_once(*args, **kwargs):
-        solved = solve(*args, **kwargs)
-        calls.append(args[3])
+    def breaks_down_once(operator, targets, plan):
+        solved = solve(operator, targets, plan)
+        calls.append(plan.alpha)
         if len(calls) > 1:
             return solved
         history = [{**solved.history[-1], "relative_residual": 0.5}]
         return dataclasses.replace(solved, history=history, stop="curvature")
 
-    monkeypatch.setattr(cg_attempts, "fit_centers_cg", breaks_down_once)
+    monkeypatch.setattr(cg_attempts, "solve_centers_cg", breaks_down_once)
     params = {"solver": "cg", "alpha": 0.5, "n_centers": 120, "bandwidth": 2.0, "random_state": 0}
     with pytest.warns(ConvergenceWarning, match="Refitting from there with alpha=5"):
         model = AdaptiveKernelRegressor(**params).fit(X, y)

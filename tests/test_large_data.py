@@ -163,16 +163,16 @@ def _breaking_down(monkeypatch, n_breakdowns):
     """
     from skgpu_kernel.fit import cg as cg_attempts
 
-    calls, real = [], cg_attempts.fit_centers_cg
+    calls, real = [], cg_attempts.solve_centers_cg
 
-    def fit(kernel, rows, centers, alpha, settings, coef_init=None, shares=None):
-        calls.append((alpha, None if coef_init is None else coef_init.clone()))
+    def fit(operator, targets, plan):
+        calls.append((plan.alpha, None if plan.coef_init is None else plan.coef_init.clone()))
         if len(calls) > n_breakdowns:
-            return real(kernel, rows, centers, alpha, settings, coef_init, shares)
-        one_step = dataclasses.replace(settings, max_iterations=1)
-        return dataclasses.replace(real(kernel, rows, centers, alpha, one_step, coef_init, shares), stop="curvature")
+            return real(operator, targets, plan)
+        one_step = dataclasses.replace(plan, settings=dataclasses.replace(plan.settings, max_iterations=1))
+        return dataclasses.replace(real(operator, targets, one_step), stop="curvature")
 
-    monkeypatch.setattr(cg_attempts, "fit_centers_cg", fit)
+    monkeypatch.setattr(cg_attempts, "solve_centers_cg", fit)
     return calls
 
 

@@ -114,7 +114,7 @@ CASES = {
         "direct solve",
         {**BASE, "alpha": 0.1},
         direct_attempt,
-        "solve_kernel_ridge",
+        "solve_direct",
         1,
         {"solver": "direct", "shrank": "n x n factorisation", "from": "factored", "to": "iterative"},
         keeps_plan=False,

@@ -1,7 +1,8 @@
 """Issue 51: each solver is a function on an operator, called here as one, on every operator kind it plans for.
 
-The solvers' loops (:func:`fit_eigenpro`, :func:`fit_eigenpro3`,
-:func:`fit_full_kernel_cg`, :func:`fit_centers_cg`, :func:`solve_kernel_ridge`) are
+The solvers (:func:`solve_eigenpro2`, :func:`solve_eigenpro3`,
+:func:`solve_full_kernel_cg`, :func:`solve_centers_cg`, :func:`solve_direct`), each
+``solve_<name>(operator, targets, plan)`` (issue 64), are
 handed ``K`` as each kind of operator the planner may choose for them (evaluated
 float blocks, a cache of them, exact distances from a grid's int8 products, a cache
 of those) and must give the evaluated operator's solution: in float64 the kinds
@@ -18,12 +19,13 @@ from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator, CenterShards, EvaluatedOperator, GridOperator, OperatorBlocks
 from skgpu_kernel.operators.row_blocks import CachedRowBlocks, KernelRowBlocks
 from skgpu_kernel.preconditioner import nystrom_eigensystem
-from skgpu_kernel.solvers.centers_cg import fit_centers_cg
-from skgpu_kernel.solvers.conjugate_gradients import CGSettings
-from skgpu_kernel.solvers.direct import solve_kernel_ridge
-from skgpu_kernel.solvers.eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
-from skgpu_kernel.solvers.eigenpro3 import ExactProjection, InMemoryBatches, fit_eigenpro3
-from skgpu_kernel.solvers.full_kernel_cg import fit_full_kernel_cg
+from skgpu_kernel.solvers.centers_cg import solve_centers_cg
+from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
+from skgpu_kernel.solvers.direct import solve_direct
+from skgpu_kernel.solvers.eigenpro import EigenProPlan, solve_eigenpro2
+from skgpu_kernel.solvers.eigenpro3 import ExactProjection, InMemoryBatches, solve_eigenpro3
+from skgpu_kernel.solvers.full_kernel_cg import solve_full_kernel_cg
+from skgpu_kernel.solvers.solution import Progress, Targets
 
 N_ROWS, N_CENTERS, ROW_BLOCK, COLUMN_BLOCK = 240, 60, 64, 96
 TOLERANCE = 1e-10
@@ -68,20 +70,20 @@ def test_the_operator_kinds_differ_by_rounding_only():
     _assert_same_as_evaluated(blocks)
 
 
-def _loop(n_epochs):
-    return LoopSettings(batch_size=32, learning_rate_for=lambda step, batch_size, steps: 0.5, n_epochs=n_epochs)
+def _plan(n_epochs, **fields):
+    rate = lambda step, batch_size, steps: 0.5  # noqa: E731
+    return EigenProPlan(batch_size=32, learning_rate_for=rate, progress=Progress(n_epochs), **fields)
 
 
 def test_eigenpro2_on_every_operator_kind():
     X, Y = _on_grid()
     solutions = {}
     for kind, operator in _operators(X, X).items():
-        coef = torch.zeros_like(Y)
-        data = KernelTrainingData(operator, Y, None, alpha=0.1)
         generator = torch.Generator().manual_seed(0)
-        result = fit_eigenpro(KERNEL, data, coef, None, _loop(4), lambda batch: COLUMN_BLOCK, generator)
+        plan = _plan(4, alpha=0.1, column_block_for=lambda batch: COLUMN_BLOCK, generator=generator)
+        result = solve_eigenpro2(operator, Targets(Y), plan)
         assert result.history[-1]["train_loss"] < 0.5 * result.history[0]["train_loss"], kind
-        solutions[kind] = coef
+        solutions[kind] = result.coef
     _assert_same_as_evaluated(solutions)
 
 
@@ -103,7 +105,7 @@ def test_eigenpro3_on_every_center_operator_kind():
         batches = InMemoryBatches(X, Y, None, torch.Generator().manual_seed(0))
         projection = ExactProjection(KERNEL, Z, 1e-10, torch.float64)
         coef = torch.zeros(N_CENTERS, Y.shape[1], dtype=torch.float64)
-        result = fit_eigenpro3(KERNEL, batches, shards, coef, None, projection, _loop(3), 64)
+        result = solve_eigenpro3(shards, batches, _plan(3, coef_init=coef, projection=projection, n_temporary=64))
         assert result.history[-1]["train_loss"] < result.history[0]["train_loss"], kind
         solutions[kind] = coef
     _assert_same_as_evaluated(solutions)
@@ -120,7 +122,7 @@ def test_cg_on_every_point_on_every_operator_kind():
     settings = CGSettings(tol=1e-12, max_iterations=200, n_iter_no_change=None)
     solutions = {}
     for kind, operator in operators.items():
-        solved = fit_full_kernel_cg(operator.matmul, Y, None, alpha, preconditioner, settings)
+        solved = solve_full_kernel_cg(operator, Targets(Y), CGPlan(alpha, settings, preconditioner))
         solutions[kind] = solved.coef
     _assert_same_as_evaluated(solutions)
 
@@ -134,10 +136,10 @@ def test_cg_on_centers_on_every_operator_kind():
     for kind, operator in _operators(X, Z).items():
         if kind.endswith("cached"):
             source = operator if kind == "cached" else _operators(X, Z)["grid"]
-            row_blocks = CachedRowBlocks.computed(source, Y, None, ROW_BLOCK)
+            row_blocks = CachedRowBlocks.computed(KernelRowBlocks(source, Z, ROW_BLOCK))
         else:
-            row_blocks = KernelRowBlocks(operator, Y, None, ROW_BLOCK)
-        solutions[kind] = fit_centers_cg(KERNEL, row_blocks, Z, 0.5, settings).coef
+            row_blocks = KernelRowBlocks(operator, Z, ROW_BLOCK)
+        solutions[kind] = solve_centers_cg(row_blocks, Targets(Y), CGPlan(0.5, settings)).coef
     _assert_same_as_evaluated(solutions)
 
 
@@ -145,11 +147,10 @@ def test_cg_on_centers_on_every_operator_kind():
 def test_the_direct_solve_on_every_operator_kind_leaves_the_operator_unchanged(alpha):
     """One factorisation of ``K + alpha I`` from each operator's ``block()``; a cached ``K`` is not written to."""
     X, Y = _on_grid()
-    penalties = torch.full((N_ROWS,), alpha, dtype=torch.float64)
     solutions = {}
     for kind, operator in _operators(X, X).items():
         before = operator.block().clone()
-        solutions[kind] = solve_kernel_ridge(operator, Y, penalties)
+        solutions[kind] = solve_direct(operator, Targets(Y), alpha).coef
         torch.testing.assert_close(operator.block(), before, rtol=0, atol=0, msg=kind)
     _assert_same_as_evaluated(solutions)
     reference = torch.linalg.solve(KERNEL(X, X) + alpha * torch.eye(N_ROWS, dtype=torch.float64), Y)

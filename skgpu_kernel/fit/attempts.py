@@ -8,7 +8,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from ..blockwise import PredictionTensors
-from ..solvers.eigenpro import KernelLoopResult
+from ..solvers.solution import Solution
 
 # CG that rounding breaks down above its stated residual (a curvature was not
 # positive, the objective grew) is refit from where it ended with the penalty raised
@@ -104,7 +104,7 @@ class PathOutcome:
     record, ``fit_check_``), or None where none ran.
     """
 
-    result: KernelLoopResult | None
+    result: Solution | None
     plan: object = None
     spectrum: object = None
     throughputs: dict = dataclasses.field(default_factory=dict)

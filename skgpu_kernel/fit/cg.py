@@ -16,10 +16,10 @@ from ..planning.operator import operator_probe_shape, operator_problem, plan_ope
 from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
 from ..preconditioner import nystrom_eigensystem
-from ..solvers.centers_cg import fit_centers_cg
-from ..solvers.conjugate_gradients import CGSettings
-from ..solvers.eigenpro import KernelLoopResult
-from ..solvers.full_kernel_cg import fit_full_kernel_cg
+from ..solvers.centers_cg import solve_centers_cg
+from ..solvers.conjugate_gradients import CGPlan, CGSettings
+from ..solvers.full_kernel_cg import solve_full_kernel_cg
+from ..solvers.solution import Targets
 from .attempts import CG_FALLBACK_REFITS, Fallback, FallbackNeeded, PathOutcome, larger_penalty, safer_attempt
 from .operator import CentersOperator, EveryPointOperators, centers_row_blocks, stored_plan
 
@@ -56,10 +56,6 @@ def run_every_point_cg(context, attempt):
     penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)
     _check_cg_conditioned(context, shifted_condition(eigensystem[0], penalised, cg_plan.max_components))
     operators = rows.build(cg_plan.fit)
-
-    def products(V):  # K(X, X[:k]) V for V of k rows
-        return operators.train.matmul(V.to(runtime.dtype))
-
     Y = context.to_device(data.Y[data.order], center=False)
     tic = time.perf_counter()
     preconditioner = shifted_rpcholesky_preconditioner(
@@ -76,7 +72,8 @@ def run_every_point_cg(context, attempt):
     # CG's residual on this square system is not monotone (CG lowers the error's
     # A-norm), so no stall rule reads it: its own objective stops it below float64.
     cg_settings = _cg_settings(parameters, runtime, square_system=True)
-    solved = fit_full_kernel_cg(products, Y, weights, penalised.alpha, preconditioner, cg_settings, coef_init)
+    plan = CGPlan(penalised.alpha, cg_settings, preconditioner, coef_init)
+    solved = solve_full_kernel_cg(operators.train, Targets(Y, weights), plan)
     if _broken_down(solved, runtime.dtype, parameters):
         residual = solved.history[-1]["relative_residual"]
         iterations = len(solved.history)
@@ -126,7 +123,7 @@ def run_centers_cg(context, attempt):
     choice = plan_centers_solver(problem, runtime.budget, "cg")
     operator_plan = plan_operator(problem, measurements, context.itemsize if choice.stores_kernel else 0)
     operator = CentersOperator.build(context, operator_plan, X, centers)
-    rows = centers_row_blocks(context, operator, Y, weights)
+    rows = centers_row_blocks(context, operator, centers)
     if runtime.log is not None:
         runtime.log(
             f"[{settings.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
@@ -135,7 +132,8 @@ def run_centers_cg(context, attempt):
     coef_init = None if data.coef_init is None else data.coef_init.to(context.device)
     shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
     cg_settings = _cg_settings(settings.parameters, runtime)
-    solved = fit_centers_cg(kernel, rows, centers, settings.alpha, cg_settings, coef_init, shares)
+    plan = CGPlan(settings.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
+    solved = solve_centers_cg(rows, Targets(Y, weights), plan)
     if attempt.n_refits < CG_FALLBACK_REFITS:
         refit = _centers_cg_refit(context, solved)
         if refit is not None:
@@ -198,7 +196,7 @@ def _cg_stopping(parameters, dtype, square_system=False):
 
 
 def _cg_loop_result(solved, coef, held_out_score=None):
-    """A CG run as a :class:`KernelLoopResult`; ``held_out_score(coef)``, if given, scores the model it ends with.
+    """A CG run's :class:`Solution` with ``coef``; ``held_out_score(coef)``, if given, scores the model it ends with.
 
     CG heads for the exact solution, so the validation score is not a stopping rule
     here: it is recorded on the last iteration's history entry.
@@ -206,8 +204,7 @@ def _cg_loop_result(solved, coef, held_out_score=None):
     history = solved.history
     if held_out_score is not None and history:
         history[-1] = {**history[-1], "validation_score": float(held_out_score(coef))}
-    n = len(history)
-    return KernelLoopResult(coef, n, n, None, None, history, converged=solved.converged)
+    return dataclasses.replace(solved, coef=coef, history=history)
 
 
 def _warn_if_unfinished(solved, dtype, parameters, where):

@@ -1,11 +1,13 @@
 """The direct attempt: one factorisation of ``K + alpha W^-1``."""
 
+import dataclasses
+
 import torch
 
 from ..blockwise import DeviceCopier, rows_taken
 from ..operators import EvaluatedOperator, OperatorBlocks
-from ..solvers.direct import solve_kernel_ridge
-from ..solvers.eigenpro import KernelLoopResult
+from ..solvers.direct import solve_direct
+from ..solvers.solution import Targets
 from .attempts import Fallback, FallbackNeeded, PathOutcome
 
 
@@ -14,7 +16,7 @@ def run_direct(context, attempt):
 
     ``K(X, X)`` is evaluated once in float64 through an
     :class:`~skgpu_kernel.operators.EvaluatedOperator` and handed to
-    :func:`~skgpu_kernel.solvers.direct.solve_kernel_ridge`.  Where rounding breaks
+    :func:`~skgpu_kernel.solvers.direct.solve_direct`.  Where rounding breaks
     the factorisation, or the device has no room for the ``n x n`` matrices, the
     driver is asked for CG on every point instead.
     """
@@ -31,7 +33,7 @@ def run_direct(context, attempt):
 
     def factored(kind):
         if kind == "factored":
-            return solve_kernel_ridge(operator, targets, attempt.alpha / weights)
+            return solve_direct(operator, Targets(targets, weights), attempt.alpha)
         return None
 
     solved = context.shrinking("direct solve", "n x n factorisation", ("factored", "iterative"))(factored)
@@ -42,7 +44,7 @@ def run_direct(context, attempt):
             "below the kernel's rounding, or no room for the n x n matrices): CG on every point fits it instead"
         )
         raise FallbackNeeded(Fallback(reason, solver="cg"))
-    coef = solved.to(runtime.dtype)
+    coef = solved.coef.to(runtime.dtype)
     if runtime.log is not None:
         where = f"device={device}, dtype={runtime.dtype}"
         runtime.log(
@@ -51,4 +53,4 @@ def run_direct(context, attempt):
         )
     # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
     device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device.centred(uncentred)), coef)
-    return PathOutcome(KernelLoopResult.direct(coef), centers=centers, device_cache=device_cache)
+    return PathOutcome(dataclasses.replace(solved, coef=coef), centers=centers, device_cache=device_cache)

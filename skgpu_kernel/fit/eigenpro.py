@@ -18,8 +18,9 @@ from ..preconditioner import max_usable_components, plan_preconditioner
 from ..process_group import agree, agree_on_object
 from ..scaling import ScheduleContext
 from ..scaling_rules import warn_if_warmup_fills_run
-from ..solvers.eigenpro import KernelTrainingData, LoopSettings, fit_eigenpro
-from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, fit_eigenpro3
+from ..solvers.eigenpro import EigenProPlan, solve_eigenpro2
+from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, solve_eigenpro3
+from ..solvers.solution import Progress, Targets
 from .attempts import PathOutcome
 from .operator import EveryPointOperators
 
@@ -55,9 +56,7 @@ def _run_eigenpro(stages):
             f"components, scaling rule {parameters.scaling_rule!r}, step size "
             f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
         )
-    loop = LoopSettings(
-        batch_size=plan.batch_size,
-        learning_rate_for=learning_rate_for,
+    progress = Progress(
         n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
         stopping=plan_stopping(
@@ -66,8 +65,13 @@ def _run_eigenpro(stages):
         log=runtime.log,
         events=dataclasses.replace(context.events, log=None),  # the loops log their own line
     )
-    preconditioner = spectrum.preconditioner if n_components else None
-    result = stages.solve(layout, plan, prepared, preconditioner, loop)
+    solver_plan = EigenProPlan(
+        batch_size=plan.batch_size,
+        learning_rate_for=learning_rate_for,
+        progress=progress,
+        preconditioner=spectrum.preconditioner if n_components else None,
+    )
+    result = stages.solve(layout, plan, prepared, solver_plan)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
     outcome = PathOutcome(
         result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
@@ -76,7 +80,7 @@ def _run_eigenpro(stages):
 
 
 class _EigenPro2Stages:
-    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the loop :func:`fit_eigenpro`."""
+    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the solver ``solve_eigenpro2``."""
 
     def __init__(self, context):
         self.context = context
@@ -122,18 +126,23 @@ class _EigenPro2Stages:
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
         return self.rows.build(plan)
 
-    def solve(self, layout, plan, operators, preconditioner, loop):
+    def solve(self, layout, plan, operators, solver_plan):
         context = self.context
         data = context.data
         Y_dev = context.to_device(data.Y[data.order], center=False)
-        weights = context.weights_tensor(data.weights[data.order])
-        tensors = KernelTrainingData(operators.train, Y_dev, weights, context.ridge())
+        targets = Targets(Y_dev, context.weights_tensor(data.weights[data.order]))
+        progress = solver_plan.progress
         if operators.validation is not None:
-            loop = dataclasses.replace(loop, validation=self.rows.held_out_score(operators))
-        fresh = data.coef_init is None
-        coef = context.starting_coef(self.problem.n_rows)
-        generator, column_block = context.runtime.generator, layout.column_block
-        result = fit_eigenpro(context.kernel, tensors, coef, preconditioner, loop, column_block, generator, fresh)
+            progress = dataclasses.replace(progress, validation=self.rows.held_out_score(operators))
+        solver_plan = dataclasses.replace(
+            solver_plan,
+            progress=progress,
+            coef_init=None if data.coef_init is None else context.starting_coef(self.problem.n_rows),
+            alpha=context.ridge(),
+            column_block_for=layout.column_block,
+            generator=context.runtime.generator,
+        )
+        result = solve_eigenpro2(operators.train, targets, solver_plan)
         self.rows.report_epochs(result, plan, operators.train)
         return result
 
@@ -144,7 +153,7 @@ def run_eigenpro2(context, attempt):
 
 
 class _EigenPro3Stages:
-    """EigenPro 3's stages for :func:`_run_eigenpro`: ``p`` centers; the loop :func:`fit_eigenpro3`.
+    """EigenPro 3's stages for :func:`_run_eigenpro`: ``p`` centers; the solver ``solve_eigenpro3``.
 
     The centers' shards, the projection and the batches (in memory or streamed);
     :meth:`prepare` and :meth:`solve` are the one place their cache and grid
@@ -240,22 +249,29 @@ class _EigenPro3Stages:
         kernel = self.context.kernel
         return CenterShards(kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
 
-    def solve(self, layout, plan, prepared, preconditioner, loop):
+    def solve(self, layout, plan, prepared, solver_plan):
         context = self.context
         shards = self._shards(plan.column_block)
         if plan.cached:
             context.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
-        projection = self._projection(plan, shards, preconditioner)
+        projection = self._projection(plan, shards, solver_plan.preconditioner)
         batches = self._batches(plan)
+        progress = solver_plan.progress
         validation = context.validation_tensors()
         if validation is not None:
             X_val = validation.X
             score = context.held_out_score(
                 lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block, validation.Y
             )
-            loop = dataclasses.replace(loop, validation=score)
-        coef = context.starting_coef(self.problem.n_centers)
-        return fit_eigenpro3(context.kernel, batches, shards, coef, preconditioner, projection, loop, plan.n_temporary)
+            progress = dataclasses.replace(progress, validation=score)
+        solver_plan = dataclasses.replace(
+            solver_plan,
+            progress=progress,
+            coef_init=context.starting_coef(self.problem.n_centers),
+            projection=projection,
+            n_temporary=plan.n_temporary,
+        )
+        return solve_eigenpro3(shards, batches, solver_plan)
 
     def _projection(self, plan, shards, preconditioner):
         context = self.context

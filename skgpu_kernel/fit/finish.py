@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..solvers.eigenpro import KernelLoopResult
+from ..solvers.solution import Solution
 from .attempts import PathOutcome
 
 
@@ -16,7 +16,7 @@ class KernelFitResult:
 
     Attributes
     ----------
-    loop : KernelLoopResult
+    loop : Solution
         The coefficients (in the order of ``centers``), epochs, steps, history.
     solver : {"eigenpro", "cg", "direct"}
     alpha : float
@@ -49,7 +49,7 @@ class KernelFitResult:
         "reason"}`` (see :mod:`skgpu_kernel.out_of_memory`).
     """
 
-    loop: KernelLoopResult
+    loop: Solution
     solver: str
     alpha: float
     alpha_selection: object

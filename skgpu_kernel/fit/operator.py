@@ -187,16 +187,16 @@ class CentersOperator:
         return cls(operator, plan, center_codes)
 
 
-def centers_row_blocks(context, operator, Y, weights):
+def centers_row_blocks(context, operator, centers):
     """CG's source of ``K(X, Z)`` row blocks: stored where the operator plan caches it, else evaluated per pass.
 
     A cache the device refuses is recorded and evaluated per pass instead, the
     same blocks bit for bit (:meth:`AttemptContext.cached_or_evaluated`).
     """
-    evaluated = KernelRowBlocks(operator.operator, Y, weights, CG_ROW_BLOCK)
+    evaluated = KernelRowBlocks(operator.operator, centers, CG_ROW_BLOCK)
     if not operator.plan.cached:
         return evaluated
-    fill = lambda: CachedRowBlocks.computed(operator.operator, Y, weights, CG_ROW_BLOCK)  # noqa: E731
+    fill = lambda: CachedRowBlocks.computed(evaluated)  # noqa: E731
     return context.cached_or_evaluated(fill, evaluated, "K(X, Z)")
 
 

@@ -21,8 +21,8 @@ from sklearn.exceptions import ConvergenceWarning
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
-from ..solvers.eigenpro import KernelLoopResult
 from ..solvers.fit_check import check_fit
+from ..solvers.solution import Solution
 from .attempts import Attempt, FallbackNeeded, PathOutcome, safer_attempt
 from .cg import run_centers_cg, run_every_point_cg
 from .context import AttemptContext
@@ -80,7 +80,7 @@ def _direct_model(request, runtime, plan):
 
     check = check_fit(predict, data.Y - intercept, data.weights)
     outcome = PathOutcome(
-        KernelLoopResult.direct(coef),
+        Solution.direct(coef),
         centers=centers,
         device_cache=device_cache,
         attempts=(attempt,),
@@ -186,7 +186,7 @@ def _trivial_model(outcome, attempts):
         ConvergenceWarning,
     )
     coef = torch.zeros_like(outcome.result.coef)
-    result = dataclasses.replace(outcome.result, coef=coef, converged=False)
+    result = dataclasses.replace(outcome.result, coef=coef, stop="trivial model")
     return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
 
 

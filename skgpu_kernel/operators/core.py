@@ -90,9 +90,13 @@ class KernelOperator:
         ``(m, n)``.
     dtype : torch.dtype
         The dtype of the products.
+    kernel : Kernel or None
+        The kernel the values come from (a cache keeps its source's); None for a
+        cache made from given values.
     """
 
     kind = None
+    kernel = None
 
     def matmul(self, V, rows=None, leading=0):
         """``K[rows, :k] @ V`` for ``V`` of ``k <= n`` rows; with ``leading``, also ``K[rows, :leading]``.
@@ -135,6 +139,14 @@ class KernelOperator:
     def with_blocks(self, blocks):
         """The operator with other block sizes (after an out-of-memory halving); a cache has none."""
         return self
+
+    def require_finite(self, dtype, n_rows=256):
+        """Raise ``ValueError`` where the first ``n_rows`` rows hold inf or NaN: no step size fixes such a kernel."""
+        block = self.block(slice(0, min(self.shape[0], n_rows)))
+        if self.kernel is not None:
+            self.kernel.require_finite(block, dtype)
+        elif not torch.isfinite(block).all():
+            raise ValueError(f"The kernel operator returned non-finite values (inf or NaN) in {dtype}.")
 
     @property
     def nbytes(self):
@@ -389,12 +401,14 @@ class CachedOperator(KernelOperator):
         The cached rows, in the storage dtype (the training dtype or float16).
     dtype : torch.dtype
         The training dtype the products are computed in.
+    kernel : Kernel or None, default=None
+        The kernel the values come from.
     """
 
     kind = "cached"
 
-    def __init__(self, values, dtype):
-        self.values, self.dtype, self.shape = values, dtype, tuple(values.shape)
+    def __init__(self, values, dtype, kernel=None):
+        self.values, self.dtype, self.shape, self.kernel = values, dtype, tuple(values.shape), kernel
         device, n_columns = values.device, max(values.shape[1], 1)
         self.read_rows = None if device.type == "cuda" else max(CPU_READ_ENTRIES // n_columns, 16)
 
@@ -436,7 +450,7 @@ class CachedOperator(KernelOperator):
                 cache[top:bottom, left:right] = blocks.block(rows, left, right)
         if symmetric:
             _mirror_below_bands(cache, row_block)
-        return cls(cache, source.dtype)
+        return cls(cache, source.dtype, source.kernel)
 
     @property
     def nbytes(self):

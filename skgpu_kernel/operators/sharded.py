@@ -102,6 +102,7 @@ class ShardedOperator(KernelOperator):
         self.shards, self.layout, self.row_block = shards, layout, max(int(row_block), 1)
         self.dtype, self.device = shards[0].dtype, layout.main
         self.shape = (shards[0].shape[0], layout.n_centers)
+        self.kernel = shards[0].kernel
 
     def sharded_block(self, rows=None):
         """``K[rows, :]`` as one block per local shard (a :class:`ShardedBlock`).
@@ -184,6 +185,12 @@ class CenterShards:
                 encode_on_grid(centers[start:stop].to(device), grid, checked=True)
                 for (start, stop), device in zip(layout.bounds, layout.devices, strict=True)
             ]
+
+    @property
+    def may_halve_batch(self):
+        """Whether a step may shrink its batch after running out of memory: not in a group, whose other
+        ranks are already in the step's all-reduce."""
+        return self.group is None
 
     def operator(self, rows, row_block=None, on_grid=False):
         """The sharded operator ``K(rows, Z)`` (``row_block`` rows prepared at once).

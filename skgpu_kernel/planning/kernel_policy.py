@@ -210,7 +210,7 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
       :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows whose
       ``n x n`` float64 matrices fit the budget (:func:`direct_solve_bytes`), one
       Cholesky factorisation of ``K + alpha W^-1``
-      (:func:`~skgpu_kernel.solvers.direct.solve_kernel_ridge`): in that range CG
+      (:func:`~skgpu_kernel.solvers.direct.solve_direct`): in that range CG
       on every point factors ``n x n`` matrices three times for its preconditioner
       (on Computers, 4506 rows: 2.9 s against one factorisation's 0.6 s).
 

@@ -1,6 +1,23 @@
-"""Iteration loops on tensors: no scikit-learn, no input validation."""
+"""Kernel solvers on an operator, ``solve_<name>(operator, targets, plan) -> Solution``; BMGD's loops.
 
-from .eigenpro import KernelLoopResult, fit_eigenpro
-from .eigenpro3 import fit_eigenpro3
+No scikit-learn, no input validation, no cache, grid, device or process-group
+branches: see :mod:`skgpu_kernel.solvers.solution`.
+"""
 
-__all__ = ["KernelLoopResult", "fit_eigenpro", "fit_eigenpro3"]
+from .centers_cg import solve_centers_cg
+from .direct import solve_direct
+from .eigenpro import solve_eigenpro2
+from .eigenpro3 import solve_eigenpro3
+from .full_kernel_cg import solve_full_kernel_cg
+from .solution import Progress, Solution, Targets
+
+__all__ = [
+    "Progress",
+    "Solution",
+    "Targets",
+    "solve_centers_cg",
+    "solve_direct",
+    "solve_eigenpro2",
+    "solve_eigenpro3",
+    "solve_full_kernel_cg",
+]

@@ -55,14 +55,17 @@ float32 cannot evaluate them.  The default jitter is larger for float32
 resolve; a run that stalls stops after ``n_iter_no_change`` iterations, and one
 whose measured objective grows returns its best coefficients with a warning.
 
-The rows reach the solver through a *row-block source*: any object whose
+The operator reaches the solver as a *row-block source*: any object whose
 ``blocks()`` method yields, on each call, one pass over every training row exactly
-once as tuples ``(K_block, Y_block, w_block)``: ``K_block = K(X_rows, Z)`` of shape
-(rows, p) on the centers' device, ``Y_block`` of shape (rows, l) (or (rows,) for one
-output) and ``w_block`` of shape (rows,) or None for unit weights.  The order and
-the block sizes may change between passes.  :class:`KernelRowBlocks` computes the
-blocks from a kernel operator (evaluated or on a grid); :class:`CachedRowBlocks` slices a precomputed
-``K(X, Z)``.
+once as pairs ``(rows, K_block)``: a slice of the rows and ``K_block = K(X_rows,
+Z)`` of shape (rows, p) on the centers' device; the targets and weights of those
+rows are read from the :class:`~skgpu_kernel.solvers.solution.Targets`.  The
+block sizes may change between passes.
+:class:`~skgpu_kernel.operators.row_blocks.KernelRowBlocks` computes the blocks
+from a kernel operator (evaluated or on a grid);
+:class:`~skgpu_kernel.operators.row_blocks.CachedRowBlocks` slices a precomputed
+``K(X, Z)``.  The source also carries the kernel and the raw centers, from which
+the penalty's ``K(Z, Z)`` is factored.
 
 The loop only sees tensors; the caller validates, plans block sizes and memory and
 decides whether ``K(X, Z)`` is cached.
@@ -80,13 +83,14 @@ import math
 import torch
 
 from ..operators.row_blocks import as_matrix, first_pass, iteration_pass
-from .conjugate_gradients import CentersSolveResult, column_norms, conjugate_gradients
+from .conjugate_gradients import column_norms, conjugate_gradients
 from .eigenpro3 import ExactProjection
+from .solution import Solution
 
 __all__ = [
     "CentersPreconditioner",
     "default_jitter",
-    "fit_centers_cg",
+    "solve_centers_cg",
 ]
 
 # A factorisation that fails with the jitter is retried with ten times more, this
@@ -215,7 +219,7 @@ def _lower_gram(L, masses):
     return gram
 
 
-def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None, center_shares=None):
+def solve_centers_cg(operator, targets, plan):
     """Fit the coefficients of the centers by preconditioned conjugate gradients.
 
     Minimises ``sum_i w_i ||K(x_i, Z) a - y_i||^2 + alpha trace(a^T K(Z, Z) a)``
@@ -223,55 +227,50 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
 
     Parameters
     ----------
-    kernel : Kernel
-    row_blocks : RowBlocks
-        The training rows as blocks ``(K(X_rows, Z), Y_rows, w_rows or None)``:
-        :class:`KernelRowBlocks`, :class:`CachedRowBlocks` or any object with such
-        a ``blocks()`` method.
-    centers : Tensor of shape (p, d)
-        Raw centers (``kernel(centers, centers)`` is ``K(Z, Z)``) on the device of
-        the kernel blocks, the same rows the blocks were computed against.
-    alpha : float
-        Penalty (``>= 0``) against the sum of the weighted squared errors.
-    settings : CGSettings
-    coef_init : Tensor of shape (p, l) or None, default=None
-        Warm start.
-    center_shares : Tensor of shape (p,) or None, default=None
-        The share of the training rows each center stands for (summing to 1), for
-        centers that are the distinct values of repeated rows; None: ``1 / p``
-        each, a uniform draw.  It shapes the preconditioner only.
+    operator : RowBlocks
+        ``K(X, Z)`` in row blocks (:class:`~skgpu_kernel.operators.row_blocks.KernelRowBlocks`,
+        :class:`~skgpu_kernel.operators.row_blocks.CachedRowBlocks`), with its kernel
+        and raw centers (``K(Z, Z)``'s).
+    targets : Targets
+        ``Y`` of shape (n, l) or (n,); weights of shape (n,) or None.
+    plan : CGPlan
+        The penalty ``alpha >= 0`` against the sum of the weighted squared
+        errors, the settings, the warm start and the centers' shares.
 
     Returns
     -------
-    CentersSolveResult
-        ``history[k - 1]["train_loss"]`` is the objective divided by ``n_eff l`` at
-        the coefficients iteration ``k`` started from (measured in its pass, as
-        the EigenPro loops measure each batch before its step).
+    Solution
+        ``coef`` in the dtype of the kernel blocks; ``history[k - 1]["train_loss"]``
+        is the objective divided by ``n_eff l`` at the coefficients iteration
+        ``k`` started from (measured in its pass, as the EigenPro loops measure
+        each batch before its step).
 
     Examples
     --------
     >>> import torch
     >>> from skgpu_kernel.kernels import Gaussian
     >>> from skgpu_kernel.operators.row_blocks import KernelRowBlocks, center_operator
-    >>> from skgpu_kernel.solvers.conjugate_gradients import CGSettings
+    >>> from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
+    >>> from skgpu_kernel.solvers.solution import Targets
     >>> X = torch.linspace(0, 1, 40, dtype=torch.float64)[:, None]
     >>> kernel, Z = Gaussian(bandwidth=0.3), X[::4]
-    >>> rows = KernelRowBlocks(center_operator(kernel, X, Z, row_block=16), torch.sin(6 * X), None, row_block=16)
-    >>> result = fit_centers_cg(kernel, rows, Z, 1e-3, CGSettings(tol=1e-8))
+    >>> rows = KernelRowBlocks(center_operator(kernel, X, Z, row_block=16), Z, row_block=16)
+    >>> result = solve_centers_cg(rows, Targets(torch.sin(6 * X)), CGPlan(1e-3, CGSettings(tol=1e-8)))
     >>> result.converged, result.coef.shape
     (True, torch.Size([10, 1]))
     """
-    coef = None if coef_init is None else as_matrix(coef_init).to(centers.device, torch.float64)
-    target, fitted, n_effective, dtype = first_pass(row_blocks, coef)
+    kernel, centers, alpha, settings = operator.kernel, operator.centers, plan.alpha, plan.settings
+    coef = None if plan.coef_init is None else as_matrix(plan.coef_init).to(centers.device, torch.float64)
+    target, fitted, n_effective, dtype = first_pass(operator, targets, coef)
     jitter = settings.jitter
     if jitter is None:
         mean_diagonal = float(kernel.diagonal(centers).mean())
         jitter = default_jitter(dtype, alpha / mean_diagonal, n_effective / centers.shape[0])
     projection = ExactProjection(kernel, centers, jitter, torch.float64)
-    if center_shares is None:
+    if plan.center_shares is None:
         masses = n_effective / max(centers.shape[0], 1)
     else:
-        masses = n_effective * center_shares.to(centers.device, torch.float64)
+        masses = n_effective * plan.center_shares.to(centers.device, torch.float64)
     preconditioner = CentersPreconditioner(projection, alpha, masses, jitter)
     if coef is None:
         coef, gradient = torch.zeros_like(target), target
@@ -279,9 +278,10 @@ def fit_centers_cg(kernel, row_blocks, centers, alpha, settings, coef_init=None,
         gradient = target - fitted - alpha * preconditioner.gram(coef)
     residual = preconditioner.solve_transpose(gradient)
     reference = torch.maximum(column_norms(preconditioner.solve_transpose(target)), column_norms(residual))
-    system = _CentersSystem(row_blocks, preconditioner, alpha, max(n_effective * coef.shape[1], 1e-300), dtype, coef)
+    loss_scale = max(n_effective * coef.shape[1], 1e-300)
+    system = _CentersSystem(operator, targets, preconditioner, alpha, loss_scale, dtype, coef)
     history, stop = conjugate_gradients(system, coef, residual, reference, settings)
-    return CentersSolveResult(coef.to(dtype), len(history), history, projection.jitter, stop)
+    return Solution.of_cg(coef.to(dtype), history, stop, projection.jitter)
 
 
 class _CentersSystem:
@@ -291,8 +291,8 @@ class _CentersSystem:
     the factor per iteration.
     """
 
-    def __init__(self, row_blocks, preconditioner, alpha, loss_scale, dtype, coef):
-        self.row_blocks, self.preconditioner, self.alpha = row_blocks, preconditioner, alpha
+    def __init__(self, row_blocks, targets, preconditioner, alpha, loss_scale, dtype, coef):
+        self.row_blocks, self.targets, self.preconditioner, self.alpha = row_blocks, targets, preconditioner, alpha
         self.loss_scale, self.dtype = loss_scale, dtype  # loss_scale: n_eff * l
         self.coef_factor, self.step_factor = preconditioner.L.mT @ coef, None
 
@@ -303,7 +303,7 @@ class _CentersSystem:
 
     def evaluate(self, coef, step_coef):
         """``([H a - b, H v], objective, merit)`` in one pass over the row blocks (the merit is the objective)."""
-        gradient, image, data_loss = iteration_pass(self.row_blocks, coef, step_coef, self.dtype)
+        gradient, image, data_loss = iteration_pass(self.row_blocks, self.targets, coef, step_coef, self.dtype)
         # K_ZZ [a, v] in one product with T's factor, B^T of both in one pair of solves:
         # each reads a p x p matrix, which dominates the p-space work when p is large.
         both_factors = torch.cat([self.coef_factor, self.step_factor], 1)

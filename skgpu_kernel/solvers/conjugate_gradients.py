@@ -9,7 +9,7 @@ rounding takes over, and the stopping rules of :class:`CGSettings`.
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -18,15 +18,15 @@ from ..planning.stopping import NEVER, DivergenceRule, StoppingPlan, plan_diverg
 from .epochs import EpochClock, Stopping, epoch_record, format_record
 
 __all__ = [
+    "CGPlan",
     "CGSettings",
-    "CentersSolveResult",
     "conjugate_gradients",
 ]
 
 
 @dataclass(frozen=True)
 class CGSettings:
-    """How :func:`fit_centers_cg` iterates.
+    """How CG iterates (on centers and on every point): when it stops and where it reports.
 
     Parameters
     ----------
@@ -76,43 +76,32 @@ class CGSettings:
     objective_divergence: DivergenceRule | None = None
 
 
-@dataclass
-class CentersSolveResult:
-    """What a run of :func:`fit_centers_cg` found.
+@dataclass(frozen=True)
+class CGPlan:
+    """What CG solves and from where: the penalty, the preconditioner, the warm start, the settings.
 
-    Attributes
+    Parameters
     ----------
-    coef : Tensor of shape (p, l)
-        The coefficients, in the dtype of the kernel blocks.
-    n_iterations : int
-        CG iterations run (0 when the warm start already met the tolerance).
-    history : list of dict
-        One :func:`~skgpu_kernel.solvers.epochs.epoch_record` per iteration, with
-        the key ``relative_residual`` (the largest over the outputs, after the
-        iteration) after the core keys.
-    jitter : float
-        The relative jitter ``K(Z, Z)``'s factorisation used.
-    stop : str
-        Why the run ended: ``"converged"`` (every output met ``tol``; an output
-        that met it is not updated again while the others iterate),
-        ``"objective"`` (the ``stopping`` plan), ``"residual stalled"``
-        (``n_iter_no_change``), ``"objective grew"`` (rounding; the best
-        coefficients kept), ``"diverged"`` (the training objective broke
-        ``objective_divergence``; the best coefficients kept), ``"curvature"`` (a
-        column's curvature was not positive) or ``"iterations"``
-        (``max_iterations``).
+    alpha : float
+        The penalty: against the sum of the weighted squared errors on centers
+        (``>= 0``); on the scale of the normalised weights on every point (``> 0``).
+    settings : CGSettings
+        When CG stops and where it reports.
+    preconditioner : ShiftedNystromPreconditioner or None
+        CG on every point's (required there); CG on centers builds Falkon's.
+    coef_init : Tensor of shape (p, l) or None
+        Warm start.
+    center_shares : Tensor of shape (p,) or None
+        CG on centers: the share of the training rows each center stands for
+        (summing to 1), for centers that are the distinct values of repeated rows;
+        None: ``1 / p`` each, a uniform draw.  It shapes the preconditioner only.
     """
 
-    coef: torch.Tensor
-    n_iterations: int
-    history: list = field(default_factory=list)
-    jitter: float = 0.0
-    stop: str = "converged"
-
-    @property
-    def converged(self):
-        """Whether every output met ``tol``."""
-        return self.stop == "converged"
+    alpha: float
+    settings: CGSettings = CGSettings()
+    preconditioner: object = None
+    coef_init: torch.Tensor | None = None
+    center_shares: torch.Tensor | None = None
 
 
 def column_norms(matrix):

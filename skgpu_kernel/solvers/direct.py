@@ -10,28 +10,34 @@ cache branches: the kernel matrix comes from the operator it is handed.
 
 import torch
 
-__all__ = ["solve_kernel_ridge"]
+from .solution import Solution
+
+__all__ = ["solve_direct"]
 
 
-def solve_kernel_ridge(operator, targets, penalties):
-    """The coefficients ``a`` of ``(K + diag(penalties)) a = targets``, or None where rounding breaks the factorisation.
+def solve_direct(operator, targets, plan):
+    """The coefficients ``a`` of ``(K + alpha W^-1) a = Y``, or None where rounding breaks the factorisation.
 
     Parameters
     ----------
     operator : KernelOperator
         ``K(X, X)`` in float64 (:meth:`~skgpu_kernel.operators.KernelOperator.block`
         gives the whole matrix).
-    targets : Tensor of shape (n, l)
-        float64, on the operator's device.
-    penalties : Tensor of shape (n,)
-        ``alpha / w_i``, positive.
+    targets : Targets
+        ``Y`` of shape (n, l), float64, on the operator's device; the weights
+        ``w`` (n,), positive, or None for unit weights.
+    plan : float
+        The penalty ``alpha > 0`` (a direct solve has nothing else to plan).
 
     Returns
     -------
-    Tensor of shape (n, l) or None
-        float64.  None where ``K + diag(penalties)`` is not positive definite to
-        float64's precision (a penalty below the kernel matrix's rounding).
+    Solution or None
+        ``coef`` in float64.  None where ``K + alpha W^-1`` is not positive
+        definite to float64's precision (a penalty below the kernel matrix's
+        rounding).
     """
+    weights = targets.weights
+    penalties = plan / weights if weights is not None else torch.full_like(targets.Y[:, 0], plan)
     gram = operator.block()
     # Out of place: a cached operator's block() may be its cache itself, which the fit reads again.
     system = torch.diagonal_scatter(gram, gram.diagonal() + penalties)
@@ -40,4 +46,4 @@ def solve_kernel_ridge(operator, targets, penalties):
     del system  # the factor is a new matrix: the system's memory goes back before the solve
     if int(info) != 0:
         return None
-    return torch.cholesky_solve(targets, factor)
+    return Solution.direct(torch.cholesky_solve(targets.Y, factor))

@@ -13,190 +13,127 @@ and of the batch size.
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from ..operators import KernelOperator, OperatorBlocks
-from ..out_of_memory import MemoryEvents
-from ..planning.stopping import NEVER, StoppingPlan
-from .epochs import EpochGuard, Stopping, halved_batch
+from ..operators import OperatorBlocks
+from .epochs import halved_batch
+from .solution import Progress, Solution
 
-__all__ = ["KernelLoopResult", "KernelTrainingData", "LoopSettings", "chunked_permutation", "fit_eigenpro"]
-
-
-@dataclass
-class KernelLoopResult:
-    """What a kernel loop (EigenPro 2, EigenPro 3 or conjugate gradients) did and measured.
-
-    Attributes
-    ----------
-    coef : Tensor of shape (p, l)
-    n_epochs : int
-        Epochs (CG: iterations, one pass over the data each) run.
-    n_steps : int
-        Updates made (CG: iterations).
-    batch_size : int or None
-        The batch the loop ended with (after any out-of-memory halving); None for CG.
-    learning_rate : float or None
-        Step size of the last update; None for CG.
-    history : list of dict
-    n_projections : int
-        Projections onto the centers (EigenPro 3; 0 otherwise).
-    converged : bool or None
-        Whether CG met its tolerance; None for the EigenPro loops.
-    """
-
-    coef: torch.Tensor
-    n_epochs: int
-    n_steps: int
-    batch_size: int | None
-    learning_rate: float | None
-    history: list = field(default_factory=list)
-    n_projections: int = 0
-    converged: bool | None = None
-
-    @classmethod
-    def direct(cls, coef):
-        """The record of a direct solve: the exact solution, no epochs, no steps, no history."""
-        return cls(coef, 0, 0, None, None, [], converged=True)
+__all__ = ["EigenProPlan", "chunked_permutation", "solve_eigenpro2"]
 
 
 @dataclass(frozen=True)
-class LoopSettings:
-    """How the EigenPro loops run: batch, step sizes, epochs, validation and progress.
+class EigenProPlan:
+    """How the EigenPro loops (2 and 3) run: batch, step sizes, preconditioner, starting point, progress.
 
     Parameters
     ----------
     batch_size : int
     learning_rate_for : callable
         ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``, the step
-        size of update number ``step`` (counted from ``first_step``) on a batch of
-        ``batch_size`` rows, when an epoch takes ``steps_per_epoch`` updates.  The
-        last, smaller batch of an epoch passes its own size; after an out-of-memory
-        error halves the batch, the halved size and its steps per epoch.  Each
-        divergence rollback halves a factor on top of it.
-    n_epochs : int
-    first_step : int
-        Updates made by earlier runs (warm starts): the count ``learning_rate_for``
-        continues from.  A rollback rewinds the count with the coefficients.
-    validation : callable or None
-        ``validation(coef) -> float``, larger is better, scored after every epoch.
-    stopping : StoppingPlan
-        When to stop before ``n_epochs`` (made by
-        :func:`~skgpu_kernel.planning.stopping.plan_stopping`; it monitors the
-        validation score when ``validation`` is given).  The default never stops early.
-    log : callable or None
-        Receives progress messages.
-    events : MemoryEvents or None
-        Where an out-of-memory halving of the batch, and a halving of the step
-        after a divergence, are recorded (the fit's ``fit_attempts_``; see
-        :mod:`skgpu_kernel.out_of_memory`); the loops log the halving themselves.
+        size of update number ``step`` (counted from ``progress.first_step``) on a
+        batch of ``batch_size`` rows, when an epoch takes ``steps_per_epoch``
+        updates.  The last, smaller batch of an epoch passes its own size; after an
+        out-of-memory error halves the batch, the halved size and its steps per
+        epoch.  Each divergence rollback halves a factor on top of it.
+    progress : Progress
+        Epochs, validation, stopping plan, log and record.
+    preconditioner : EigenProPreconditioner or None
+        The data preconditioner on the first ``s`` rows (EigenPro 2) or centers
+        (EigenPro 3); None: plain SGD.
+    coef_init : Tensor of shape (p, l) or None
+        The starting coefficients, updated in place.  None: zeros (EigenPro 2: a
+        fresh start, whose first epoch visits the rows in order; EigenPro 3 needs
+        them given).
+    alpha : float
+        EigenPro 2's ridge penalty on the scale of the normalised weights: the
+        iteration solves ``(K + alpha W^-1) a = Y``, the normal equations of
+        ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
+    column_block_for : callable or None
+        EigenPro 2: ``column_block_for(batch_size) -> int`` columns per kernel block.
+    generator : torch.Generator or None
+        EigenPro 2: seeds the per-epoch permutations (on the CPU).
+    projection : ExactProjection or IterativeProjection or None
+        EigenPro 3: ``projection(h) -> (theta, remainder)`` solving ``K(Z, Z) theta = h``.
+    n_temporary : int
+        EigenPro 3: temporary centers kept between projections (at least the batch size).
     """
 
     batch_size: int
     learning_rate_for: Callable
-    n_epochs: int
-    first_step: int = 0
-    validation: Callable | None = None
-    stopping: StoppingPlan = NEVER
-    log: Callable | None = None
-    events: MemoryEvents | None = None
-
-    def guard(self, coef):
-        """The epoch guard of a loop on ``coef`` with these settings."""
-        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log, self.events)
+    progress: Progress
+    preconditioner: object = None
+    coef_init: torch.Tensor | None = None
+    alpha: float = 0.0
+    column_block_for: Callable | None = None
+    generator: torch.Generator | None = None
+    projection: object = None
+    n_temporary: int = 0
 
 
-@dataclass(frozen=True)
-class KernelTrainingData:
-    """Device tensors of an EigenPro 2 fit.
+def solve_eigenpro2(operator, targets, plan):
+    """Run EigenPro 2 epochs on ``K(X, X)``.
 
     Parameters
     ----------
     operator : KernelOperator
         ``K(X, X)`` of the training rows (evaluated, on a grid or cached); rows
         ``[0, s)`` are the preconditioner's subsample.
-    Y : Tensor of shape (n, l)
-    weights : Tensor of shape (n,) or None
-        Per-row factors in (0, 1] on the residual (normalised sample weights).
-    alpha : float
-        Ridge penalty on the scale of the normalised weights: the iteration solves
-        ``(K + alpha W^-1) a = Y``, the normal equations of
-        ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
-    """
-
-    operator: KernelOperator
-    Y: torch.Tensor
-    weights: torch.Tensor | None = None
-    alpha: float = 0.0
-
-
-def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, generator, fresh_start=True):
-    """Run EigenPro 2 epochs, updating ``coef`` in place.
-
-    Parameters
-    ----------
-    kernel : Kernel
-    data : KernelTrainingData
-    coef : Tensor of shape (n, l)
-        Initial coefficients, updated in place.
-    preconditioner : EigenProPreconditioner or None
-    loop : LoopSettings
-    column_block_for : callable
-        ``column_block_for(batch_size) -> int`` columns per kernel block.
-    generator : torch.Generator
-        Seeds the per-epoch permutations (on the CPU).
-    fresh_start : bool
-        ``coef`` is zero and the rows are in random order: the first epoch visits
-        them in order and evaluates only the non-zero prefix.
+    targets : Targets
+    plan : EigenProPlan
+        With ``coef_init`` None the rows must be in random order (a fresh start):
+        the first epoch visits them in order and evaluates only the non-zero prefix.
 
     Returns
     -------
-    KernelLoopResult
+    Solution
     """
-    Y = data.Y
-    n = data.operator.shape[0]
+    Y, n, progress, preconditioner = targets.Y, operator.shape[0], plan.progress, plan.preconditioner
     device = Y.device
+    fresh_start, coef = plan.coef_init is None, plan.coef_init
+    if fresh_start:
+        coef = torch.zeros(n, Y.shape[1], dtype=Y.dtype, device=device)
     leading = preconditioner.subsample_size if preconditioner is not None and preconditioner.n_components else 0
-    batch_size = loop.batch_size
-    operator = data.operator.with_blocks(OperatorBlocks.whole(batch_size, column_block_for(batch_size)))
+    batch_size = plan.batch_size
+    operator = operator.with_blocks(OperatorBlocks.whole(batch_size, plan.column_block_for(batch_size)))
     steps_per_epoch = math.ceil(n / batch_size)
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
-    guard = loop.guard(coef)
+    guard = progress.guard(coef)
 
     def rate_at(step):
-        return loop.learning_rate_for(step, batch_size, steps_per_epoch)
+        return plan.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
-        return loop.validation(coef)
+        return progress.validation(coef)
 
-    while guard.epoch < loop.n_epochs:
+    while guard.epoch < progress.n_epochs:
         guard.begin_epoch()
         sparse_epoch = fresh_start and guard.epoch == 0
         if sparse_epoch:
             order = torch.arange(n, device=device)
         else:
-            order = chunked_permutation(n, EPOCH_CHUNK_ROWS, generator).to(device)
+            order = chunked_permutation(n, EPOCH_CHUNK_ROWS, plan.generator).to(device)
         loss_sum = torch.zeros((), dtype=Y.dtype, device=device)
         position = 0
         while position < n:
             batch = order[position : position + batch_size]
             active = max(leading, position) if sparse_epoch else n
             try:
-                update = _step(operator, data, coef, batch, active, leading, preconditioner)
+                update = _step(operator, targets, coef, batch, active, leading, plan)
             except (torch.OutOfMemoryError, RuntimeError) as error:
-                batch_size = halved_batch(error, batch_size, device, loop.events)
+                batch_size = halved_batch(error, batch_size, device, progress.events)
                 steps_per_epoch = math.ceil(n / batch_size)
-                operator = operator.with_blocks(OperatorBlocks.whole(batch_size, column_block_for(batch_size)))
-                if loop.log is not None:
+                operator = operator.with_blocks(OperatorBlocks.whole(batch_size, plan.column_block_for(batch_size)))
+                if progress.log is not None:
                     rate = guard.rollback * rate_at(guard.step)
-                    loop.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
+                    progress.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
                 continue
             residual, weighted, correction, penalty = update
             # The last batch of an epoch may be smaller: its step follows its own size.
             scale = (
-                guard.rollback * loop.learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
+                guard.rollback * plan.learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]
             )
             coef.index_add_(0, batch, weighted, alpha=-scale)
             if correction is not None:
@@ -207,12 +144,12 @@ def fit_eigenpro(kernel, data, coef, preconditioner, loop, column_block_for, gen
 
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if not math.isfinite(train_loss):
-            _check_kernel_is_finite(kernel, operator, Y.dtype)
-        scored = validation_score if loop.validation is not None else None
+            operator.require_finite(Y.dtype)
+        scored = validation_score if progress.validation is not None else None
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
 
-    return KernelLoopResult(coef=coef, batch_size=batch_size, **guard.finish(rate_at, loop.first_step))
+    return Solution(coef=coef, batch_size=batch_size, **guard.finish(rate_at, progress.first_step))
 
 
 # Later epochs visit the (once shuffled) rows in chunks of this many consecutive
@@ -229,27 +166,22 @@ def chunked_permutation(n, chunk, generator):
     return order[order < n]
 
 
-def _step(operator, data, coef, batch, active, leading, preconditioner):
+def _step(operator, targets, coef, batch, active, leading, plan):
     """Residual, gradient coefficients, subsample correction and penalty share for one batch (no update yet).
 
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
     """
-    weights = data.weights
+    weights, alpha = targets.weights, plan.alpha
     products = operator.matmul(coef[:active], rows=batch, leading=leading)
     predictions, subsample_block = products if leading else (products, None)
     penalty = 0.0
-    if data.alpha:
+    if alpha:
         # The batch's share of the penalty alpha a^T K a, and its gradient alpha a_B.
-        penalty = data.alpha * (coef[batch] * predictions).sum()
-    residual = predictions.sub_(data.Y[batch])
+        penalty = alpha * (coef[batch] * predictions).sum()
+    residual = predictions.sub_(targets.Y[batch])
     weighted = residual if weights is None else residual * weights[batch, None]
-    if data.alpha:
-        weighted = weighted + data.alpha * coef[batch]
-    correction = preconditioner.correction(subsample_block, weighted) if leading else None
+    if alpha:
+        weighted = weighted + alpha * coef[batch]
+    correction = plan.preconditioner.correction(subsample_block, weighted) if leading else None
     return residual, weighted, correction, penalty
-
-
-def _check_kernel_is_finite(kernel, operator, dtype):
-    """Raise when the kernel itself returns inf or NaN, which no step size can fix."""
-    kernel.require_finite(operator.block(slice(0, min(operator.shape[0], 256))), dtype)

@@ -47,8 +47,8 @@ import torch
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
 from ..operators import EvaluatedOperator, OperatorBlocks
-from .eigenpro import KernelLoopResult
 from .epochs import halved_batch
+from .solution import Solution
 
 __all__ = [
     "ExactProjection",
@@ -56,7 +56,7 @@ __all__ = [
     "IterativeProjection",
     "RowBatch",
     "StreamedBatches",
-    "fit_eigenpro3",
+    "solve_eigenpro3",
 ]
 
 
@@ -378,70 +378,65 @@ def _residual_and_gradient(shards, temporary, coef, batch):
     return residual, weighted, block.transpose_matmul(weighted)
 
 
-def fit_eigenpro3(kernel, batches, shards, coef, preconditioner, projection, loop, n_temporary):
-    """Run EigenPro 3 epochs, updating ``coef`` in place.
+def solve_eigenpro3(operator, targets, plan):
+    """Run EigenPro 3 epochs on the centers.
 
     Parameters
     ----------
-    kernel : Kernel
-    batches : InMemoryBatches or StreamedBatches
-        The training rows; ``batches.epoch(m)`` yields :class:`RowBatch` objects.
-    shards : ~skgpu_kernel.operators.CenterShards
-        The centers (with their cached ``K(X, Z)`` after ``shards.cache``, looked
-        up by ``indices``).
-    coef : Tensor of shape (p, l)
-        Initial coefficients on the main device, updated in place.
-    preconditioner : EigenProPreconditioner or None
-        The data preconditioner on the first ``s`` centers (None: plain projected SGD).
-    projection : ExactProjection or IterativeProjection
-        ``projection(h) -> (theta, remainder)`` solving ``K(Z, Z) theta = h``;
-        ``remainder`` (None when exact) is carried into the next projection.
-    loop : LoopSettings
-        Batch, step sizes, epochs, validation (``loop.validation(coef)``) and log,
-        as for :func:`~skgpu_kernel.solvers.fit_eigenpro`.
-    n_temporary : int
-        Temporary centers kept between projections (at least the batch size).
+    operator : ~skgpu_kernel.operators.CenterShards
+        ``K(., Z)`` of the centers (with their cached ``K(X, Z)`` after
+        ``shards.cache``, looked up by a batch's ``indices``).
+    targets : InMemoryBatches or StreamedBatches
+        The training rows with their targets and weights; ``targets.epoch(m)``
+        yields :class:`RowBatch` objects.
+    plan : EigenProPlan
+        Batch, step sizes, progress, the data preconditioner on the first ``s``
+        centers (None: plain projected SGD), the starting coefficients (on the
+        main device, updated in place; required), the projection onto the centers
+        and the number of temporary centers.
 
     Returns
     -------
-    KernelLoopResult
+    Solution
     """
-    main = shards.main
-    n, n_outputs = batches.n_rows, coef.shape[1]
-    batch = _Batch(loop.batch_size, n)
+    coef, progress, preconditioner = plan.coef_init, plan.progress, plan.preconditioner
+    n, n_outputs = targets.n_rows, coef.shape[1]
+    batch = _Batch(plan.batch_size, n)
     correct = preconditioner is not None and preconditioner.n_components > 0
-    width = shards.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
-    temporary = _TemporaryCenters(kernel, max(n_temporary, batch.size), width, n_outputs, coef.dtype, main)
-    run = _EpochRun(
-        shards, temporary, _Projector(temporary, projection, coef), coef, preconditioner if correct else None
+    width = operator.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
+    temporary = _TemporaryCenters(
+        operator.kernel, max(plan.n_temporary, batch.size), width, n_outputs, coef.dtype, operator.main
     )
-    guard = loop.guard(coef)
+    run = _EpochRun(
+        operator, temporary, _Projector(temporary, plan.projection, coef), coef, preconditioner if correct else None
+    )
+    guard = progress.guard(coef)
     loss_of_zero_model = None
 
     def rate_at(step):
-        return loop.learning_rate_for(step, batch.size, batch.steps_per_epoch)
+        return plan.learning_rate_for(step, batch.size, batch.steps_per_epoch)
 
     def validation_score():
-        return loop.validation(coef)
+        return progress.validation(coef)
 
-    while guard.epoch < loop.n_epochs:
+    while guard.epoch < progress.n_epochs:
         guard.begin_epoch()
-        loss_sum, target_sum = _epoch(run, batches, batch, guard, loop)
+        loss_sum, target_sum = _epoch(run, targets, batch, guard, plan)
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
         if not guard.end_epoch(
-            train_loss, loss_of_zero_model, rate_at, validation_score if loop.validation is not None else None
+            train_loss, loss_of_zero_model, rate_at, validation_score if progress.validation is not None else None
         ):
             break
         if guard.rolled_back:
             run.projector.accumulated.zero_()
 
-    return KernelLoopResult(
+    return Solution(
         coef=coef,
         batch_size=batch.size,
         n_projections=run.projector.n_projections,
-        **guard.finish(rate_at, loop.first_step),
+        **guard.finish(rate_at, progress.first_step),
     )
 
 
@@ -471,7 +466,7 @@ class _EpochRun:
     preconditioner: object
 
 
-def _epoch(run, batches, batch, guard, loop):
+def _epoch(run, batches, batch, guard, plan):
     """One epoch of steps, then a projection: ``(sum of squared residuals, sum of squared targets)``, float64.
 
     A batch planned before an out-of-memory error is taken in pieces of the halved size.
@@ -488,14 +483,14 @@ def _epoch(run, batches, batch, guard, loop):
             try:
                 residual, weighted, gradient = _residual_and_gradient(run.shards, run.temporary, run.coef, part)
             except (torch.OutOfMemoryError, RuntimeError) as error:
-                if run.shards.group is not None:
-                    raise  # the other ranks are already in this step's all-reduce
-                batch.size = halved_batch(error, batch.size, main, loop.events)
-                if loop.log is not None:
-                    loop.log(f"out of memory: batch size halved to {batch.size}")
+                if not run.shards.may_halve_batch:
+                    raise
+                batch.size = halved_batch(error, batch.size, main, plan.progress.events)
+                if plan.progress.log is not None:
+                    plan.progress.log(f"out of memory: batch size halved to {batch.size}")
                 continue
             # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = guard.rollback * loop.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
+            scale = guard.rollback * plan.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
             run.projector.accumulated.sub_(gradient, alpha=scale)
             run.temporary.add(part.rows, weighted * -scale)
             if preconditioner is not None:

@@ -22,16 +22,17 @@ run in the training dtype.
 
 import torch
 
-from .conjugate_gradients import CentersSolveResult, conjugate_gradients
+from .conjugate_gradients import conjugate_gradients
+from .solution import Solution
 
-__all__ = ["fit_full_kernel_cg"]
+__all__ = ["solve_full_kernel_cg"]
 
 
 class _FullKernelSystem:
     """``A = K + alpha W^-1`` with the split preconditioner ``C`` (see :func:`conjugate_gradients`)."""
 
-    def __init__(self, products, Y, weights, alpha, preconditioner):
-        self.products, self.Y, self.alpha, self.preconditioner = products, Y, alpha, preconditioner
+    def __init__(self, operator, Y, weights, alpha, preconditioner):
+        self.operator, self.Y, self.alpha, self.preconditioner = operator, Y, alpha, preconditioner
         self.weights = None if weights is None else weights.to(torch.float64)[:, None]
         n_effective = Y.shape[0] if weights is None else float(weights.sum())
         self.loss_scale = max(n_effective * Y.shape[1], 1e-300)
@@ -48,7 +49,7 @@ class _FullKernelSystem:
         constant), which is the merit, offset to equal the objective at ``a = 0``.
         """
         both = torch.cat([coef, step_coef], 1)
-        images = self.products(both).to(torch.float64)
+        images = self.operator.matmul(both.to(self.operator.dtype)).to(torch.float64)
         n_outputs = coef.shape[1]
         fitted = images[:, :n_outputs]
         residual = fitted - self.Y
@@ -70,26 +71,23 @@ class _FullKernelSystem:
         pass
 
 
-def fit_full_kernel_cg(products, Y, weights, alpha, preconditioner, settings, coef_init=None):
+def solve_full_kernel_cg(operator, targets, plan):
     """Solve ``(K + alpha W^-1) a = Y`` by preconditioned conjugate gradients.
 
     Parameters
     ----------
-    products : callable
-        ``products(V) -> K @ V`` for ``V`` of shape (n, k) (float64 in; any float dtype out).
-    Y : Tensor of shape (n, l)
-    weights : Tensor of shape (n,) or None
-        Normalised sample weights in (0, 1]; None for unit weights.
-    alpha : float
-        Positive, on the scale of the normalised weights.
-    preconditioner : ShiftedNystromPreconditioner
-    settings : CGSettings
-    coef_init : Tensor of shape (n, l) or None
-        Warm start.
+    operator : KernelOperator
+        ``K(X, X)`` (products in its dtype; the coefficients and CG's vectors are float64).
+    targets : Targets
+        ``Y`` of shape (n, l); normalised sample weights in (0, 1], or None for unit weights.
+    plan : CGPlan
+        ``alpha`` positive, on the scale of the normalised weights; the
+        preconditioner (a :class:`~skgpu_kernel.cg_preconditioner.ShiftedNystromPreconditioner`);
+        the warm start, if any.
 
     Returns
     -------
-    CentersSolveResult
+    Solution
         ``coef`` in float64; ``history[k - 1]["train_loss"]`` is the objective
         divided by ``n_eff l`` at the coefficients iteration ``k`` started from.
 
@@ -98,30 +96,33 @@ def fit_full_kernel_cg(products, Y, weights, alpha, preconditioner, settings, co
     >>> import torch
     >>> from skgpu_kernel.kernels import Gaussian
     >>> from skgpu_kernel.cg_preconditioner import PenalisedRows, shifted_nystrom_preconditioner
+    >>> from skgpu_kernel.operators import CachedOperator
     >>> from skgpu_kernel.preconditioner import nystrom_eigensystem
-    >>> from skgpu_kernel.solvers.conjugate_gradients import CGSettings
+    >>> from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
+    >>> from skgpu_kernel.solvers.solution import Targets
     >>> X = torch.linspace(0, 1, 60, dtype=torch.float64)[:, None]
     >>> K = Gaussian(bandwidth=0.3)(X, X)
     >>> rows = PenalisedRows(60, 1e-3, None, torch.float64)
     >>> preconditioner = shifted_nystrom_preconditioner(
     ...     nystrom_eigensystem(Gaussian(bandwidth=0.3), X[:20]), lambda V: K[:, :20] @ V, rows)
     >>> Y = torch.sin(6 * X)
-    >>> result = fit_full_kernel_cg(K.__matmul__, Y, None, 1e-3, preconditioner, CGSettings(tol=1e-10))
+    >>> plan = CGPlan(1e-3, CGSettings(tol=1e-10), preconditioner)
+    >>> result = solve_full_kernel_cg(CachedOperator(K, torch.float64), Targets(Y), plan)
     >>> exact = torch.linalg.solve(K + 1e-3 * torch.eye(60, dtype=torch.float64), Y)
     >>> result.converged, bool(torch.allclose(result.coef, exact, atol=1e-7))
     (True, True)
     """
-    Y = Y.to(torch.float64)
-    system = _FullKernelSystem(products, Y, weights, alpha, preconditioner)
-    if coef_init is None:
+    Y = targets.Y.to(torch.float64)
+    system = _FullKernelSystem(operator, Y, targets.weights, plan.alpha, plan.preconditioner)
+    if plan.coef_init is None:
         coef, gradient = torch.zeros_like(Y), Y
     else:
-        coef = coef_init.to(device=Y.device, dtype=torch.float64).clone()
+        coef = plan.coef_init.to(device=Y.device, dtype=torch.float64).clone()
         images, _, _ = system.evaluate(coef, torch.zeros_like(coef[:, :0]))
         gradient = -images[:, : Y.shape[1]]
     residual = system.transposed(gradient)
     reference = torch.maximum(
         torch.linalg.vector_norm(system.transposed(Y), dim=0), torch.linalg.vector_norm(residual, dim=0)
     )
-    history, stop = conjugate_gradients(system, coef, residual, reference, settings)
-    return CentersSolveResult(coef, len(history), history, 0.0, stop)
+    history, stop = conjugate_gradients(system, coef, residual, reference, plan.settings)
+    return Solution.of_cg(coef, history, stop)
