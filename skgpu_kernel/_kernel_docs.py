@@ -377,7 +377,9 @@ COMMON_ATTRIBUTES = """
         halved keeps the model, up to rounding; a smaller subsample or batch
         changes the fit's path.  Each halving of an EigenPro loop's step after a
         divergence is ``{"event": "diverged", "stage": "epoch", "solver": ...,
-        "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.
+        "changed": "step size factor", "from": ..., "to": ..., "reason": ...}``.  A
+        feature-learning fit whose handed tuning did not apply tuned again:
+        ``{"event": "ran_again", "stage": "tune", "solver": None, "reason": ...}``.
         (Out of memory while predicting, the row block is halved too and a
         ``RuntimeWarning`` says so: predicting changes no fitted attribute.)
     fit_check_ : dict or None

@@ -23,7 +23,9 @@ rows, ``subsample_size``, ``batch_size``, a cache), ``from`` and ``to`` are its 
 The same record takes the step halvings of an EigenPro loop that diverged
 (``skgpu_kernel.solvers.epochs.EpochGuard``) as
 ``{"event": "diverged", "stage": "epoch", "solver": ..., "changed": "step size factor",
-"from": ..., "to": ..., "reason": ...}``.
+"from": ..., "to": ..., "reason": ...}``, and a stage run again where the result it
+was handed did not apply (a tuning handed to a fit whose policy it does not
+match) as ``{"event": "ran_again", "stage": "tune", "solver": None, "reason": ...}``.
 """
 
 import dataclasses
@@ -91,6 +93,12 @@ class MemoryEvents:
         self.records.append({**record, "from": old, "to": new, "reason": reason})
         if self.log is not None:
             self.log(f"diverged in the {stage}: {what} {old:g} -> {new:g} ({reason})")
+
+    def ran_again(self, stage, reason):
+        """Record that ``stage`` ran again where its handed result did not apply, because of ``reason``."""
+        self.records.append({"event": "ran_again", "stage": stage, "solver": self.solver, "reason": reason})
+        if self.log is not None:
+            self.log(f"the {stage} stage ran again: {reason}")
 
 
 def out_of_memory_reason(error):

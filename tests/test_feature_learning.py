@@ -332,3 +332,25 @@ def test_beyond_the_bound_the_candidates_are_fitted_on_a_subsample_and_a_kept_pl
     assert fitted_rows[-1] == 3000
     plain = AdaptiveKernelRegressor(feature_learning=None, **params).fit(X, y)
     np.testing.assert_array_equal(model.dual_coef_, plain.dual_coef_)
+
+
+def test_a_handed_tuning_that_does_not_apply_is_tuned_again_and_recorded(monkeypatch):
+    """Issue 64: the tune stage never runs again silently; the fit's record names the rerun."""
+    fit = feature_learning.fit_kernel_model
+    calls = []
+
+    def with_a_tuning_that_scored_no_alpha(request, runtime, plan=None):
+        calls.append(plan is not None)
+        if plan is not None and plan.tuning.alpha_selection is not None:
+            plan = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, alpha_selection=None))
+        return fit(request, runtime, plan)
+
+    monkeypatch.setattr(feature_learning, "fit_kernel_model", with_a_tuning_that_scored_no_alpha)
+    X, y = _few_relevant(600, 5, n_noise=2)
+    model = AdaptiveKernelRegressor(random_state=0, feature_learning="diagonal", feature_learning_iter=1).fit(X, y)
+    assert any(calls)
+    reruns = [entry for entry in model.fit_attempts_ if entry.get("event") == "ran_again"]
+    assert reruns and reruns[0]["stage"] == "tune" and "asks for one" in reruns[0]["reason"]
+    plain = AdaptiveKernelRegressor(random_state=0, feature_learning="diagonal", feature_learning_iter=1)
+    monkeypatch.setattr(feature_learning, "fit_kernel_model", fit)
+    assert not [entry for entry in plain.fit(X, y).fit_attempts_ if entry.get("event") == "ran_again"]

@@ -9,6 +9,7 @@ same model whatever the path.
 
 import dataclasses
 
+from ..out_of_memory import MemoryEvents
 from .plan import choose_solver
 from .request import log_fit
 from .resolve import resolve
@@ -26,7 +27,9 @@ def fit_kernel_model(request, runtime, plan=None):
     plan : FitPlan or None, default=None
         A tuned plan (:func:`tune_kernel`'s) of the same parameters on these rows or
         on a superset of them, whose bandwidth and penalty feature learning's fits on
-        its training rows reuse; None: tuned here.
+        its training rows reuse; None: tuned here.  Where the handed tuning does not
+        apply to these rows' policy, the tune stage runs again and the fit's record
+        (``fit_attempts_``) says so (event ``"ran_again"``, stage ``"tune"``).
 
     Returns
     -------
@@ -35,8 +38,9 @@ def fit_kernel_model(request, runtime, plan=None):
     resolved = resolve(request, runtime)
     if plan is not None:
         tuning = applied_tuning(plan.tuning, resolved)
-        if tuning is None:  # the tune stage runs again, and says so
-            message = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
-            log_fit(runtime, request.parameters, message + "asks for none: tuned again")
+        if tuning is None:  # the tune stage runs again, and says so in the record
+            reason = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
+            MemoryEvents(runtime.memory_events).ran_again("tune", reason + "asks for none")
+            log_fit(runtime, request.parameters, f"{reason}asks for none: tuned again")
         resolved = dataclasses.replace(resolved, tuning=tuning)
     return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))

@@ -188,8 +188,7 @@ class CenterShards:
 
     @property
     def may_halve_batch(self):
-        """Whether a step may shrink its batch after running out of memory: not in a group, whose other
-        ranks are already in the step's all-reduce."""
+        """Whether a step may halve its batch after running out of memory (not in a group: its ranks are in step)."""
         return self.group is None
 
     def operator(self, rows, row_block=None, on_grid=False):
