@@ -13,6 +13,7 @@ Usage::
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import importlib
 import pkgutil
@@ -38,9 +39,10 @@ def package_dataclasses():
     return found
 
 
+@contextlib.contextmanager
 def instrumented(classes):
-    """A counter of instances, filled by the wrapped ``__init__`` of each class in ``classes``."""
-    created = collections.Counter()
+    """A counter of instances, filled by the wrapped ``__init__`` of each class in ``classes`` (restored on exit)."""
+    created, originals = collections.Counter(), {cls: cls.__init__ for cls in classes}
     for cls in classes:
 
         def init(self, *args, _original=cls.__init__, _name=f"{cls.__module__}.{cls.__qualname__}", **kwargs):
@@ -48,7 +50,20 @@ def instrumented(classes):
             _original(self, *args, **kwargs)
 
         cls.__init__ = init
-    return created
+    try:
+        yield created
+    finally:
+        for cls, original in originals.items():
+            cls.__init__ = original
+
+
+def count_default_fit(name, seed=0):
+    """``{type name: instances}`` of the dataclasses a default fit of estimator ``name`` creates."""
+    X, y = data(seed)
+    targets = y if name == "regressor" else y > np.median(y)
+    with instrumented(package_dataclasses()) as created:
+        ESTIMATORS[name](random_state=0).fit(X, targets)
+    return dict(created)
 
 
 def data(seed=0):
@@ -61,12 +76,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--estimator", nargs="+", choices=sorted(ESTIMATORS), default=sorted(ESTIMATORS))
     arguments = parser.parse_args()
-    created = instrumented(package_dataclasses())
-    X, y = data()
     for name in arguments.estimator:
-        created.clear()
-        targets = y if name == "regressor" else y > np.median(y)
-        ESTIMATORS[name](random_state=0).fit(X, targets)
+        created = count_default_fit(name)
         print(f"== default {name}, {N_ROWS} rows")
         for type_name, count in sorted(created.items()):
             print(f"{count:6d}  {type_name}")

@@ -17,8 +17,8 @@ from ._warnings import warn_user
 from .device import column_block_size, integer_matmul_speedup, rows_within_budget, throughput_saturation_batch
 from .grid import Grid, GridCodes, encode_on_grid, find_grid, integer_products_pay, padded_features
 from .operators import (
+    CenterOperators,
     EvaluatedOperator,
-    GridOperator,
     OperatorBlocks,
     StreamedOperator,
     map_row_blocks,
@@ -203,22 +203,28 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None, 
 def _streamed_operator(kernel, X, centers, blocks, offset, on_grid):
     """The :class:`StreamedOperator` of :func:`kernel_predict` at ``blocks``."""
     device, dtype = centers.device, centers.dtype
-
-    def on_grid_operator(rows):
-        codes = encode_on_grid(rows, on_grid.grid)
-        if codes is None:
-            raise _OffGrid
-        return GridOperator(kernel, codes, on_grid.center_codes, dtype, blocks)
-
     if on_grid is None:
-        on_device, pad = (lambda rows: EvaluatedOperator(kernel, rows, centers, blocks)), None
+        factory, pad = CenterOperators(kernel, centers, dtype), None
     else:
-        on_device, pad = on_grid_operator, on_grid.grid.origin
+        factory = CenterOperators(kernel, centers, dtype, on_grid.grid, on_grid.center_codes)
+        pad = on_grid.grid.origin
+
+    def on_device(rows):
+        return factory.operator(rows, blocks, None if on_grid is None else _on_grid_codes(factory, rows))
+
     return StreamedOperator(X, on_device, centers.shape[0], blocks.rows, device, dtype, offset=offset, pad=pad)
 
 
 class _OffGrid(Exception):
     """A row to predict lies off the centers' grid."""
+
+
+def _on_grid_codes(factory, rows):
+    """The codes of rows to predict on the centers' grid; :class:`_OffGrid` where one lies off it."""
+    codes = factory.encode(rows)
+    if codes is None:
+        raise _OffGrid
+    return codes
 
 
 def linear_scores(X, coef, intercept):

@@ -53,7 +53,7 @@ STAGES = ("cache fill", "preconditioner subsample", "agop", "validation", "predi
 _REASON_CHARACTERS = 200
 
 
-@dataclass(frozen=True)
+@dataclass
 class MemoryEvents:
     """Where the out-of-memory events of a fit go: its record (``fit_attempts_``), in order.
 

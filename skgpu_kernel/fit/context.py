@@ -7,7 +7,7 @@ import torch
 
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..device import SaturationBatch
-from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
+from ..out_of_memory import ShrinkingStage, halvings
 from ..planning.kernel import KernelProblem
 from ..preconditioner import SpectralSettings
 from .attempts import Fallback, FallbackNeeded
@@ -28,12 +28,12 @@ class AttemptContext:
     runs read it, none extends it.
     """
 
-    def __init__(self, data, runtime, settings, solver):
+    def __init__(self, data, runtime, settings, events):
         self.data, self.runtime, self.settings = data, runtime, settings
         self.kernel, self.device = settings.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
         self.itemsize = runtime.itemsize
-        self.events = MemoryEvents(runtime.memory_events, solver, runtime.log)
+        self.events = events  # this attempt's own, which the driver adds to the record after it
 
     def rows(self, indices):
         """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""

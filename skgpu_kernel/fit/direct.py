@@ -5,7 +5,7 @@ import dataclasses
 import torch
 
 from ..blockwise import DeviceCopier, rows_taken
-from ..operators import EvaluatedOperator, OperatorBlocks
+from ..operators import CenterOperators, OperatorBlocks
 from ..solvers.direct import solve_direct
 from ..solvers.solution import Targets
 from .attempts import Fallback, FallbackNeeded, PathOutcome
@@ -14,8 +14,8 @@ from .attempts import Fallback, FallbackNeeded, PathOutcome
 def run_direct(context, attempt):
     """Every training row a center, ``alpha > 0``, ``n x n`` in the budget: one factorisation of ``K + alpha W^-1``.
 
-    ``K(X, X)`` is evaluated once in float64 through an
-    :class:`~skgpu_kernel.operators.EvaluatedOperator` and handed to
+    ``K(X, X)`` is evaluated once in float64 through an operator of
+    :class:`~skgpu_kernel.operators.CenterOperators` and handed to
     :func:`~skgpu_kernel.solvers.direct.solve_direct`.  Where rounding breaks
     the factorisation, or the device has no room for the ``n x n`` matrices, the
     driver is asked for CG on every point instead.
@@ -27,7 +27,7 @@ def run_direct(context, attempt):
     uncentred = DeviceCopier(device, torch.float64, None)(rows_taken(data.X, data.X_device, data.order))
     rows = DeviceCopier(device, torch.float64, context.settings.offset).centred(uncentred)
     whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
-    operator = EvaluatedOperator(kernel, rows, kernel.prepare_centers(rows), whole)
+    operator = CenterOperators.of(kernel, rows).operator(rows, whole)
     targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=device)
     weights = torch.as_tensor(data.weights[data.order], dtype=torch.float64, device=device)
 

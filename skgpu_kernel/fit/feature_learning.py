@@ -223,9 +223,11 @@ def _calibrated_on_rows_left_out(request, runtime, mode):
     """
     split = _rows_left_out(request.data, runtime)
     result = _fitted(request.on(split.training), runtime, mode, None)
-    decisions = _held_out_decisions(result.fit, split.held_out, result.transform, runtime)
+    events = MemoryEvents(list(result.fit.attempts), result.fit.solver)  # its decisions' events join the record
+    decisions = _held_out_decisions(result.fit, split.held_out, result.transform, runtime.budget, events)
     temperature = fit_temperature(HeldOutDecisions(decisions, split.held_out.Y, split.held_out.weights))
-    return dataclasses.replace(result, temperature=temperature, calibration="final-held-out")
+    fit = dataclasses.replace(result.fit, attempts=events.records)
+    return dataclasses.replace(result, fit=fit, temperature=temperature, calibration="final-held-out")
 
 
 def _rows_left_out(data, runtime):
@@ -249,7 +251,9 @@ def _cross_fitted_plain(request, runtime):
     decisions = np.zeros_like(data.Y, dtype=np.float64)
     for train, held_out in _folds(data, runtime):
         fit = fit_kernel_model(request.on(rows_of(data, train)), _fresh(runtime), plan)
-        decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime)
+        events = MemoryEvents(_events_of(fit), fit.solver)
+        decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime.budget, events)
+        runtime = runtime.recorded(events.records)
     temperature = fit_temperature(HeldOutDecisions(decisions, data.Y, data.weights))
     final = fit_kernel_model(request, runtime, plan)
     return FeatureLearningResult(final, temperature=temperature, calibration="cross-fitted")
@@ -274,7 +278,7 @@ def _learnt(request, runtime):
     split, rows, plain = start.split, start.rows, start.plain
     training = request.on(split.training)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(request.on(split.learning), training, rows, runtime)
+    path = _learning_path(request.on(split.learning), training, rows, runtime.recorded(plain.events))
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
@@ -284,7 +288,7 @@ def _learnt(request, runtime):
     final_plan = chosen.plan
     if chosen is not plain and split.learning is not data:  # the path's kernel tuned on every row, now
         final_plan = tune_kernel(request.with_parameters(chosen.parameters), runtime).pinned()
-    final = fit_kernel_model(final_request, runtime, final_plan)
+    final = fit_kernel_model(final_request, runtime.recorded(path[-1].events), final_plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     mode = parameters.feature_learning
@@ -306,7 +310,7 @@ def _held_out_plain(request, runtime):
     """
     plain = _PlainOnSplit.fitted(request, runtime).plain
     temperature = _temperature(plain, request.parameters)
-    final = fit_kernel_model(request, runtime, plain.plan)
+    final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
     return FeatureLearningResult(final, temperature=temperature, calibration="held-out")
 
 
@@ -332,7 +336,7 @@ class _PlainOnSplit:
         """Tune the plain kernel, draw the split, fit the plain model on its training rows and score it."""
         plan = tune_kernel(request, runtime)
         split = _CandidateRows.drawn(request, runtime, plan)
-        rows = _HeldOutRows(split.held_out, request.parameters, runtime)
+        rows = _HeldOutRows(split.held_out, request.parameters, runtime.budget)
         fit = fit_kernel_model(request.on(split.training), _fresh(runtime), plan)
         return cls(split, rows, rows.candidate(fit, None, request, plan))
 
@@ -370,7 +374,11 @@ class _CandidateRows:
 
 @dataclass(frozen=True, eq=False)
 class _Candidate:
-    """A model the held-out rows scored: its features ``X L``, what it is refitted with, its losses."""
+    """A model the held-out rows scored: its features ``X L``, what it is refitted with, its losses.
+
+    ``events``: the fit's record of events up to and including the candidate's
+    fit and scoring (earlier ones first), which the next stage is handed.
+    """
 
     transform: np.ndarray | None
     parameters: object
@@ -378,6 +386,7 @@ class _Candidate:
     losses: np.ndarray
     score: float
     held_out: HeldOutDecisions
+    events: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -386,29 +395,35 @@ class _HeldOutRows:
 
     data: object
     parameters: object
-    runtime: object
+    budget: int  # the device memory their predictions may take
 
     def candidate(self, fit, transform, request, plan):
         """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        predictions = _held_out_decisions(fit, self.data, transform, self.runtime)
+        events = MemoryEvents(_events_of(fit), fit.solver)
+        predictions = _held_out_decisions(fit, self.data, transform, self.budget, events)
         Y = self.data.Y
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, self.parameters.classifier)
         held_out = HeldOutDecisions(predictions, Y, self.data.weights)
-        return _Candidate(transform, request.parameters, plan, losses, score, held_out)
+        return _Candidate(transform, request.parameters, plan, losses, score, held_out, tuple(events.records))
 
 
-def _held_out_decisions(fit, data, transform, runtime):
+def _held_out_decisions(fit, data, transform, budget, events):
     """``fit``'s decision values (intercept included) on the rows of ``data``, seen through ``transform``.
 
-    Only predicted: rows held on the device are transformed there, and no host copy is read back.
+    Only predicted: rows held on the device are transformed there, and no host copy is read back.  A row
+    block halved out of memory is recorded in ``events``.
     """
     if data.X_device is None:
         X = transformed_rows(np.asarray(data.X), transform)
     else:
         X = transformed_on_device(data.X_device, transform)
-    events = MemoryEvents(runtime.memory_events, fit.solver)
-    return fit.device_cache.predict(fit.kernel, X, runtime.budget, events) + fit.intercept
+    return fit.device_cache.predict(fit.kernel, X, budget, events) + fit.intercept
+
+
+def _events_of(fit):
+    """The events of ``fit``'s record (earlier stages' first), as a list a stage may add its own to."""
+    return [entry for entry in fit.attempts if "event" in entry]
 
 
 def _row_losses(predictions, Y, classifier):
@@ -443,14 +458,18 @@ def _learning_path(request, training, rows, runtime):
         fitted_on = _transformed(training, transform)
         fit = fit_kernel_model(fitted_on, _fresh(runtime), plan)
         path.append(rows.candidate(fit, transform, fitted_on, plan))
+        runtime = runtime.recorded(path[-1].events)
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
-        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, diagonal_agop, runtime))
+        events = MemoryEvents(list(runtime.memory_events), fit.solver, runtime.log)
+        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, diagonal_agop, runtime, events))
+        runtime = runtime.recorded(events.records)
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")
+            path[-1] = dataclasses.replace(path[-1], events=runtime.memory_events)  # the final fit's record has them
             break
         agop = block_diagonal(agop, blocks, mode == "diagonal")
         metric = metric_from_agop(agop, diagonal_agop, AGOP_POWER)
@@ -521,7 +540,7 @@ def _fresh(runtime):
     return dataclasses.replace(runtime, rng=copy.deepcopy(runtime.rng), generator=generator)
 
 
-def _input_space_agop(fit, fitted_on, transform, diagonal, runtime):
+def _input_space_agop(fit, fitted_on, transform, diagonal, runtime, events):
     """The AGOP of ``fit``'s predictor in the input coordinates: ``L G L^T`` of its AGOP ``G`` in ``X L``.
 
     ``fitted_on`` is the data ``fit`` was fitted on (the rows ``X L``): the rows and
@@ -530,7 +549,7 @@ def _input_space_agop(fit, fitted_on, transform, diagonal, runtime):
     With ``diagonal`` only the diagonal is computed (``L`` is then diagonal too,
     and ``diag(L G L) = L^2 diag(G)``).  Where the device runs out of memory, the
     AGOP is computed again with half the rows per block (the same subsample), each
-    halving recorded in the fit's ``fit_attempts_``.
+    halving recorded in ``events`` (which the fit's ``fit_attempts_`` come to hold).
     """
     device, dtype = runtime.devices[0], runtime.dtype
     to_device = DeviceCopier(device, dtype, None)
@@ -550,7 +569,6 @@ def _input_space_agop(fit, fitted_on, transform, diagonal, runtime):
             fit.kernel, rows, centers, coef, weights, diagonal=diagonal, plan=blocks, random_state=_seed(runtime)
         )
 
-    events = MemoryEvents(runtime.memory_events, fit.solver, runtime.log)
     agop = ShrinkingStage("agop", "AGOP row block", halvings(plan.row_block), device, events)(agop_in_blocks)
     agop = agop.cpu().numpy()
     if transform is None:

@@ -7,7 +7,6 @@ import numpy as np
 import torch
 
 from ..solvers.solution import Solution
-from .attempts import PathOutcome
 
 
 @dataclass(frozen=True)
@@ -106,20 +105,6 @@ class KernelFitResult:
 
 
 @dataclass(frozen=True)
-class FittedModel:
-    """What a solve produced and the kernel, offset, intercept and shuffle it was fitted with."""
-
-    outcome: PathOutcome
-    kernel: object
-    bandwidth: float | None
-    offset: np.ndarray | None
-    intercept: np.ndarray
-    order: np.ndarray
-    early_stopping: bool
-    center_rows: np.ndarray | None  # the rows of the fit's data the centers are; None: the user's centers
-
-
-@dataclass(frozen=True)
 class JointResiduals:
     """What the joint intercept of a model on centers reads: the training rows, targets (ones last), weights."""
 
@@ -163,7 +148,7 @@ def with_joint_intercept(outcome, residuals=None):
 
 
 def finished_model(outcome, prepared, plan, runtime):
-    """The model of a solve: the joint intercept combined, the centers' rows as rows of the fit's data."""
+    """The result of a solve: the joint intercept combined, the centers' rows as rows of the fit's data."""
     host, settings, split, intercept = prepared.host, prepared.settings, prepared.split, prepared.intercept
     uses_centers = plan.data.uses_centers
     if host.joint_intercept:
@@ -175,8 +160,9 @@ def finished_model(outcome, prepared, plan, runtime):
         intercept = intercept + shift
     center_rows = host.order if host.centers is None else host.center_rows
     center_rows = None if center_rows is None else split.of_data(center_rows)
-    return FittedModel(
+    return fit_result(
         outcome,
+        plan.tuning,
         kernel=settings.kernel,
         bandwidth=settings.bandwidth,
         offset=settings.offset,
@@ -187,9 +173,13 @@ def finished_model(outcome, prepared, plan, runtime):
     )
 
 
-def fit_result(model, tuning):
-    """What the shell stores of ``model``, the tune stage's selections without their solutions."""
-    outcome = model.outcome
+def fit_result(outcome, tuning, **model):
+    """What the shell stores: the outcome of the solve, the tune stage's selections without their solutions.
+
+    ``model``: what the model was fitted with, by name: ``kernel``, ``bandwidth``,
+    ``offset``, ``intercept``, ``order`` (the shuffle), ``early_stopping`` and
+    ``center_rows`` (the rows of the fit's data the centers are; None: the user's).
+    """
     selection, search = tuning.alpha_selection, tuning.bandwidth_selection
     return KernelFitResult(
         loop=outcome.result,
@@ -198,18 +188,12 @@ def fit_result(model, tuning):
         attempts=list(outcome.record),
         alpha_selection=selection and selection.without_solution(),
         bandwidth_selection=search and search.without_solution(),
-        early_stopping=model.early_stopping,
-        kernel=model.kernel,
-        bandwidth=model.bandwidth,
-        offset=model.offset,
-        intercept=model.intercept,
-        order=model.order,
         centers=outcome.centers,
-        center_rows=model.center_rows,
         plan=outcome.plan,
         spectrum=outcome.spectrum,
         operator=outcome.operator,
         throughputs=outcome.throughputs,
         device_cache=outcome.device_cache,
         check=outcome.check,
+        **model,
     )

@@ -8,16 +8,14 @@ import numpy as np
 import torch
 
 from ..device import is_out_of_memory, matmul_gflops, synchronize
-from ..grid import encode_on_grid
 from ..operators import (
     CachedOperator,
-    EvaluatedOperator,
-    GridOperator,
+    CenterOperators,
     OperatorBlocks,
     filled_entries,
     measure_operator,
 )
-from ..operators.row_blocks import CachedRowBlocks, KernelRowBlocks, center_operator
+from ..operators.row_blocks import CachedRowBlocks, KernelRowBlocks
 from ..out_of_memory import in_row_blocks
 from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
@@ -88,22 +86,14 @@ class EveryPointOperators:
 
         Held-out rows off the training rows' grid are evaluated in float blocks.
         """
-        kernel, dtype = self.context.kernel, self.context.runtime.dtype
         blocks = OperatorBlocks(plan.batch_size, plan.column_block)
-        grid = self.operator_plan.grid
-        held_out_codes = None
-        if grid is not None:
-            self.center_codes = encode_on_grid(self.X_dev, grid, checked=True)  # measure_operator checked them
-            train = GridOperator(kernel, self.center_codes, self.center_codes, dtype, blocks)
-            held_out_codes = None if validation is None else encode_on_grid(validation.X, grid)
-        else:
-            train = EvaluatedOperator(kernel, self.X_dev, self.centers_dev, blocks)
-        if validation is None:
-            held_out = None
-        elif held_out_codes is not None:
-            held_out = GridOperator(kernel, held_out_codes, self.center_codes, dtype, blocks)
-        else:
-            held_out = EvaluatedOperator(kernel, validation.X, self.centers_dev, blocks)
+        # measure_operator checked that the rows lie on the plan's grid, where it takes one.
+        factory = CenterOperators.of(self.context.kernel, self.X_dev, self.operator_plan.grid, self.centers_dev)
+        self.center_codes = factory.codes
+        train = factory.operator(self.X_dev, blocks, factory.codes)
+        held_out = None
+        if validation is not None:
+            held_out = factory.operator(validation.X, blocks, factory.encode(validation.X))
         return _EveryPointOperatorPair(train, held_out)
 
     def _product_rate(self, entries, seconds, block_shape):
@@ -178,13 +168,10 @@ class CentersOperator:
 
     @classmethod
     def build(cls, context, plan, X, centers):
-        if plan.grid is None:
-            return cls(center_operator(context.kernel, X, centers, CG_ROW_BLOCK), plan)
-        center_codes = encode_on_grid(centers, plan.grid, checked=True)
-        row_codes = encode_on_grid(X, plan.grid, checked=True)
+        factory = CenterOperators.of(context.kernel, centers, plan.grid)
         blocks = OperatorBlocks.whole(CG_ROW_BLOCK, centers.shape[0])
-        operator = GridOperator(context.kernel, row_codes, center_codes, context.runtime.dtype, blocks)
-        return cls(operator, plan, center_codes)
+        operator = factory.operator(X, blocks, factory.encode(X, on_grid=True))
+        return cls(operator, plan, factory.codes)
 
 
 def centers_row_blocks(context, operator, centers):

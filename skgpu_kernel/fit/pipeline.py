@@ -40,7 +40,9 @@ def fit_kernel_model(request, runtime, plan=None):
         tuning = applied_tuning(plan.tuning, resolved)
         if tuning is None:  # the tune stage runs again, and says so in the record
             reason = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
-            MemoryEvents(runtime.memory_events).ran_again("tune", reason + "asks for none")
+            rerun = MemoryEvents(list(runtime.memory_events))
+            rerun.ran_again("tune", reason + "asks for none")
+            runtime = runtime.recorded(rerun.records)
             log_fit(runtime, request.parameters, f"{reason}asks for none: tuned again")
         resolved = dataclasses.replace(resolved, tuning=tuning)
     return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))

@@ -155,8 +155,11 @@ class KernelRuntime:
     ``rng`` is the fit's ``RandomState`` (the validation split, the shuffle and a
     streamed fit's seed are drawn from it, in that order); ``generator`` seeds the
     epoch permutations; ``group`` is the ``torch.distributed`` group the centers
-    are sharded over (or None); ``memory_events`` collects the fit's out-of-memory
-    events (:mod:`skgpu_kernel.out_of_memory`), in order, for ``fit_attempts_``;
+    are sharded over (or None); ``memory_events`` are the events earlier stages of
+    the fit recorded (out of memory, divergences, a stage run again:
+    :mod:`skgpu_kernel.out_of_memory`), in order, which the fit's record
+    (``fit_attempts_``) starts with: a stage returns its events and the next
+    stage is handed a runtime that holds them (:meth:`recorded`);
     ``held_bytes`` is what the fit's rows held on the device take of the user's
     budget (already off ``budget``).
     """
@@ -170,8 +173,12 @@ class KernelRuntime:
     first_step: int = 0
     epochs_done: int = 0
     log: Callable | None = None
-    memory_events: list = dataclasses.field(default_factory=list)
+    memory_events: tuple = ()
     held_bytes: int = 0
+
+    def recorded(self, events):
+        """This runtime with ``events``, the fit's record of events so far (earlier ones included)."""
+        return dataclasses.replace(self, memory_events=tuple(events))
 
     @property
     def itemsize(self):

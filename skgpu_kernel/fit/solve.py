@@ -20,6 +20,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
+from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
 from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
@@ -28,7 +29,7 @@ from .cg import run_centers_cg, run_every_point_cg
 from .context import AttemptContext
 from .direct import run_direct
 from .eigenpro import run_eigenpro2, run_eigenpro3
-from .finish import FittedModel, finished_model, fit_result
+from .finish import finished_model, fit_result
 from .prepare import kernel_offset, prepare, target_intercept
 from .request import log_fit
 
@@ -41,10 +42,8 @@ def solve(request, runtime, plan):
     KernelFitResult
     """
     if plan.direct == DIRECT_FROM_TUNING:
-        model = _direct_model(request, runtime, plan)
-    else:
-        model = _solved_model(request, runtime, plan)
-    return fit_result(model, plan.tuning)
+        return _direct_model(request, runtime, plan)
+    return _solved_model(request, runtime, plan)
 
 
 def _solved_model(request, runtime, plan):
@@ -87,7 +86,17 @@ def _direct_model(request, runtime, plan):
         record=(*runtime.memory_events, attempt.record()),
         check=check.record(),
     )
-    return FittedModel(outcome, kernel, bandwidth, offset, intercept, order, False, order)
+    return fit_result(
+        outcome,
+        tuning,
+        kernel=kernel,
+        bandwidth=bandwidth,
+        offset=offset,
+        intercept=intercept,
+        order=order,
+        early_stopping=False,
+        center_rows=order,
+    )
 
 
 def run_solver(solver, alpha, data, runtime, settings):
@@ -107,7 +116,9 @@ def run_solver(solver, alpha, data, runtime, settings):
     model with a ``ConvergenceWarning`` naming what was tried.  The driver warns,
     runs the new attempt from scratch and records every attempt in the outcome, as
     scikit-learn's ``_ridge_regression`` reports the solver that actually ran,
-    with the out-of-memory events of each run after it (``runtime.memory_events``).
+    with the out-of-memory events of each run after it (each attempt's own
+    :class:`~skgpu_kernel.out_of_memory.MemoryEvents`, after the events earlier
+    stages handed on in ``runtime.memory_events``).
 
     Returns
     -------
@@ -115,14 +126,13 @@ def run_solver(solver, alpha, data, runtime, settings):
         The last attempt's, with ``attempts``, ``record`` and ``check``.
     """
     attempt, attempts = Attempt(solver, alpha), []
-    events = runtime.memory_events
-    record = list(events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
+    record = list(runtime.memory_events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
     while True:
         attempts.append(attempt)
         record.append(attempt.record())
-        reported = len(events)
-        outcome = _run_attempt(attempt, data, runtime, settings)
-        record.extend(events[reported:])
+        events = MemoryEvents([], attempt.solver, runtime.log)
+        outcome = _run_attempt(attempt, data, runtime, settings, events)
+        record.extend(events.records)
         fallback = outcome.fallback
         if fallback is None:
             check = _last_check(outcome, data, runtime, settings)
@@ -190,7 +200,7 @@ def _trivial_model(outcome, attempts):
     return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
 
 
-def _run_attempt(attempt, data, runtime, settings):
+def _run_attempt(attempt, data, runtime, settings, events):
     """One attempt: its path built on the data and settings the attempt changes, run; a raised fallback returned."""
     if attempt.coef_init is not None:
         data = dataclasses.replace(data, coef_init=attempt.coef_init)
@@ -204,7 +214,7 @@ def _run_attempt(attempt, data, runtime, settings):
     settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
     run = SOLVER_PATHS[attempt.solver, data.centers is not None]
     try:
-        return run(AttemptContext(data, runtime, settings, attempt.solver), attempt)
+        return run(AttemptContext(data, runtime, settings, events), attempt)
     except FallbackNeeded as needed:
         return PathOutcome(None, fallback=needed.fallback)
 

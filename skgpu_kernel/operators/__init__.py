@@ -24,7 +24,9 @@ The kinds:
 
 Which kind a fit uses is planned once
 (:func:`skgpu_kernel.planning.operator.plan_operator`) from what
-:func:`measure_operator` measures on the device.
+:func:`measure_operator` measures on the device, and the operators of a plan are
+made in one place, :class:`CenterOperators` (``operators/factory.py``; per shard in
+:class:`CenterShards`).
 
 Products are blocked: ``blocks.rows`` rows of the operator are prepared at once,
 and ``blocks.columns`` columns of ``K`` are evaluated at once; each row of a result
@@ -50,6 +52,7 @@ from .core import (
     widened,
     widened_to_multiple,
 )
+from .factory import CenterOperators
 from .sharded import CenterShards, ShardedBlock, ShardedOperator, ShardLayout
 from .streamed import StreamedOperator
 
@@ -59,6 +62,7 @@ __all__ = [
     "CUDA_READ_ENTRIES",
     "BlockBuffer",
     "CachedOperator",
+    "CenterOperators",
     "CenterShards",
     "EvaluatedOperator",
     "GridOperator",

@@ -5,12 +5,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..grid import encode_on_grid
 from ..operator_facts import (
     OperatorBlocks,
     shard_bounds,
 )
-from .core import CachedOperator, EvaluatedOperator, GridOperator, KernelOperator
+from .core import CachedOperator, KernelOperator
+from .factory import CenterOperators
 
 
 @dataclass(frozen=True)
@@ -173,18 +173,15 @@ class CenterShards:
         self.kernel = kernel
         self.layout = layout = ShardLayout.of(centers.shape[0], devices, group)
         self.main, self.group, self.n_centers = layout.main, group, layout.n_centers
-        self.prepared = [
-            kernel.prepare_centers(centers[start:stop].to(device))
+        # The plan measured that the centers lie on the grid, where it takes one.
+        self.factories = [
+            CenterOperators.of(kernel, centers[start:stop].to(device), grid)
             for (start, stop), device in zip(layout.bounds, layout.devices, strict=True)
         ]
+        self.prepared = [factory.prepared for factory in self.factories]
         self.column_block = max(int(column_block), 1)
         self.cached = None
-        self.grid, self.center_codes = grid, None
-        if grid is not None:  # the plan measured that the centers lie on the grid
-            self.center_codes = [
-                encode_on_grid(centers[start:stop].to(device), grid, checked=True)
-                for (start, stop), device in zip(layout.bounds, layout.devices, strict=True)
-            ]
+        self.grid = grid
 
     @property
     def may_halve_batch(self):
@@ -200,21 +197,13 @@ class CenterShards:
         """
         row_block = row_block or rows.shape[0]
         blocks = OperatorBlocks.whole(row_block, self.column_block)
-        codes = None
-        if self.grid is not None:
-            codes = encode_on_grid(rows.to(self.main), self.grid, checked=on_grid)
-        devices = self.layout.devices
+        # The rows' codes once, on the main device: the same codes for every shard.
+        codes = None if self.grid is None else self.factories[0].encode(rows.to(self.main), on_grid)
+        pairs = zip(self.factories, self.layout.devices, strict=True)
         if codes is None:
-            shards = [
-                EvaluatedOperator(self.kernel, rows.to(device, non_blocking=True), prepared, blocks)
-                for prepared, device in zip(self.prepared, devices, strict=True)
-            ]
+            shards = [factory.operator(rows.to(device, non_blocking=True), blocks) for factory, device in pairs]
         else:
-            dtype = self.prepared[0].dtype
-            shards = [
-                GridOperator(self.kernel, _codes_on(codes, device), center_codes, dtype, blocks)
-                for center_codes, device in zip(self.center_codes, devices, strict=True)
-            ]
+            shards = [factory.operator(rows, blocks, _codes_on(codes, device)) for factory, device in pairs]
         return ShardedOperator(shards, self.layout, row_block)
 
     def cache(self, rows, row_block):
