@@ -155,8 +155,8 @@ def test_a_model_that_fails_the_last_check_is_refit_and_recorded(monkeypatch):
     run = solve._run_attempt
     spoiled = {"n": 0}
 
-    def spoil_the_first(attempt, data, runtime, settings):
-        outcome = run(attempt, data, runtime, settings)
+    def spoil_the_first(*arguments):
+        outcome = run(*arguments)
         if spoiled["n"] == 0 and outcome.device_cache is not None:
             spoiled["n"] += 1
             coef = -50.0 * outcome.device_cache.coef
