@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from ..operator_facts import OperatorBlocks
-from .core import EvaluatedOperator
+from .factory import CenterOperators
 
 __all__ = [
     "CachedRowBlocks",
@@ -64,8 +64,8 @@ def center_operator(kernel, X, centers, row_block):
     -------
     EvaluatedOperator
     """
-    prepared = kernel.prepare_centers(centers.to(X.dtype))
-    return EvaluatedOperator(kernel, X, prepared, OperatorBlocks.whole(row_block, centers.shape[0]))
+    factory = CenterOperators.of(kernel, centers.to(X.dtype))
+    return factory.operator(X, OperatorBlocks.whole(row_block, centers.shape[0]))
 
 
 def as_matrix(Y):
