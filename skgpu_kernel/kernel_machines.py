@@ -39,7 +39,7 @@ from .kernels import KERNEL_NAMES
 from .process_group import default_process_group
 from .scaling import ScalingRule
 from .scaling_rules import SCALING_RULES, resolve_scaling_rule
-from .tables import COLUMN_SCALINGS, TableOptions, as_pandas, fit_table_encoding, is_table, rows_of_positive_weight
+from .tables import COLUMN_SCALINGS, as_pandas, fit_table_encoding, is_table, rows_of_positive_weight, table_choice
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
@@ -168,9 +168,9 @@ class _BaseAdaptiveKernel(BaseEstimator):
         X, y, sample_weight = rows_of_positive_weight(X, y, sample_weight)
         budget = resolve_memory_budget(self.memory_budget, torch.device("cpu"))
         if not keeps:
-            names = getattr(self, "feature_names_in_", None)
-            options = TableOptions(self.categorical_features, self.column_scaling, names)
-            self.table_encoding_ = fit_table_encoding(X, options, sample_weight=sample_weight, memory_budget=budget)
+            options = {"categorical_features": self.categorical_features, "column_scaling": self.column_scaling}
+            options["feature_names"] = getattr(self, "feature_names_in_", None)
+            self.table_encoding_ = fit_table_encoding(X, sample_weight=sample_weight, memory_budget=budget, **options)
             self.is_categorical_ = self.table_encoding_.is_categorical
             self.column_scaling_ = self.table_encoding_.scaling.name
             if self.verbose:
@@ -181,7 +181,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         """Whether this fit keeps the encoding of the fit it continues (a warm start), which must be asked the same."""
         if not (self.warm_start and hasattr(self, "table_encoding_")):
             return False
-        self.table_encoding_.check_choice(TableOptions(self.categorical_features, self.column_scaling))
+        self.table_encoding_.check_choice(table_choice(self.categorical_features, self.column_scaling))
         return True
 
     def _checked_targets(self, X, y, **checks):

@@ -89,12 +89,12 @@ __all__ = [
     "CategoricalColumn",
     "NumericColumn",
     "TableEncoding",
-    "TableOptions",
     "as_pandas",
     "column_variances",
     "fit_table_encoding",
     "is_table",
     "rows_of_positive_weight",
+    "table_choice",
     "table_rows",
 ]
 
@@ -113,38 +113,18 @@ _INFINITY = "Input X contains infinity or a value too large for dtype('float64')
 _BLOCK_BYTES = 2**23
 
 
-@dataclass(frozen=True)
-class TableOptions:
-    """The user's choices an encoding is fitted with (the estimators' parameters of the same names).
+def table_choice(categorical_features="from_dtype", column_scaling="auto"):
+    """The user's choices an encoding is fitted with, comparable: a warm start must be asked the same."""
+    if categorical_features is not None and not isinstance(categorical_features, str):
+        categorical_features = tuple(np.asarray(categorical_features).tolist())
+    return categorical_features, column_scaling
 
-    Attributes
-    ----------
-    categorical_features : "from_dtype", array-like or None, default="from_dtype"
-        See the module's rules.
-    column_scaling : {"auto", "standardize", "none"}, default="auto"
-        See the module's rules.
-    feature_names : ndarray of str or None, default=None
-        The table's column names (``feature_names_in_``), for names in
-        ``categorical_features`` and in messages.
-    """
 
-    categorical_features: object = "from_dtype"
-    column_scaling: str = "auto"
-    feature_names: object = None
-
-    @property
-    def choice(self):
-        """The user's choices, comparable: a warm start must be asked the same."""
-        chosen = self.categorical_features
-        if chosen is not None and not isinstance(chosen, str):
-            chosen = tuple(np.asarray(chosen).tolist())
-        return chosen, self.column_scaling
-
-    def label(self, j):
-        """How messages name input column ``j``."""
-        if self.feature_names is None:
-            return f"column {j}"
-        return f"column {j} ({self.feature_names[j]!r})"
+def _column_label(feature_names, j):
+    """How messages name input column ``j``."""
+    if feature_names is None:
+        return f"column {j}"
+    return f"column {j} ({feature_names[j]!r})"
 
 
 @dataclass(frozen=True)
@@ -212,7 +192,7 @@ class TableEncoding:
     labels : tuple of str
         How messages name each input column (its index, and its name in a table).
     choice : tuple
-        The user's choices it was fitted with (:attr:`TableOptions.choice`).
+        The user's choices it was fitted with (:func:`table_choice`).
     """
 
     columns: tuple
@@ -221,9 +201,9 @@ class TableEncoding:
     labels: tuple = ()
     choice: tuple = ()
 
-    def check_choice(self, options):
-        """Refuse to continue (a warm start) in this encoding where ``options`` ask for another one."""
-        if self.choice != options.choice:
+    def check_choice(self, choice):
+        """Refuse to continue (a warm start) in this encoding where ``choice`` (:func:`table_choice`) is another."""
+        if self.choice != choice:
             raise ValueError(
                 "warm_start continues the previous fit in the table encoding it learnt, but categorical_features "
                 "or column_scaling changed since: set warm_start=False to fit a new encoding."
@@ -370,16 +350,28 @@ def table_rows(X, start, stop):
     return X[start:stop]
 
 
-def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=None):
+def fit_table_encoding(
+    X,
+    *,
+    categorical_features="from_dtype",
+    column_scaling="auto",
+    feature_names=None,
+    sample_weight=None,
+    memory_budget=None,
+):
     """Learn the encoding of ``X``'s columns on the training rows.
 
     Parameters
     ----------
     X : ndarray, sparse matrix or pandas DataFrame of shape (n_samples, n_features)
         Checked for shape (2-D, non-empty) by the caller; rows of weight 0 already dropped.
-    options : TableOptions, default=None
-        ``categorical_features``, ``column_scaling`` and the column names (None:
-        the defaults, no names).
+    categorical_features : "from_dtype", array-like or None, default="from_dtype"
+        See the module's rules (the estimators' parameter).
+    column_scaling : {"auto", "standardize", "none"}, default="auto"
+        See the module's rules (the estimators' parameter).
+    feature_names : ndarray of str or None, default=None
+        The table's column names (``feature_names_in_``), for names in
+        ``categorical_features`` and in messages.
     sample_weight : ndarray of shape (n_samples,), default=None
         Positive weights of the statistics (None, or all equal: unweighted).
     memory_budget : int, default=None
@@ -389,13 +381,12 @@ def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=Non
     -------
     TableEncoding
     """
-    options = TableOptions() if options is None else options
-    if options.column_scaling not in COLUMN_SCALINGS:
-        raise ValueError(f"column_scaling={options.column_scaling!r}: use one of {COLUMN_SCALINGS}.")
+    if column_scaling not in COLUMN_SCALINGS:
+        raise ValueError(f"column_scaling={column_scaling!r}: use one of {COLUMN_SCALINGS}.")
     X = _dense(X, memory_budget)
-    labels = tuple(options.label(j) for j in range(X.shape[1]))
+    labels = tuple(_column_label(feature_names, j) for j in range(X.shape[1]))
     weights = _unequal(sample_weight)
-    categorical = categorical_mask(X, options.categorical_features, options.feature_names, labels)
+    categorical = categorical_mask(X, categorical_features, feature_names, labels)
     numeric = np.flatnonzero(~categorical)
     block = _numeric_block(X, numeric, labels.__getitem__)
     statistics = _column_statistics(block, weights) if block is not None else None
@@ -403,7 +394,7 @@ def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=Non
     n_indicators = sum(column.width for column in levels.values())
     if statistics is not None:
         n_indicators += int(np.count_nonzero(statistics.missing))
-    scaling = _scaling(X, statistics, n_indicators, options.column_scaling)
+    scaling = _scaling(X, statistics, n_indicators, column_scaling)
     columns = list(levels.get(j) for j in range(X.shape[1]))
     for position, j in enumerate(numeric):
         mean = float(statistics.mean[position]) if np.isfinite(statistics.mean[position]) else 0.0
@@ -419,7 +410,8 @@ def fit_table_encoding(X, options=None, *, sample_weight=None, memory_budget=Non
         and isinstance(X, np.ndarray)
         and X.dtype.kind in "fiu"
     )
-    return TableEncoding(tuple(columns), scaling, passthrough, labels, options.choice)
+    choice = table_choice(categorical_features, column_scaling)
+    return TableEncoding(tuple(columns), scaling, passthrough, labels, choice)
 
 
 def _unequal(sample_weight):
@@ -509,15 +501,6 @@ def _covariance(X, columns):
     return products / n_rows - np.outer(mean, mean)
 
 
-@dataclass(frozen=True)
-class _ColumnStatistics:
-    low: np.ndarray
-    high: np.ndarray
-    mean: np.ndarray
-    std: np.ndarray
-    missing: np.ndarray  # bool: the column has a missing value
-
-
 def _column_statistics(block, weights=None):
     """Per-column smallest, largest, mean and standard deviation of the observed values, in row blocks.
 
@@ -531,7 +514,7 @@ def _column_statistics(block, weights=None):
     for start in range(0, block.shape[0], rows):
         # C-ordered whatever the layout of X: a table and its own (Fortran-ordered) array sum alike.
         part = np.ascontiguousarray(block[start : start + rows], dtype=np.float64)
-        part = _BlockStatistics.of(part, None if weights is None else weights[start : start + rows])
+        part = _ColumnStatistics.of(part, None if weights is None else weights[start : start + rows])
         # Chan et al.'s pairwise update: no cancellation of large means.
         total = count + part.count
         delta = part.mean - mean
@@ -549,19 +532,24 @@ def _column_statistics(block, weights=None):
             f"X holds values up to {largest:.3g} in absolute value: the squares of its columns' deviations overflow "
             "float64, so their spread cannot be measured. Rescale X."
         )
-    std = np.sqrt(np.divide(squares, count, out=np.zeros(columns), where=count > 0))
-    mean = np.where(count > 0, mean, np.nan)
-    return _ColumnStatistics(low, high, mean, std, missing)
+    return _ColumnStatistics(count, np.where(count > 0, mean, np.nan), squares, low, high, missing)
 
 
 @dataclass(frozen=True)
-class _BlockStatistics:
+class _ColumnStatistics:
+    """Per-column statistics of the observed values of a block of rows, or of every row (:func:`_column_statistics`)."""
+
     count: np.ndarray  # the observed rows' total weight
-    mean: np.ndarray
-    squares: np.ndarray  # weighted sum of squared deviations from the block's mean
+    mean: np.ndarray  # NaN for a column without an observed value
+    squares: np.ndarray  # weighted sum of squared deviations from the mean
     low: np.ndarray
     high: np.ndarray
-    missing: np.ndarray
+    missing: np.ndarray  # bool: the column has a missing value
+
+    @property
+    def std(self):
+        count = self.count
+        return np.sqrt(np.divide(self.squares, count, out=np.zeros(count.shape[0]), where=count > 0))
 
     @classmethod
     def of(cls, part, weights=None):

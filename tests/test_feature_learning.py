@@ -199,13 +199,13 @@ def test_warm_start_continues_in_the_learnt_features():
 
 def test_the_path_stops_after_patience_fits_without_a_lower_loss(monkeypatch):
     losses = iter([1.0, 0.5, 0.7, 0.8, 0.1, 0.05])  # the plain model, then the path's steps
-    candidate = feature_learning._HeldOutRows.candidate
+    candidate = feature_learning._CandidateRows.candidate
 
     def scored(self, fit, transform, parameters, tuning):
         scored = candidate(self, fit, transform, parameters, tuning)
         return dataclasses.replace(scored, losses=np.full(10, next(losses)))
 
-    monkeypatch.setattr(feature_learning._HeldOutRows, "candidate", scored)
+    monkeypatch.setattr(feature_learning._CandidateRows, "candidate", scored)
     X, y = _few_relevant(300, 8, n_noise=2)
     model = AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=4, random_state=0).fit(X, y)
     assert len(model.feature_learning_scores_) == 4  # plain, then steps 0-2: two without a lower loss than 0.5

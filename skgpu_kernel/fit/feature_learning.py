@@ -274,11 +274,10 @@ def _folds(data, runtime):
 def _learnt(request, runtime):
     """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
     data, parameters = request.data, request.parameters
-    start = _PlainOnSplit.fitted(request, runtime)
-    split, rows, plain = start.split, start.rows, start.plain
-    training = request.on(split.training)
+    rows, plain = _plain_on_split(request, runtime)
+    training = request.on(rows.training)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(request.on(split.learning), training, rows, runtime.recorded(plain.events))
+    path = _learning_path(request.on(rows.learning), training, rows, runtime.recorded(plain.events))
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
@@ -286,7 +285,7 @@ def _learnt(request, runtime):
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     final_request = _transformed(request.with_parameters(chosen.parameters), chosen.transform)
     final_plan = chosen.plan
-    if chosen is not plain and split.learning is not data:  # the path's kernel tuned on every row, now
+    if chosen is not plain and rows.learning is not data:  # the path's kernel tuned on every row, now
         final_plan = tune_kernel(request.with_parameters(chosen.parameters), runtime).pinned()
     final = fit_kernel_model(final_request, runtime.recorded(path[-1].events), final_plan)
     scores = tuple(candidate.score for candidate in candidates)
@@ -308,7 +307,7 @@ def _held_out_plain(request, runtime):
     is the fit without the held-out model, bit for bit).  Its decision values on the
     held-out rows calibrate the classifier's probabilities.
     """
-    plain = _PlainOnSplit.fitted(request, runtime).plain
+    _, plain = _plain_on_split(request, runtime)
     temperature = _temperature(plain, request.parameters)
     final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
     return FeatureLearningResult(final, temperature=temperature, calibration="held-out")
@@ -319,38 +318,32 @@ def _temperature(candidate, parameters):
     return fit_temperature(candidate.held_out) if parameters.classifier else None
 
 
-@dataclass(frozen=True)
-class _PlainOnSplit:
-    """The held-out split, its scoring, and the plain candidate fitted on its other rows.
+def _plain_on_split(request, runtime):
+    """The held-out split (its :class:`_CandidateRows`), and the plain candidate fitted on its other rows and scored.
 
     The plain kernel is tuned on every row (``plain.plan``): the final refit's own,
     where the plain model is kept.
     """
-
-    split: object  # _CandidateRows
-    rows: object  # _HeldOutRows
-    plain: object  # _Candidate
-
-    @classmethod
-    def fitted(cls, request, runtime):
-        """Tune the plain kernel, draw the split, fit the plain model on its training rows and score it."""
-        plan = tune_kernel(request, runtime)
-        split = _CandidateRows.drawn(request, runtime, plan)
-        rows = _HeldOutRows(split.held_out, request.parameters, runtime.budget)
-        fit = fit_kernel_model(request.on(split.training), _fresh(runtime), plan)
-        return cls(split, rows, rows.candidate(fit, None, request, plan))
+    plan = tune_kernel(request, runtime)
+    rows = _CandidateRows.drawn(request, runtime, plan)
+    fit = fit_kernel_model(request.on(rows.training), _fresh(runtime), plan)
+    return rows, rows.candidate(fit, None, request, plan)
 
 
 @dataclass(frozen=True)
 class _CandidateRows:
-    """The rows feature learning fits its candidates on (``training``) and scores them on (``held_out``).
+    """The rows feature learning fits its candidates on (``training``), and scores them on (``held_out``).
 
-    ``learning`` holds both: every row, or the subsample they were split from.
+    ``learning`` holds both: every row, or the subsample they were split from;
+    ``parameters`` score a candidate (its validation score and losses) and
+    ``budget`` is the device memory the held-out predictions may take.
     """
 
     learning: object
     training: object
     held_out: object
+    parameters: object = None
+    budget: int = 0
 
     @classmethod
     def drawn(cls, request, runtime, plan):
@@ -369,7 +362,17 @@ class _CandidateRows:
             log_fit(runtime, parameters, f"feature learning: candidates on {learning} of the {n_rows} rows")
             data = rows_of(data, np.sort(rng.permutation(n_rows)[:learning]))
         train, held_out = holdout_split(data.X.shape[0], parameters.validation_fraction, rng, data.stratify)
-        return cls(data, rows_of(data, train), rows_of(data, held_out))
+        return cls(data, rows_of(data, train), rows_of(data, held_out), parameters, runtime.budget)
+
+    def candidate(self, fit, transform, request, plan):
+        """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
+        events = MemoryEvents(_events_of(fit), fit.solver)
+        predictions = _held_out_decisions(fit, self.held_out, transform, self.budget, events)
+        Y = self.held_out.Y
+        score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
+        losses = _row_losses(predictions, Y, self.parameters.classifier)
+        held_out = HeldOutDecisions(predictions, Y, self.held_out.weights)
+        return _Candidate(transform, request.parameters, plan, losses, score, held_out, tuple(events.records))
 
 
 @dataclass(frozen=True, eq=False)
@@ -387,25 +390,6 @@ class _Candidate:
     score: float
     held_out: HeldOutDecisions
     events: tuple = ()
-
-
-@dataclass(frozen=True)
-class _HeldOutRows:
-    """The rows feature learning holds out (a :class:`KernelFitInput`), and how a fitted model is scored on them."""
-
-    data: object
-    parameters: object
-    budget: int  # the device memory their predictions may take
-
-    def candidate(self, fit, transform, request, plan):
-        """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
-        events = MemoryEvents(_events_of(fit), fit.solver)
-        predictions = _held_out_decisions(fit, self.data, transform, self.budget, events)
-        Y = self.data.Y
-        score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
-        losses = _row_losses(predictions, Y, self.parameters.classifier)
-        held_out = HeldOutDecisions(predictions, Y, self.data.weights)
-        return _Candidate(transform, request.parameters, plan, losses, score, held_out, tuple(events.records))
 
 
 def _held_out_decisions(fit, data, transform, budget, events):
