@@ -27,7 +27,6 @@ from .blockwise import kernel_diagonal_max
 from .operators import EvaluatedOperator, OperatorBlocks, kernel_matrix, widened
 
 __all__ = [
-    "DiagonalShares",
     "EigenProPreconditioner",
     "PreconditionedDiagonal",
     "SpectralSettings",
@@ -118,18 +117,11 @@ def _flattening_ratios(eigenvalues, n_components, damping):
     return ratios
 
 
-@dataclass(frozen=True)
-class DiagonalShares:
-    """Rows' ``k_P(x, x) = fixed(x) + sum_i shares(x, i) r_i``, positive terms (:class:`PreconditionedDiagonal`)."""
-
-    fixed: np.ndarray
-    shares: np.ndarray
-
-    def maximum(self, ratios):
-        """The largest ``k_P(x, x)`` of the rows, or ``-inf`` without rows."""
-        if self.fixed.size == 0:
-            return -math.inf
-        return float(np.max(self.fixed + self.shares @ ratios[: self.shares.shape[1]]))
+def _largest_diagonal(fixed, shares, ratios):
+    """The largest ``k_P(x, x) = fixed(x) + sum_i shares(x, i) r_i`` of some rows, or ``-inf`` without rows."""
+    if fixed.size == 0:
+        return -math.inf
+    return float(np.max(fixed + shares @ ratios[: shares.shape[1]]))
 
 
 @dataclass(frozen=True)
@@ -162,20 +154,26 @@ class PreconditionedDiagonal:
     ----------
     eigenvalues : ndarray of shape (s,)
         ``mu``, the shifted eigenvalues of ``K_S / s``.
-    subsample, outside : DiagonalShares
+    subsample_fixed, subsample_shares : ndarray of shape (s,) and (s, s)
+        ``fixed(x)`` and the shares ``p_i(x)^2 / mu_i`` of the subsample's rows.
+    outside_fixed, outside_shares : ndarray of shape (r,) and (r, q)
+        The same of the rows outside it (none: shapes (0,) and (0, 0)).
     diagonal_shift : float
         Added to every ``k(x, x)`` (the penalty's share of one sample's curvature).
     """
 
     eigenvalues: np.ndarray
-    subsample: DiagonalShares
-    outside: DiagonalShares
+    subsample_fixed: np.ndarray
+    subsample_shares: np.ndarray
+    outside_fixed: np.ndarray
+    outside_shares: np.ndarray
     diagonal_shift: float = 0.0
 
     def maximum(self, n_components, damping):
         """``max_x k_P(x, x)`` with ``n_components`` directions flattened at ``damping``, shifts included."""
         ratios = _flattening_ratios(self.eigenvalues, n_components, damping)
-        return max(self.subsample.maximum(ratios), self.outside.maximum(ratios)) + self.diagonal_shift
+        inside = _largest_diagonal(self.subsample_fixed, self.subsample_shares, ratios)
+        return max(inside, _largest_diagonal(self.outside_fixed, self.outside_shares, ratios)) + self.diagonal_shift
 
 
 def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectral, column_block, n_outside=None):
@@ -207,7 +205,7 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
     positive = np.maximum(shifted, np.finfo(np.float64).tiny)
     # s lambda_i u_i(x_j)^2 = s^2 lambda_i psi_i(x_j)^2 (psi_i = u_i / sqrt(s)).
     weights = (eigenvectors.cpu().double().square() * float(s * s)).numpy() * eigenvalues[None, :]
-    inside = DiagonalShares((weights * (sigma / positive)).sum(axis=1), weights * (eigenvalues / positive))
+    inside_fixed, inside_shares = (weights * (sigma / positive)).sum(axis=1), weights * (eigenvalues / positive)
     q = (s if n_outside is None else n_outside) if outside_rows.shape[0] else 0
     if q:
         blocks = OperatorBlocks.whole(outside_rows.shape[0], column_block)
@@ -216,10 +214,11 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
         projections = operator.matmul(eigenvectors[:, :q].to(outside_rows.dtype)).double().cpu().numpy()
         shares = projections**2 / positive[None, :q]
         residual = kernel.diagonal(outside_rows).double().cpu().numpy() - shares.sum(axis=1)
-        outside = DiagonalShares(np.maximum(residual, 0.0), shares)
+        outside_fixed, outside_shares = np.maximum(residual, 0.0), shares
     else:
-        outside = DiagonalShares(np.zeros(0), np.zeros((0, 0)))
-    return PreconditionedDiagonal(shifted, inside, outside, spectral.diagonal_shift)
+        outside_fixed, outside_shares = np.zeros(0), np.zeros((0, 0))
+    diagonal = (inside_fixed, inside_shares, outside_fixed, outside_shares)
+    return PreconditionedDiagonal(shifted, *diagonal, spectral.diagonal_shift)
 
 
 def _rows_outside(rows, subsample):

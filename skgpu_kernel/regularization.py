@@ -327,7 +327,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         basis.n_features,
         coverage,
         None if misclassified is None else misclassified / total,
-        solution=None if basis.solve is None else basis.solve(penalty * total),
+        solution=basis.solution(penalty * total),
     )
 
 
@@ -482,14 +482,19 @@ class _CentredBasis:
     """The weighted, centred features ``W^{1/2} (Phi - 1 m^T) = Q S V^T`` as the residuals need them.
 
     ``m`` is the features' weighted mean (the unpenalised intercept); ``Q``, whose
-    rows :attr:`basis_blocks` yields, is an orthonormal basis of their span.
+    rows :attr:`basis_blocks` yields, is an orthonormal basis of their span.  With
+    every row a feature (:meth:`of_kernel`), ``basis`` holds ``Q`` whole and the
+    basis also solves kernel ridge at a penalty (:meth:`solution`).
     """
 
     squares: torch.Tensor  # S^2, the directions kept
     coordinates: torch.Tensor  # Q^T W^{1/2} (Y - target_mean)
     target_mean: torch.Tensor
     basis_blocks: Callable[[], Iterator[tuple[int, int, torch.Tensor]]]
-    solve: Callable[[float], KernelRidgeSolution] | None = None  # every row a feature: the model at a penalty
+    basis: torch.Tensor | None = None  # Q, every row a feature; None for Nystrom features
+    targets: torch.Tensor | None = None  # W^{1/2} C y
+    sqrt_w: torch.Tensor | None = None
+    row_means: torch.Tensor | None = None  # the kernel's weighted row means
 
     @property
     def n_features(self):
@@ -554,33 +559,21 @@ class _CentredBasis:
                 yield start, min(start + ROW_BLOCK, basis.shape[0]), basis[start : start + ROW_BLOCK]
 
         targets = sqrt_w[:, None] * (Y.double() - target_mean)
-        exact = _ExactKernelRidge(basis, squares, coordinates, targets, sqrt_w, row_means, target_mean)
-        return cls(squares, coordinates, target_mean, basis_blocks, exact.solve)
+        return cls(squares, coordinates, target_mean, basis_blocks, basis, targets, sqrt_w, row_means)
 
+    def solution(self, alpha):
+        """Every row a feature: the :class:`KernelRidgeSolution` at penalty ``alpha > 0``; None for Nystrom features.
 
-@dataclass(frozen=True)
-class _ExactKernelRidge:
-    """Kernel ridge with an unpenalised intercept from the eigendecomposition of the weighted, centred kernel.
-
-    With ``C = I - 1 w^T / sum(w)`` and ``A = W^{1/2} C K C^T W^{1/2} = Q S^2 Q^T``,
-    the normal equations ``(P K + alpha I) a = P y`` (``P = W - w w^T / sum(w)``,
-    the intercept eliminated) are solved by ``a = C^T W^{1/2} u`` with ``u = (A +
-    alpha I)^{-1} W^{1/2} C y``: ``Q (S^2 + alpha)^{-1} Q^T`` on the directions kept,
-    ``1 / alpha`` on those below float64's resolution.  The intercept is ``b = ybar
-    - m^T a`` with ``m = K w / sum(w)``, the kernel's weighted row means (``1^T W
-    K a / sum(w)``, since ``W^{1/2} 1`` is in ``A``'s null space).
-    """
-
-    basis: torch.Tensor  # Q
-    squares: torch.Tensor  # S^2
-    coordinates: torch.Tensor  # Q^T W^{1/2} C y
-    targets: torch.Tensor  # W^{1/2} C y
-    sqrt_w: torch.Tensor
-    row_means: torch.Tensor  # m
-    target_mean: torch.Tensor  # ybar
-
-    def solve(self, alpha):
-        """The :class:`KernelRidgeSolution` at penalty ``alpha > 0``."""
+        With ``C = I - 1 w^T / sum(w)`` and ``A = W^{1/2} C K C^T W^{1/2} = Q S^2 Q^T``,
+        the normal equations ``(P K + alpha I) a = P y`` (``P = W - w w^T / sum(w)``,
+        the intercept eliminated) are solved by ``a = C^T W^{1/2} u`` with ``u = (A +
+        alpha I)^{-1} W^{1/2} C y``: ``Q (S^2 + alpha)^{-1} Q^T`` on the directions kept,
+        ``1 / alpha`` on those below float64's resolution.  The intercept is ``b = ybar
+        - m^T a`` with ``m = K w / sum(w)``, the kernel's weighted row means (``1^T W
+        K a / sum(w)``, since ``W^{1/2} 1`` is in ``A``'s null space).
+        """
+        if self.basis is None:
+            return None
         basis, coordinates = self.basis, self.coordinates
         unresolved = self.targets - basis @ coordinates
         u = basis @ (coordinates / (self.squares + alpha)[:, None]) + unresolved / alpha

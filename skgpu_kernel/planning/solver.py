@@ -20,8 +20,7 @@ __all__ = [
     "CG_MAX_CONDITION",
     "CG_ROW_BLOCK",
     "FULL_KERNEL_CG_MAX_ROWS",
-    "CentersCount",
-    "CentersSolverChoice",
+    "CentersPlan",
     "EveryPointCGPlan",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
@@ -42,22 +41,29 @@ CG_ROW_BLOCK = 2048
 
 
 @dataclass(frozen=True)
-class CentersSolverChoice:
-    """How a model on ``p`` centers is fitted: the solver and, for CG, whether ``K(X, Z)`` is stored.
+class CentersPlan:
+    """A model on centers: how many (:func:`plan_auto_centers`) or how they are fitted (:func:`plan_centers_solver`).
 
     Attributes
     ----------
-    solver : {"cg", "eigenpro"}
-    memory : MemoryAccount
+    n_centers : int or None
+        The centers (None: every training point).
+    reason : str
+        Why ``n_centers="auto"`` chose that count, in words ("" for the solver's choice).
+    solver : {"cg", "eigenpro"} or None
+        The solver on those centers (None: the count alone was planned).
+    memory : MemoryAccount or None
         What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
     stores_kernel : bool
         CG computes ``K(X, Z)`` once and reads it on every iteration; otherwise
         every iteration evaluates it again, block by block.
     """
 
-    solver: str
-    memory: MemoryAccount
-    stores_kernel: bool
+    n_centers: int | None
+    reason: str = ""
+    solver: str | None = None
+    memory: MemoryAccount | None = None
+    stores_kernel: bool = False
 
 
 def plan_centers_solver(problem, budget, solver):
@@ -87,7 +93,7 @@ def plan_centers_solver(problem, budget, solver):
 
     Returns
     -------
-    CentersSolverChoice
+    CentersPlan
 
     Raises
     ------
@@ -115,7 +121,7 @@ def plan_centers_solver(problem, budget, solver):
     stores_kernel = possible and stored.fits()
     if solver == "auto":
         solver = "cg" if stores_kernel else "eigenpro"
-    return CentersSolverChoice(solver, stored if stores_kernel else memory, stores_kernel and solver == "cg")
+    return CentersPlan(p, "", solver, stored if stores_kernel else memory, stores_kernel and solver == "cg")
 
 
 # n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
@@ -133,14 +139,6 @@ AUTO_CENTERS_MIN = 2000
 # (4e8, seconds on the 2-core CPU), and the real-data sets up to 20000 rows
 # (LetterRecognition, HI) fitted well so.
 AUTO_EVERY_POINT_MAX_ROWS = 20_000
-
-
-@dataclass(frozen=True)
-class CentersCount:
-    """What ``n_centers="auto"`` chose: ``n_centers`` (None: every training point) and why, in words."""
-
-    n_centers: int | None
-    reason: str
 
 
 def plan_auto_centers(problem, budget, device, settings):
@@ -165,16 +163,17 @@ def plan_auto_centers(problem, budget, device, settings):
 
     Returns
     -------
-    CentersCount
+    CentersPlan
+        The count and why (``solver`` None).
     """
     n = problem.n_rows
     if not problem.streamed:
         memory = TrainingMemoryPlan(problem, budget, device, auto_subsample_size(n))
         cache_itemsize = plan_kernel_cache(problem, memory, "auto", settings.cache_dtype)
         if cache_itemsize:
-            return CentersCount(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
+            return CentersPlan(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
         if n <= AUTO_EVERY_POINT_MAX_ROWS:
-            return CentersCount(None, f"n <= {AUTO_EVERY_POINT_MAX_ROWS}: EigenPro 2 evaluates K(X, X) every epoch")
+            return CentersPlan(None, f"n <= {AUTO_EVERY_POINT_MAX_ROWS}: EigenPro 2 evaluates K(X, X) every epoch")
     target = min(n, max(AUTO_CENTERS_MIN, math.ceil(AUTO_CENTERS_PER_ROOT * math.sqrt(n))))
     rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
 
@@ -187,12 +186,12 @@ def plan_auto_centers(problem, budget, device, settings):
         low, high = (middle, high) if stores(middle) else (low, middle - 1)
     if low >= min(AUTO_CENTERS_MIN, target):
         lowered = "" if low == target else f", lowered to {low} for CG to store K(X, Z)"
-        return CentersCount(low, f"{rule}{lowered}")
+        return CentersPlan(low, f"{rule}{lowered}")
     if problem.streamed or problem.n_shards > 1:
         why = "X is streamed" if problem.streamed else f"the centers are sharded over {problem.n_shards} devices"
     else:
         why = f"K(X, Z) of {min(AUTO_CENTERS_MIN, target)} centers does not fit memory_budget"
-    return CentersCount(target, f"{rule}; {why}: EigenPro 3 evaluates K(X, Z) every epoch")
+    return CentersPlan(target, f"{rule}; {why}: EigenPro 3 evaluates K(X, Z) every epoch")
 
 
 # With every training point a center, CG's p x p factors are n x n: three O(n^3)
