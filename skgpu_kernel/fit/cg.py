@@ -44,7 +44,7 @@ def run_every_point_cg(context, attempt):
     :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
     solved directly instead.
     """
-    runtime, parameters, data = context.runtime, context.settings.parameters, context.data
+    runtime, parameters, data = context.runtime, context.prepared.parameters, context.data
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
@@ -100,7 +100,7 @@ def _check_cg_conditioned(context, condition):
         f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
     )
     if context.runtime.log is not None:
-        context.runtime.log(f"[{context.settings.parameters.name}] {reason}")
+        context.runtime.log(f"[{context.prepared.parameters.name}] {reason}")
     raise FallbackNeeded(Fallback(reason, solver="eigenpro"))
 
 
@@ -111,7 +111,7 @@ def run_centers_cg(context, attempt):
     refit from where it ended with a penalty ten times larger (at most
     :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
     """
-    data, runtime, settings, kernel = context.data, context.runtime, context.settings, context.kernel
+    data, runtime, prepared, kernel = context.data, context.runtime, context.prepared, context.kernel
     to_device = context.to_device
     centers = context.centers()
     X, Y = context.rows(data.order), to_device(data.Y[data.order], center=False)
@@ -126,20 +126,20 @@ def run_centers_cg(context, attempt):
     rows = centers_row_blocks(context, operator, centers)
     if runtime.log is not None:
         runtime.log(
-            f"[{settings.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
+            f"[{prepared.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
             f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
         )
     coef_init = None if data.coef_init is None else data.coef_init.to(context.device)
     shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
-    cg_settings = _cg_settings(settings.parameters, runtime)
-    plan = CGPlan(settings.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
+    cg_settings = _cg_settings(prepared.parameters, runtime)
+    plan = CGPlan(prepared.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
     solved = solve_centers_cg(rows, Targets(Y, weights), plan)
     if attempt.n_refits < CG_FALLBACK_REFITS:
         refit = _centers_cg_refit(context, solved)
         if refit is not None:
             return PathOutcome(None, fallback=refit)
     coef = solved.coef.to(runtime.dtype)
-    _warn_if_unfinished(solved, runtime.dtype, settings.parameters, "on the centers")
+    _warn_if_unfinished(solved, runtime.dtype, prepared.parameters, "on the centers")
     result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
     return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=stored_plan(operator, rows))
@@ -162,7 +162,7 @@ def _centers_held_out_score(context, centers):
 
 def _centers_cg_refit(context, solved):
     """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
-    dtype, alpha, parameters = context.runtime.dtype, context.settings.alpha, context.settings.parameters
+    dtype, alpha, parameters = context.runtime.dtype, context.prepared.alpha, context.prepared.parameters
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is None or solved.stop not in _ROUNDING_STOPS:
         return None

@@ -19,7 +19,7 @@ SMALLEST_SUBSAMPLE = 100
 
 
 class AttemptContext:
-    """What every solver's run starts from: the data, runtime and settings, the device copier, the penalty's scale.
+    """What every solver's run starts from: the prepared fit and runtime, the device copier, the penalty's scale.
 
     And how its stages go on out of device memory (:meth:`shrinking`): every stage
     that allocates in proportion to a planned size runs through one
@@ -28,10 +28,10 @@ class AttemptContext:
     runs read it, none extends it.
     """
 
-    def __init__(self, data, runtime, settings, events):
-        self.data, self.runtime, self.settings = data, runtime, settings
-        self.kernel, self.device = settings.kernel, runtime.devices[0]
-        self.to_device = DeviceCopier(self.device, runtime.dtype, settings.offset)
+    def __init__(self, prepared, runtime, events):
+        self.data, self.runtime, self.prepared = prepared.host, runtime, prepared
+        self.kernel, self.device = prepared.kernel, runtime.devices[0]
+        self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
         self.events = events  # this attempt's own, which the driver adds to the record after it
 
@@ -59,7 +59,7 @@ class AttemptContext:
 
     def planning(self, subsample_size=None):
         """What the layout planners read: the estimator's settings, with another ``subsample_size`` if given."""
-        planning = self.settings.parameters.planning
+        planning = self.prepared.parameters.planning
         return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
 
     def on_subsample(self, layout, layout_for, compute):
@@ -114,7 +114,7 @@ class AttemptContext:
         of the fit (each row's prediction does not depend on the block).
         """
         stage = self.shrinking("validation", "validation row block", halvings(row_block))
-        validation_score = self.settings.validation_score
+        validation_score = self.prepared.validation_score
         return lambda coef: validation_score(stage(lambda rows: predict(coef, rows)), targets)
 
     def problem_with(self, **sizes):
@@ -148,7 +148,7 @@ class AttemptContext:
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
-        return self.settings.alpha / float(self.data.weights.max())
+        return self.prepared.alpha / float(self.data.weights.max())
 
     def starting_coef(self, n_coefficients):
         """The warm start's coefficients, or zeros, on the device."""
@@ -183,10 +183,10 @@ class AttemptContext:
 
     def given_batch(self, n_rows):
         """The user's batch (bounded by ``n_rows``), or None when it is to be measured."""
-        batch_size = self.settings.parameters.planning.batch_size
+        batch_size = self.prepared.parameters.planning.batch_size
         return None if batch_size == "auto" else min(batch_size, n_rows)
 
     def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):
         """What EigenPro's preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
-        parameters = self.settings.parameters
+        parameters = self.prepared.parameters
         return SpectralSettings(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)

@@ -25,7 +25,7 @@ def run_direct(context, attempt):
     # One copy of the rows to the device, uncentred in float64: K is evaluated on them
     # centred in float64, and the prediction tensors hold them centred in the fit's dtype.
     uncentred = DeviceCopier(device, torch.float64, None)(rows_taken(data.X, data.X_device, data.order))
-    rows = DeviceCopier(device, torch.float64, context.settings.offset).centred(uncentred)
+    rows = DeviceCopier(device, torch.float64, context.prepared.offset).centred(uncentred)
     whole = OperatorBlocks.whole(rows.shape[0], rows.shape[0])
     operator = CenterOperators.of(kernel, rows).operator(rows, whole)
     targets = torch.as_tensor(data.Y[data.order], dtype=torch.float64, device=device)
@@ -48,7 +48,7 @@ def run_direct(context, attempt):
     if runtime.log is not None:
         where = f"device={device}, dtype={runtime.dtype}"
         runtime.log(
-            f"[{context.settings.parameters.name}] {where}, solver direct: K + alpha W^-1 factored on "
+            f"[{context.prepared.parameters.name}] {where}, solver direct: K + alpha W^-1 factored on "
             f"{targets.shape[0]} rows"
         )
     # The prediction tensors hold the rows as every path does: centred in the fit's dtype.

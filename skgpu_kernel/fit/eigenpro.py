@@ -32,13 +32,13 @@ def _run_eigenpro(stages):
     each stage does for its model; this function runs them in order.
     """
     context = stages.context
-    runtime, parameters = context.runtime, context.settings.parameters
+    runtime, parameters = context.runtime, context.prepared.parameters
     layout = stages.layout()
     measured = stages.capacity(layout)
     capacity = measured.batch
     layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.settings.bandwidth)
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.prepared.bandwidth)
     plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
     prepared = stages.prepare(plan)
     n = stages.problem.n_rows
@@ -120,7 +120,7 @@ class _EigenPro2Stages:
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.context.settings.parameters.planning)
+        return plan_eigenpro2(layout, capacity, critical_batch, self.context.prepared.parameters.planning)
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
@@ -234,7 +234,7 @@ class _EigenPro3Stages:
         return agree_on_object(spectrum, context.runtime.group, context.device)
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.context.settings.parameters.planning)
+        return plan_eigenpro3(layout, capacity, critical_batch, self.context.prepared.parameters.planning)
 
     def prepare(self, plan):
         """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""

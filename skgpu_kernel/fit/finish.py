@@ -149,13 +149,13 @@ def with_joint_intercept(outcome, residuals=None):
 
 def finished_model(outcome, prepared, plan, runtime):
     """The result of a solve: the joint intercept combined, the centers' rows as rows of the fit's data."""
-    host, settings, split, intercept = prepared.host, prepared.settings, prepared.split, prepared.intercept
+    host, split, intercept = prepared.host, prepared.split, prepared.intercept
     uses_centers = plan.data.uses_centers
     if host.joint_intercept:
         rows = host.X if host.X_device is None else host.X_device
         residuals = None
         if uses_centers:
-            residuals = JointResiduals(rows, host.Y, host.weights, settings.kernel, runtime.budget)
+            residuals = JointResiduals(rows, host.Y, host.weights, prepared.kernel, runtime.budget)
         outcome, shift = with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
     center_rows = host.order if host.centers is None else host.center_rows
@@ -163,9 +163,9 @@ def finished_model(outcome, prepared, plan, runtime):
     return fit_result(
         outcome,
         plan.tuning,
-        kernel=settings.kernel,
-        bandwidth=settings.bandwidth,
-        offset=settings.offset,
+        kernel=prepared.kernel,
+        bandwidth=prepared.bandwidth,
+        offset=prepared.offset,
         intercept=intercept,
         order=host.order,
         early_stopping=plan.tuning.policy.early_stopping,

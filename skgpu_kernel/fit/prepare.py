@@ -82,38 +82,6 @@ class KernelHostData:
 
 
 @dataclass(frozen=True)
-class KernelFitSettings:
-    """What every path reads: the resolved kernel and penalty, and the user's parameters.
-
-    Attributes
-    ----------
-    kernel : Kernel
-    bandwidth : float or None
-    offset : ndarray or None
-        Feature means subtracted before a translation-invariant kernel.
-    alpha : float
-    validation_score : callable
-        ``validation_score(predictions, targets)`` of predictions of the centred
-        targets, the intercept added back.
-    parameters : KernelFitParameters
-        The estimator's parameters (planning, preconditioner, scaling rule, epochs,
-        stopping, name).
-    """
-
-    kernel: object
-    bandwidth: float | None
-    offset: np.ndarray | None
-    alpha: float
-    validation_score: Callable
-    parameters: object
-
-
-def path_settings(parameters, kernel, bandwidth, offset, intercept, alpha):
-    score = _with_intercept(parameters.validation_score, intercept)
-    return KernelFitSettings(kernel, bandwidth, offset, alpha, score, parameters)
-
-
-@dataclass(frozen=True)
 class Split:
     """The rows a solver fits (``training``: ``data`` restricted to them) and those it scores (or None).
 
@@ -327,16 +295,39 @@ def fits_joint_intercept(fit_intercept, alpha, validation):
 
 @dataclass(frozen=True)
 class PreparedFit:
-    """The prepare stage's output: the solver's host data and settings, the split and the targets' intercept.
+    """The prepare stage's output: what every solver's run reads (an attempt changes it: :func:`run_solver`).
 
-    ``intercept`` is the weighted mean subtracted from the targets (the finish stage
-    adds the joint intercept's shift to it).
+    Attributes
+    ----------
+    host : KernelHostData
+        The solver's host data.
+    split : Split
+        The training rows and the held-out ones.
+    intercept : ndarray
+        The weighted mean subtracted from the targets (the finish stage adds the
+        joint intercept's shift to it).
+    kernel : Kernel
+    bandwidth : float or None
+    offset : ndarray or None
+        Feature means subtracted before a translation-invariant kernel.
+    alpha : float
+    validation_score : callable
+        ``validation_score(predictions, targets)`` of predictions of the centred
+        targets, the intercept added back.
+    parameters : KernelFitParameters
+        The estimator's parameters (planning, preconditioner, scaling rule, epochs,
+        stopping, name).
     """
 
     host: KernelHostData
-    settings: KernelFitSettings
     split: Split
     intercept: np.ndarray
+    kernel: object
+    bandwidth: float | None
+    offset: np.ndarray | None
+    alpha: float
+    validation_score: Callable
+    parameters: object
 
 
 def prepare(request, runtime, plan):
@@ -378,5 +369,5 @@ def prepare(request, runtime, plan):
         center_rows=None if centers is None else centers.indices,
         joint_intercept=joint,
     )
-    settings = path_settings(parameters, kernel, bandwidth, offset, intercept, policy.alpha)
-    return PreparedFit(host, settings, split, intercept)
+    score = _with_intercept(parameters.validation_score, intercept)
+    return PreparedFit(host, split, intercept, kernel, bandwidth, offset, policy.alpha, score, parameters)

@@ -2,7 +2,7 @@
 
 :func:`solve` takes the model the tune stage already solved (``plan.direct ==
 "from tuning"``) or prepares the fit (:func:`~skgpu_kernel.fit.prepare.prepare`)
-and hands :func:`run_solver` the host data and settings.  The loop runs the
+and hands :func:`run_solver` the prepared fit.  The loop runs the
 attempt the registry :data:`SOLVER_PATHS` names for the solver and the data
 (centers or every point; :mod:`~skgpu_kernel.fit.eigenpro`,
 :mod:`~skgpu_kernel.fit.cg`, :mod:`~skgpu_kernel.fit.direct`), then every
@@ -49,7 +49,7 @@ def solve(request, runtime, plan):
 def _solved_model(request, runtime, plan):
     """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
     prepared = prepare(request, runtime, plan)
-    outcome = run_solver(plan.solver, plan.tuning.policy.alpha, prepared.host, runtime, prepared.settings)
+    outcome = run_solver(plan.solver, prepared, runtime)
     return finished_model(outcome, prepared, plan, runtime)
 
 
@@ -99,8 +99,8 @@ def _direct_model(request, runtime, plan):
     )
 
 
-def run_solver(solver, alpha, data, runtime, settings):
-    """Run ``solver`` at ``alpha``, then every fallback it asks for: the one driver of the kernel solvers.
+def run_solver(solver, prepared, runtime):
+    """Run ``solver`` on the prepared fit, then every fallback it asks for: the one driver of the kernel solvers.
 
     Each attempt runs the path the registry (:data:`SOLVER_PATHS`) gives for the
     solver and the data (centers or every point).  A path asks for a fallback by
@@ -125,17 +125,17 @@ def run_solver(solver, alpha, data, runtime, settings):
     PathOutcome
         The last attempt's, with ``attempts``, ``record`` and ``check``.
     """
-    attempt, attempts = Attempt(solver, alpha), []
+    attempt, attempts, data = Attempt(solver, prepared.alpha), [], prepared.host
     record = list(runtime.memory_events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
     while True:
         attempts.append(attempt)
         record.append(attempt.record())
         events = MemoryEvents([], attempt.solver, runtime.log)
-        outcome = _run_attempt(attempt, data, runtime, settings, events)
+        outcome = _run_attempt(attempt, prepared, runtime, events)
         record.extend(events.records)
         fallback = outcome.fallback
         if fallback is None:
-            check = _last_check(outcome, data, runtime, settings)
+            check = _last_check(outcome, prepared, runtime)
             outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
             if check is None or check.passed:
                 return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
@@ -147,7 +147,7 @@ def run_solver(solver, alpha, data, runtime, settings):
             if fallback is None:
                 outcome = _trivial_model(outcome, attempts)
                 return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
-        _warn_of(fallback, attempt, settings.parameters.solver)
+        _warn_of(fallback, attempt, prepared.parameters.solver)
         attempt = attempt.after(fallback)
 
 
@@ -159,28 +159,29 @@ def _warn_of(fallback, attempt, requested):
         warn_user(f"solver={requested!r} was not kept: {fallback.reason} (fit_attempts_ records it).", UserWarning)
 
 
-def _last_check(outcome, data, runtime, settings):
+def _last_check(outcome, prepared, runtime):
     """The last check of the attempt's model on its training rows, or None where it is not run.
 
     The rows are taken from the fit's one copy on the device where it holds one.
     Not under a process group: the ranks would have to agree on a fallback, and
     each holds the same model (its coefficients agreed every epoch).
     """
+    data = prepared.host
     if runtime.group is not None or outcome.device_cache is None or data.X.shape[0] < 2:
         return None
-    tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, settings.offset)
+    tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, prepared.offset)
 
     n_targets = data.Y.shape[1] - data.joint_intercept  # the ones column is no target
 
     def predict(indices):
         rows = to_device(rows_taken(data.X, data.X_device, indices))
-        return tensors.predict_on_device(settings.kernel, rows, runtime.budget)[:, :n_targets]
+        return tensors.predict_on_device(prepared.kernel, rows, runtime.budget)[:, :n_targets]
 
     check = check_fit(predict, data.Y[:, :n_targets], data.weights)
     if runtime.log is not None:
         verdict = "passed" if check.passed else "FAILED"
         runtime.log(
-            f"[{settings.parameters.name}] last check {verdict}: squared error {check.model_loss:.4g} against the "
+            f"[{prepared.parameters.name}] last check {verdict}: squared error {check.model_loss:.4g} against the "
             f"trivial predictor's {check.trivial_loss:.4g} on {check.n_rows} training rows ({check.seconds:.2f} s)"
         )
     return check
@@ -200,21 +201,22 @@ def _trivial_model(outcome, attempts):
     return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
 
 
-def _run_attempt(attempt, data, runtime, settings, events):
-    """One attempt: its path built on the data and settings the attempt changes, run; a raised fallback returned."""
+def _run_attempt(attempt, prepared, runtime, events):
+    """One attempt: its path built on the prepared fit as the attempt changes it, run; a raised fallback returned."""
+    data = prepared.host
     if attempt.coef_init is not None:
         data = dataclasses.replace(data, coef_init=attempt.coef_init)
-    parameters = settings.parameters
+    parameters = prepared.parameters
     if attempt.cache_kernel is not None:
         parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
     if attempt.cache_dtype is not None:
         parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
     if attempt.n_components is not None:
         parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
-    settings = dataclasses.replace(settings, alpha=attempt.alpha, parameters=parameters)
+    prepared = dataclasses.replace(prepared, host=data, alpha=attempt.alpha, parameters=parameters)
     run = SOLVER_PATHS[attempt.solver, data.centers is not None]
     try:
-        return run(AttemptContext(data, runtime, settings, events), attempt)
+        return run(AttemptContext(prepared, runtime, events), attempt)
     except FallbackNeeded as needed:
         return PathOutcome(None, fallback=needed.fallback)
 
