@@ -63,7 +63,6 @@ __all__ = [
     "BANDWIDTH_FACTORS",
     "BANDWIDTH_SEARCH_ROWS",
     "LOO_MAX_ROWS",
-    "LOO_MIN_COVERAGE",
     "PENALTY_GRID",
     "AlphaSelection",
     "BandwidthSelection",
@@ -87,14 +86,6 @@ LOO_MAX_ROWS = 100_000
 # where the kernel machine on all 16000 rows had test error 0.0255 at 1.41 and 0.031
 # at 2.83.  Each candidate costs one eigendecomposition of this size.
 BANDWIDTH_SEARCH_ROWS = 1500
-# alpha="auto" with every point a center trusts the criterion only when the
-# features capture this share of the kernel's trace.  Measured on the real-data
-# benchmark (2000-point subsample): Computers 0.998, BudgetFood 0.997, VietNamI
-# 0.982, LetterRecognition 0.977, HI 0.974, where the criterion's penalty matched
-# or beat early stopping; Fashion-MNIST 0.87, where it cost 1.5 points of
-# accuracy (0.8958 after 3 epochs at alpha=0.19 against 0.9049 unpenalised), and
-# DNA 0.475.
-LOO_MIN_COVERAGE = 0.95
 # bandwidth="auto": the candidates, as multiples of the scale rule, half an octave apart.
 # Below the rule because that is where it misses (halving it cut the test error by
 # 10% on a 5000-row and by half on a 46000-row multiclass set; doubling it cost 12%).

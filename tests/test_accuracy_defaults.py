@@ -328,7 +328,7 @@ def _high_dimensional_problem(n=2600, d=60, seed=5):
 
 
 def test_auto_alpha_trusts_the_criterion_only_where_the_nystrom_model_covers_the_kernel():
-    from skgpu_kernel.regularization import LOO_MIN_COVERAGE
+    from skgpu_kernel.planning.solver import LOO_MIN_COVERAGE
 
     # At the scale rule's bandwidth, whose coverage these data were made for (the search moves it).
 
@@ -376,7 +376,8 @@ def test_below_the_coverage_the_searchs_exact_penalty_is_carried_over_to_a_few_m
     the search scored; the fit, penalised, is solved directly.  Beyond, early stopping.
     """
     from skgpu_kernel.planning.kernel_policy import PENALTY_CARRY_MAX_RATIO
-    from skgpu_kernel.regularization import BANDWIDTH_SEARCH_ROWS, LOO_MIN_COVERAGE
+    from skgpu_kernel.planning.solver import LOO_MIN_COVERAGE
+    from skgpu_kernel.regularization import BANDWIDTH_SEARCH_ROWS
 
     within = int(PENALTY_CARRY_MAX_RATIO * BANDWIDTH_SEARCH_ROWS)
     X, y = _high_dimensional_problem(n=within)

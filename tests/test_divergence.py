@@ -16,6 +16,7 @@ import skgpu_kernel.planning.kernel as planning_kernel
 import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.planning.kernel import HALF_ROUNDING, HALF_ROUNDING_SHARE, half_cache_harmless
+from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.stopping import (
     CG_RESIDUAL_CEILING,
     FIT_CHECK_ROWS,
@@ -96,7 +97,7 @@ def test_a_16_bit_cache_only_within_its_rounding_bound(n_rows, penalty, harmless
 
 def test_the_16_bit_cache_is_planned_for_eigenpro_and_refused_to_cg_beyond_its_bound():
     problem = planning_kernel.KernelProblem(20_000, 8, 1, 4, 0, unit_bounded_kernel=True)
-    settings = planning_kernel.KernelSettings()
+    settings = KernelFitParameters()
     # room for the 16-bit cache, not the 32-bit one
     budget = int(2.5 * 20_000**2)
 

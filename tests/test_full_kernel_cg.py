@@ -24,7 +24,8 @@ from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator
 from skgpu_kernel.planning import solver as planning_solver
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2_layout
-from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS, KernelProblem, KernelSettings
+from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS, KernelProblem
+from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.solver import (
     CG_MAX_CONDITION,
     CG_ROW_BLOCK,
@@ -179,7 +180,7 @@ def test_the_preconditioner_basis_is_planned_within_the_budget():
     per_component = 50_000 * (8 + 4)
 
     def planned(budget):
-        layout = plan_eigenpro2_layout(problem, budget, torch.device("cpu"), KernelSettings(cache_kernel=False))
+        layout = plan_eigenpro2_layout(problem, budget, torch.device("cpu"), KernelFitParameters(cache_kernel=False))
         return plan_every_point_cg(layout)
 
     roomy = planned(10**10)

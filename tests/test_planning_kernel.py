@@ -19,13 +19,12 @@ from skgpu_kernel.planning import MemoryAccount
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2, plan_eigenpro2_layout, plan_eigenpro3, plan_eigenpro3_layout
 from skgpu_kernel.planning.kernel import (
     KernelProblem,
-    KernelSettings,
     TrainingMemoryPlan,
     cached_batch_limit,
     operating_batch,
     temporary_centers_for,
 )
-from skgpu_kernel.planning.kernel_policy import KernelFitRequest
+from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.solver import (
     FULL_KERNEL_CG_MAX_ROWS,
     plan_alpha,
@@ -83,7 +82,7 @@ EIGENPRO3_CASES = [
     ids=[case[0] for case in EIGENPRO3_CASES],
 )
 def test_eigenpro3_layout_decisions(budget, changes, settings, expected):
-    layout = plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelSettings(**settings))
+    layout = plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelFitParameters(**settings))
     assert layout.choices == expected
 
 
@@ -96,9 +95,9 @@ def test_eigenpro3_layout_decisions(budget, changes, settings, expected):
 @pytest.mark.parametrize("critical_batch", [3.0, 1e4, math.inf])
 def test_eigenpro3_plan_stays_within_the_budget(budget, changes, settings, capacity, critical_batch):
     problem = _problem(**changes)
-    layout = plan_eigenpro3_layout(problem, budget, CPU, KernelSettings(**settings))
+    layout = plan_eigenpro3_layout(problem, budget, CPU, KernelFitParameters(**settings))
     capacity = min(layout.memory_limit if capacity == "memory limit" else capacity, problem.n_rows)
-    plan = plan_eigenpro3(layout, capacity, critical_batch, KernelSettings(**settings))
+    plan = plan_eigenpro3(layout, capacity, critical_batch, KernelFitParameters(**settings))
     assert plan.memory.total <= budget, plan.memory.describe()
     assert 1 <= plan.batch_size <= min(capacity, layout.memory_limit)
     assert plan.n_temporary >= plan.batch_size
@@ -109,7 +108,7 @@ def test_eigenpro3_plan_stays_within_the_budget(budget, changes, settings, capac
 
 def test_a_given_batch_that_does_not_fit_is_clamped_with_a_warning():
     problem = _problem()
-    settings = KernelSettings(batch_size=50_000)
+    settings = KernelFitParameters(batch_size=50_000)
     layout = plan_eigenpro3_layout(problem, 100 * MB, CPU, settings)
     assert layout.memory_limit < 50_000
     with pytest.warns(UserWarning, match="batch_size=50000 does not fit"):
@@ -129,7 +128,7 @@ def test_a_given_batch_that_does_not_fit_is_clamped_with_a_warning():
 )
 def test_eigenpro3_requests_that_do_not_fit_are_refused(budget, changes, settings, message):
     with pytest.raises(ValueError, match=message):
-        plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelSettings(**settings))
+        plan_eigenpro3_layout(_problem(**changes), budget, CPU, KernelFitParameters(**settings))
 
 
 @pytest.mark.parametrize(
@@ -141,7 +140,7 @@ def test_a_refused_budget_is_named_as_the_user_set_it_with_the_rows_held_on_the_
     """The planners get what the rows held on the device leave; the message names ``memory_budget`` itself."""
     held = 7 * MB
     with pytest.raises(ValueError) as refused:
-        plan_eigenpro3_layout(_problem(held_bytes=held), budget - held, CPU, KernelSettings(**settings))
+        plan_eigenpro3_layout(_problem(held_bytes=held), budget - held, CPU, KernelFitParameters(**settings))
     message = str(refused.value)
     assert f"memory_budget={budget} bytes" in message
     assert message.endswith(f"The training rows the fit holds on the device take {held} bytes of it.")
@@ -149,7 +148,7 @@ def test_a_refused_budget_is_named_as_the_user_set_it_with_the_rows_held_on_the_
 
 def test_choices_decided_elsewhere_are_followed():
     problem = _problem()
-    layout = plan_eigenpro3_layout(problem, 2000 * MB, CPU, KernelSettings(), choices=(False, False, True))
+    layout = plan_eigenpro3_layout(problem, 2000 * MB, CPU, KernelFitParameters(), choices=(False, False, True))
     assert layout.choices == (False, False, True)
     assert dict(layout.reserved) == {"K(Z, Z) cache": layout.memory.center_cache_bytes}
 
@@ -172,16 +171,16 @@ EIGENPRO2_CASES = [
 @pytest.mark.parametrize("capacity", [1, 256, "memory limit"])
 def test_eigenpro2_plan(budget, n, d, outputs, itemsize, settings, subsample, capacity):
     problem = KernelProblem(n, d, outputs, itemsize, extra_blocks=1)
-    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings))
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelFitParameters(**settings))
     assert layout.subsample_size == subsample
     capacity = min(layout.memory_limit if capacity == "memory limit" else capacity, n)
-    plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings))
+    plan = plan_eigenpro2(layout, capacity, 1e6, KernelFitParameters(**settings))
     # Steps that read a cached kernel keep 32 updates per epoch.
     expected = min(capacity, cached_batch_limit(n)) if layout.cached else capacity
     assert plan.batch_size == expected
     assert plan.memory.total <= budget, plan.memory.describe()
     # The operating batch keeps half the preconditioned critical batch.
-    assert plan_eigenpro2(layout, capacity, 10.0, KernelSettings(**settings)).batch_size == min(expected, 5)
+    assert plan_eigenpro2(layout, capacity, 10.0, KernelFitParameters(**settings)).batch_size == min(expected, 5)
 
 
 def test_cached_batch_limit_keeps_32_updates_per_epoch():
@@ -189,11 +188,11 @@ def test_cached_batch_limit_keeps_32_updates_per_epoch():
     assert cached_batch_limit(2293) == 72
     assert cached_batch_limit(20) == 1
     problem = _eigenpro2_problem()
-    cached = plan_eigenpro2_layout(problem, 2000 * MB, CPU, KernelSettings())
-    plan = plan_eigenpro2(cached, cached.memory_limit, 1e6, KernelSettings())
+    cached = plan_eigenpro2_layout(problem, 2000 * MB, CPU, KernelFitParameters())
+    plan = plan_eigenpro2(cached, cached.memory_limit, 1e6, KernelFitParameters())
     assert cached.cached and plan.capacity == problem.n_rows and plan.batch_size == 625
     # A given batch is the user's.
-    assert plan_eigenpro2(cached, 4096, 1e6, KernelSettings(batch_size=4096)).batch_size == 4096
+    assert plan_eigenpro2(cached, 4096, 1e6, KernelFitParameters(batch_size=4096)).batch_size == 4096
 
 
 def test_operating_batch():
@@ -329,8 +328,7 @@ ALPHA_CASES = [
 
 @pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "weighted", "expected"), ALPHA_CASES)
 def test_alpha_plan_table(alpha, uses_centers, solver, classifier, weighted, expected):
-    request = KernelFitRequest("auto", alpha, "auto", classifier, False, 0.95, weighted)
-    assert plan_alpha(alpha, uses_centers, solver, request) == expected
+    assert plan_alpha(alpha, uses_centers, solver, classifier, weighted) == expected
 
 
 # EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in
@@ -369,13 +367,13 @@ def _eigenpro2_problem(**changes):
 )
 def test_eigenpro2_cache_decisions(budget, changes, settings, cache_dtype, expected):
     problem = _eigenpro2_problem(**changes)
-    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelSettings(**settings, cache_dtype=cache_dtype))
+    layout = plan_eigenpro2_layout(problem, budget, CPU, KernelFitParameters(**settings, cache_dtype=cache_dtype))
     assert layout.cache_itemsize == expected
     assert layout.cached == (expected > 0)
     n_cached = problem.n_rows + problem.n_validation
     assert layout.cache_bytes == expected * n_cached * problem.n_rows
     for capacity in (64, layout.memory_limit):
-        plan = plan_eigenpro2(layout, capacity, 1e6, KernelSettings(**settings, cache_dtype=cache_dtype))
+        plan = plan_eigenpro2(layout, capacity, 1e6, KernelFitParameters(**settings, cache_dtype=cache_dtype))
         assert plan.cached == layout.cached and plan.cache_itemsize == expected
         assert plan.memory.total <= budget, plan.memory.describe()
 
@@ -388,7 +386,7 @@ def test_eigenpro2_cache_decisions(budget, changes, settings, cache_dtype, expec
     ],
 )
 def test_a_cache_storage_that_cannot_hold_the_kernel_is_refused(changes, cache_dtype, message):
-    settings = KernelSettings(cache_dtype=cache_dtype)
+    settings = KernelFitParameters(cache_dtype=cache_dtype)
     with pytest.raises(ValueError, match=message):
         plan_eigenpro2_layout(_eigenpro2_problem(**changes), 2000 * MB, CPU, settings)
 
@@ -408,7 +406,9 @@ def test_kernel_cache_dtype_is_a_parameter_that_clone_keeps_and_the_fit_follows(
 
 def test_eigenpro2_cache_that_does_not_fit_is_refused_when_required():
     with pytest.raises(ValueError, match=r"cache_kernel=True: K\(X, X\) for 20000 training rows and 5000 validation"):
-        plan_eigenpro2_layout(_eigenpro2_problem(n_validation=5000), 900 * MB, CPU, KernelSettings(cache_kernel=True))
+        plan_eigenpro2_layout(
+            _eigenpro2_problem(n_validation=5000), 900 * MB, CPU, KernelFitParameters(cache_kernel=True)
+        )
 
 
 @pytest.mark.parametrize(
@@ -427,7 +427,7 @@ def test_eigenpro2_cache_that_does_not_fit_is_refused_when_required():
 )
 def test_auto_centers_table(case, n_rows, budget, sizes, expected, reason):
     problem = KernelProblem(n_rows, 20, 1, 4, 0, unit_bounded_kernel=True, **sizes)
-    count = plan_auto_centers(problem, budget, torch.device("cpu"), KernelSettings())
+    count = plan_auto_centers(problem, budget, torch.device("cpu"), KernelFitParameters())
     assert count.n_centers == expected, case
     assert reason in count.reason, case
     if expected is None:

@@ -58,8 +58,8 @@ class AttemptContext:
         return ShrinkingStage(stage, what, sizes, self.device, self.events)
 
     def planning(self, subsample_size=None):
-        """What the layout planners read: the estimator's settings, with another ``subsample_size`` if given."""
-        planning = self.prepared.parameters.planning
+        """What the layout planners read: the estimator's parameters, with another ``subsample_size`` if given."""
+        planning = self.prepared.parameters
         return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
 
     def on_subsample(self, layout, layout_for, compute):
@@ -183,7 +183,7 @@ class AttemptContext:
 
     def given_batch(self, n_rows):
         """The user's batch (bounded by ``n_rows``), or None when it is to be measured."""
-        batch_size = self.prepared.parameters.planning.batch_size
+        batch_size = self.prepared.parameters.batch_size
         return None if batch_size == "auto" else min(batch_size, n_rows)
 
     def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):

@@ -120,7 +120,7 @@ class _EigenPro2Stages:
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.context.prepared.parameters.planning)
+        return plan_eigenpro2(layout, capacity, critical_batch, self.context.prepared.parameters)
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
@@ -234,7 +234,7 @@ class _EigenPro3Stages:
         return agree_on_object(spectrum, context.runtime.group, context.device)
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.context.prepared.parameters.planning)
+        return plan_eigenpro3(layout, capacity, critical_batch, self.context.prepared.parameters)
 
     def prepare(self, plan):
         """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..planning.kernel import KernelSettings
-from ..planning.kernel_policy import KernelFitRequest
-from ..regularization import LOO_MIN_COVERAGE
+from ..planning.parameters import KernelFitParameters
 
 
 @dataclass(frozen=True)
@@ -77,54 +75,6 @@ class KernelFitInput:
     def equal_weights(self):
         """Every sample weight the same (the criteria then skip the weights)."""
         return bool(np.all(self.weights == self.weights[0]))
-
-
-@dataclass(frozen=True)
-class KernelFitParameters:
-    """The estimator's parameters, as the pipeline reads them (kernel unresolved, scaling rule resolved).
-
-    ``classifier`` says which kind of estimator asks; ``cache_dtype`` is the
-    estimator's ``kernel_cache_dtype`` (see
-    :class:`~skgpu_kernel.planning.kernel.KernelSettings`).
-    """
-
-    kernel: object
-    bandwidth: object
-    kernel_params: dict | None
-    solver: str
-    alpha: object
-    early_stopping: object
-    classifier: bool
-    distributed: bool
-    batch_size: object
-    subsample_size: object
-    cache_kernel: object
-    projection: str
-    fit_intercept: bool
-    validation_fraction: float
-    n_components: object
-    damping: float
-    scaling_rule: object
-    n_epochs: int
-    tol: float | None
-    n_iter_no_change: int
-    validation_score: Callable
-    name: str
-    cache_dtype: str = "auto"
-    feature_learning: str | None = None
-    feature_learning_iter: int = 5
-
-    def request(self, weighted):
-        """What the policy planner reads; ``weighted``: the sample weights are not all equal."""
-        return KernelFitRequest(
-            self.solver, self.alpha, self.early_stopping, self.classifier, self.distributed, LOO_MIN_COVERAGE, weighted
-        )
-
-    @property
-    def planning(self):
-        """What the layout planners read."""
-        sizes = (self.batch_size, self.subsample_size)
-        return KernelSettings(*sizes, self.cache_kernel, self.projection, self.cache_dtype)
 
 
 @dataclass(frozen=True)

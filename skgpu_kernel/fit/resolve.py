@@ -69,8 +69,7 @@ def resolve(request, runtime):
     kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X)
     data = _resolve_auto_centers(request.data, runtime, parameters, kernel)
     streamed = data.uses_centers and streams_rows(data.X, data.Y.shape[1], runtime)
-    policy_request = parameters.request(weighted=not data.equal_weights)
-    policy = plan_kernel_fit(policy_problem(data, runtime, kernel, streamed), runtime.budget, policy_request)
+    policy = plan_kernel_fit(policy_problem(data, runtime, kernel, streamed), runtime.budget, parameters)
     return FitPlan(kernel, bandwidth, data, policy, streamed)
 
 
@@ -91,6 +90,7 @@ def policy_problem(data, runtime, kernel, streamed):
         streamed=streamed,
         unit_bounded_kernel=kernel.unit_bounded,
         held_bytes=runtime.held_bytes,
+        weighted=not data.equal_weights,
     )
 
 
@@ -102,7 +102,7 @@ def _resolve_auto_centers(data, runtime, parameters, kernel):
         return dataclasses.replace(data, n_centers=None)
     streamed = streams_rows(data.X, data.Y.shape[1], runtime)
     problem = policy_problem(dataclasses.replace(data, n_centers=None), runtime, kernel, streamed)
-    count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters.planning)
+    count = plan_auto_centers(problem, runtime.budget, runtime.devices[0], parameters)
     chosen = "every training point" if count.n_centers is None else str(count.n_centers)
     log_fit(runtime, parameters, f"n_centers='auto' on {problem.n_rows} rows: {chosen} ({count.reason})")
     return dataclasses.replace(data, n_centers=count.n_centers)

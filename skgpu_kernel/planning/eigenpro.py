@@ -80,7 +80,7 @@ class EigenPro2Layout:
         return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
 
 
-def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=None):
+def plan_eigenpro2_layout(problem, budget, device, parameters, definite_penalty=None):
     """Stage 1 of an EigenPro 2 fit (every training row a center), and of CG on every point.
 
     Parameters
@@ -88,8 +88,8 @@ def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=No
     problem : KernelProblem
     budget : int
     device : torch.device
-    settings : KernelSettings
-        ``settings.cache_dtype`` is the cache's storage (see
+    parameters : KernelFitParameters
+        ``parameters.cache_dtype`` is the cache's storage (see
         :func:`~skgpu_kernel.planning.kernel.plan_kernel_cache`).
     definite_penalty : float or None, default=None
         The smallest diagonal shift of the system a solver needs positive definite
@@ -101,9 +101,13 @@ def plan_eigenpro2_layout(problem, budget, device, settings, definite_penalty=No
     EigenPro2Layout
     """
     n = problem.n_rows
-    subsample_size = auto_subsample_size(n) if settings.subsample_size == "auto" else min(settings.subsample_size, n)
+    subsample_size = (
+        auto_subsample_size(n) if parameters.subsample_size == "auto" else min(parameters.subsample_size, n)
+    )
     memory = TrainingMemoryPlan(problem, budget, device, subsample_size)
-    cache_itemsize = plan_kernel_cache(problem, memory, settings.cache_kernel, settings.cache_dtype, definite_penalty)
+    cache_itemsize = plan_kernel_cache(
+        problem, memory, parameters.cache_kernel, parameters.cache_dtype, definite_penalty
+    )
     layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
     limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
     return dataclasses.replace(layout, memory_limit=limit)
@@ -164,7 +168,7 @@ class EigenPro3Layout:
         )
 
 
-def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
+def plan_eigenpro3_layout(problem, budget, device, parameters, choices=None):
     """Stage 1 of an EigenPro 3 fit on ``problem.n_centers`` centers.
 
     ``"auto"`` caches ``K(X, Z)`` when it fits next to the fixed costs and two
@@ -182,7 +186,7 @@ def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
     problem : KernelProblem
     budget : int
     device : torch.device
-    settings : KernelSettings
+    parameters : KernelFitParameters
     choices : tuple of bool, optional
         ``(cached, exact, cache_centers)`` decided elsewhere (by rank 0 of a
         distributed fit); the layout then follows them.
@@ -198,13 +202,13 @@ def plan_eigenpro3_layout(problem, budget, device, settings, choices=None):
         exact projection does not fit.
     """
     n, p = problem.n_rows, problem.n_centers
-    requested = auto_subsample_size(n) if settings.subsample_size == "auto" else settings.subsample_size
+    requested = auto_subsample_size(n) if parameters.subsample_size == "auto" else parameters.subsample_size
     subsample_size = min(requested, p)
     buffer_rows = min(n, max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1))
     memory = CentersMemoryPlan(problem, budget, subsample_size, 2 * buffer_rows if problem.streamed else n)
     _check_minimal_batch(problem, memory, subsample_size)
     if choices is None:
-        choices = _choose_cache_and_projection(problem, memory, settings)
+        choices = _choose_cache_and_projection(problem, memory, parameters)
     cached, exact, cache_centers = (bool(choice) for choice in choices)
     layout = EigenPro3Layout(
         problem, budget, device, subsample_size, memory, buffer_rows, cached, exact, cache_centers, memory_limit=1
@@ -233,7 +237,7 @@ def _check_minimal_batch(problem, memory, subsample_size):
         )
 
 
-def _choose_cache_and_projection(problem, memory, settings):
+def _choose_cache_and_projection(problem, memory, parameters):
     """``(cached, exact, cache_centers)`` from the budget and ``cache_kernel`` / ``projection``."""
     minimal = _minimal_batch(memory)
 
@@ -242,7 +246,7 @@ def _choose_cache_and_projection(problem, memory, settings):
         return memory.free_bytes(*parts) - 2 * memory.row_bytes * minimal
 
     cache_fits = not problem.streamed and memory.cache_bytes <= room()
-    if settings.cache_kernel is True and not cache_fits:
+    if parameters.cache_kernel is True and not cache_fits:
         raise ValueError(
             f"cache_kernel=True: K(X, centers) for {problem.n_rows} rows and {problem.n_local_centers} centers per "
             f"device needs {memory.cache_bytes} bytes, but {problem.named_budget(memory.budget)} leaves "
@@ -252,20 +256,20 @@ def _choose_cache_and_projection(problem, memory, settings):
             + problem.held_note()
         )
     exact_bytes = memory.exact_projection_bytes
-    if settings.cache_kernel == "auto":
+    if parameters.cache_kernel == "auto":
         exact_alone, exact_with_cache = exact_bytes <= room(), exact_bytes <= room(memory.cache_bytes)
-        cached = cache_fits and (exact_with_cache or not exact_alone or settings.projection == "iterative")
+        cached = cache_fits and (exact_with_cache or not exact_alone or parameters.projection == "iterative")
     else:
-        cached = bool(settings.cache_kernel)
+        cached = bool(parameters.cache_kernel)
     cache = memory.cache_bytes if cached else 0
     exact_fits = exact_bytes <= room(cache)
-    if settings.projection == "exact" and not exact_fits:
+    if parameters.projection == "exact" and not exact_fits:
         raise ValueError(
             f"projection='exact' factorises K(centers, centers): {exact_bytes} bytes for {problem.n_centers} "
             f"centers, which do not fit {problem.named_budget(memory.budget)} next to the other fixed costs "
             f"({memory.fixed_bytes + cache} bytes). Use projection='auto' or 'iterative'." + problem.held_note()
         )
-    exact = exact_fits if settings.projection == "auto" else settings.projection == "exact"
+    exact = exact_fits if parameters.projection == "auto" else parameters.projection == "exact"
     # Centers drawn from the training rows are the first p rows of the cached K(X, Z):
     # the iterative projection reads K(Z, Z) there at no extra cost.  Otherwise its
     # own cache must fit in half of what the K(X, Z) cache leaves.
@@ -340,9 +344,9 @@ class KernelFitPlan:
         )
 
 
-def _requested_batch(settings, capacity, critical_batch_preconditioned, problem, memory_limit):
+def _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, memory_limit):
     """The batch: ``operating_batch`` when auto, else the user's (clamped to the memory with a warning)."""
-    if settings.batch_size == "auto":
+    if parameters.batch_size == "auto":
         return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit)
     if capacity > memory_limit:
         warn_user(
@@ -369,7 +373,7 @@ def fit_plan(method, sized, **decisions):
     )
 
 
-def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
+def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, parameters):
     """Stage 2 of an EigenPro 2 fit: the batch and the memory account.
 
     Parameters
@@ -378,15 +382,15 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, settings):
     capacity : int
         Measured batch capacity, or ``min(batch_size, n)`` when given.
     critical_batch_preconditioned : float
-    settings : KernelSettings
+    parameters : KernelFitParameters
 
     Returns
     -------
     KernelFitPlan
     """
     problem = layout.problem
-    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
-    if layout.cached and settings.batch_size == "auto":
+    batch_size = _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    if layout.cached and parameters.batch_size == "auto":
         batch_size = min(batch_size, cached_batch_limit(problem.n_rows))
     sized = (layout, capacity, batch_size, every_point_account(layout, batch_size))
     return fit_plan("eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout))
@@ -408,7 +412,7 @@ def fill_rows(layout):
     return CACHE_FILL_ROWS if layout.cached else 0
 
 
-def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
+def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
     """Stage 2 of an EigenPro 3 fit: the batch, the temporary centers, the blocks and the memory account.
 
     Temporary centers trade per-step kernel work against fewer projections
@@ -420,14 +424,14 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, settings):
     layout : EigenPro3Layout
     capacity : int
     critical_batch_preconditioned : float
-    settings : KernelSettings
+    parameters : KernelFitParameters
 
     Returns
     -------
     KernelFitPlan
     """
     problem, memory = layout.problem, layout.memory
-    batch_size = _requested_batch(settings, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    batch_size = _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
     projection = "exact" if layout.exact else "iterative"
     n_temporary = max(min(temporary_centers_for(problem, projection, layout.cache_centers), problem.n_rows), batch_size)
     room = min(layout.free // 2, layout.free - batch_size * memory.row_bytes)

@@ -25,7 +25,6 @@ __all__ = [
     "SHIFTED_MAX_COMPONENTS",
     "CentersMemoryPlan",
     "KernelProblem",
-    "KernelSettings",
     "TrainingMemoryPlan",
     "auto_subsample_size",
     "cached_batch_limit",
@@ -127,6 +126,8 @@ class KernelProblem:
         Bytes of ``memory_budget`` that the fit's rows held on the device already
         take (off the budget the planners are given); messages name the budget as
         the user set it.
+    weighted : bool
+        The sample weights (``class_weight`` included) are not all equal.
     """
 
     n_rows: int
@@ -142,6 +143,7 @@ class KernelProblem:
     unit_bounded_kernel: bool = False
     grid_codes: bool = False
     held_bytes: int = 0
+    weighted: bool = False
 
     def named_budget(self, budget):
         """``memory_budget`` as the user set it, in a message about the ``budget`` a planner was given."""
@@ -162,28 +164,6 @@ class KernelProblem:
     def n_local_centers(self):
         """Centers of the largest shard."""
         return max(stop - start for start, stop in shard_bounds(self.n_centers, self.n_shards))
-
-
-@dataclass(frozen=True)
-class KernelSettings:
-    """The user's parameters that the planners read (``"auto"`` or a value each).
-
-    ``cache_dtype`` is the estimators' ``kernel_cache_dtype``: the storage of EigenPro
-    2's ``K(X, X)`` cache.  ``"auto"`` lets a float32 fit store it in float16 (for
-    kernels with values in [-1, 1]) when float32 does not fit.  The alternative is to
-    evaluate every epoch's kernel, 20 times slower on Fashion-MNIST.  Measured on
-    the real-data benchmark against a float32 cache (benchmarks/RESULTS.md): the
-    regressors' test errors agree within 0.06%, the classifiers' within their
-    spread over seeds (LetterRecognition, seeds 0-3: 0.0278-0.0338 in float16,
-    0.0285-0.0328 in float32, the early-stopping epoch differing), and the fits were
-    10-25% faster.  float32 is kept where it fits.
-    """
-
-    batch_size: object = "auto"
-    subsample_size: object = "auto"
-    cache_kernel: object = "auto"
-    projection: str = "auto"
-    cache_dtype: str = "auto"
 
 
 class TrainingMemoryPlan:

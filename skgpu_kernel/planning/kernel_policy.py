@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .kernel import KernelProblem
+from .parameters import KernelFitParameters
 from .solver import full_kernel_cg_factors, plan_alpha, plan_centers_solver, plan_full_kernel_solver
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "DIRECT_FROM_TUNING",
     "PENALTY_CARRY_MAX_RATIO",
     "KernelFitPolicy",
-    "KernelFitRequest",
     "carries_subsample_penalty",
     "direct_solve_bytes",
     "plan_direct_solve",
@@ -44,34 +44,6 @@ AUTO_VALIDATION_MIN_SAMPLES = 1000
 
 
 @dataclass(frozen=True)
-class KernelFitRequest:
-    """The estimator's parameters that choose the kind of fit.
-
-    Parameters
-    ----------
-    solver : {"auto", "cg", "eigenpro"}
-    alpha : float, "auto" or "loo"
-    early_stopping : bool or "auto"
-    classifier : bool
-    distributed : bool
-        ``distributed=True``: the centers are to be sharded over the ranks of a process group.
-    min_coverage : float
-        The Nystrom coverage ``alpha="auto"`` asks of a model with every point a
-        center before it trusts the leave-one-out criterion.
-    weighted : bool, default=False
-        The sample weights (``class_weight`` included) are not all equal.
-    """
-
-    solver: str
-    alpha: object
-    early_stopping: object
-    classifier: bool
-    distributed: bool
-    min_coverage: float
-    weighted: bool = False
-
-
-@dataclass(frozen=True)
 class KernelFitPolicy:
     """How a kernel fit runs, as far as it is known before any measurement.
 
@@ -80,7 +52,9 @@ class KernelFitPolicy:
     problem : KernelProblem
         The sizes of every training row (before any validation split).
     budget : int
-    request : KernelFitRequest
+    parameters : KernelFitParameters
+        The estimator's (``solver``, ``alpha``, ``early_stopping``, ``classifier``,
+        ``distributed``).
     solver : {"eigenpro", "cg"}
         With every point a center, provisional until ``alpha`` is known.
     alpha_mode : {"given", "zero", "loo"}
@@ -95,7 +69,7 @@ class KernelFitPolicy:
 
     problem: KernelProblem
     budget: int
-    request: KernelFitRequest
+    parameters: KernelFitParameters
     solver: str
     alpha_mode: str
     alpha: float | None = None
@@ -114,8 +88,8 @@ class KernelFitPolicy:
         """The policy once ``alpha`` is known: the solver and the held-out split settled."""
         solver = self.solver
         if not self.uses_centers:
-            solver = plan_full_kernel_solver(self.problem, self.budget, self.request.solver, alpha)
-        early_stopping = self.request.early_stopping
+            solver = plan_full_kernel_solver(self.problem, self.budget, self.parameters.solver, alpha)
+        early_stopping = self.parameters.early_stopping
         if early_stopping == "auto":
             # Without a penalty EigenPro heads for the interpolant, so held-out data
             # decides when to stop; a penalised loss, or CG's exact solve, converges by itself.
@@ -124,7 +98,7 @@ class KernelFitPolicy:
         return dataclasses.replace(self, solver=solver, alpha=float(alpha), early_stopping=bool(early_stopping))
 
 
-def plan_kernel_fit(problem, budget, request):
+def plan_kernel_fit(problem, budget, parameters):
     """The policy of a kernel fit: solver, how ``alpha`` is resolved, the held-out split.
 
     Parameters
@@ -134,7 +108,7 @@ def plan_kernel_fit(problem, budget, request):
         the devices or ranks they would be split over, ``streamed`` when ``X`` is
         read from its file in buffers.
     budget : int
-    request : KernelFitRequest
+    parameters : KernelFitParameters
 
     Returns
     -------
@@ -149,28 +123,28 @@ def plan_kernel_fit(problem, budget, request):
         devices without centers, a penalty that only CG takes where CG cannot run.
     """
     uses_centers = problem.n_centers is not None
-    if problem.streamed and request.early_stopping is True:
+    if problem.streamed and parameters.early_stopping is True:
         raise ValueError(
             "early_stopping needs a held-out split of X, which would copy the memory-mapped training data "
             "that does not fit memory_budget; hold out a validation set yourself, or raise memory_budget."
         )
-    if not uses_centers and (problem.n_shards > 1 or request.distributed):
+    if not uses_centers and (problem.n_shards > 1 or parameters.distributed):
         raise ValueError(
             "A list of devices or distributed=True shards the centers of EigenPro 3: set n_centers or "
             "centers (with every training point a center, the model is trained on one device)."
         )
-    solver = _centers_solver(problem, budget, request) if uses_centers else "eigenpro"
-    alpha_mode, value = plan_alpha(request.alpha, uses_centers, solver, request)
-    policy = KernelFitPolicy(problem, budget, request, solver, alpha_mode)
+    solver = _centers_solver(problem, budget, parameters) if uses_centers else "eigenpro"
+    alpha_mode, value = plan_alpha(parameters.alpha, uses_centers, solver, parameters.classifier, problem.weighted)
+    policy = KernelFitPolicy(problem, budget, parameters, solver, alpha_mode)
     if alpha_mode == "loo":
         return dataclasses.replace(policy, loo_min_coverage=value)
     return policy.with_alpha(0.0 if alpha_mode == "zero" else value)
 
 
-def _centers_solver(problem, budget, request):
+def _centers_solver(problem, budget, parameters):
     """CG or EigenPro 3 for a model on centers; a given ``alpha > 0`` must get CG."""
-    solver = plan_centers_solver(problem, budget, request.solver).solver
-    alpha = request.alpha
+    solver = plan_centers_solver(problem, budget, parameters.solver).solver
+    alpha = parameters.alpha
     if solver == "eigenpro" and not isinstance(alpha, str) and alpha > 0:
         sharded_or_streamed = problem.n_shards > 1 or problem.streamed
         where = "sharded centers or streamed data" if sharded_or_streamed else "its p x p factors do not fit"
@@ -233,10 +207,10 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
     -------
     {DIRECT_FROM_TUNING, DIRECT_FACTORED} or None
     """
-    request = policy.request
+    parameters = policy.parameters
     solvable = (
-        request.solver == "auto"
-        and not request.distributed
+        parameters.solver == "auto"
+        and not parameters.distributed
         and not policy.uses_centers
         and policy.alpha is not None
         and policy.alpha > 0
