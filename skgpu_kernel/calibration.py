@@ -11,36 +11,15 @@ the one ``predict`` returns, and a binary ``predict_proba`` ranks rows as
 ``decision_function`` does.
 """
 
-from dataclasses import dataclass
-
 import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import log_expit, log_softmax
 
-__all__ = ["HeldOutDecisions", "fit_temperature", "log_probabilities"]
+__all__ = ["fit_temperature", "log_probabilities"]
 
 # log T is searched in [-LOG_TEMPERATURE_BOUND, LOG_TEMPERATURE_BOUND]: decision values
 # are on the codes' scale (about 1), so the optimum lies far inside.
 LOG_TEMPERATURE_BOUND = 10.0
-
-
-@dataclass(frozen=True)
-class HeldOutDecisions:
-    """Decision values of rows a fit did not train on, with their codes and weights.
-
-    Attributes
-    ----------
-    decisions : ndarray of shape (n, l)
-        ``l = 1`` (two classes, positive means the second) or one column per class.
-    targets : ndarray of shape (n, l)
-        The codes the classifier regressed (``+-1``, or one-hot).
-    weights : ndarray of shape (n,)
-        Sample weights, class weights included.
-    """
-
-    decisions: np.ndarray
-    targets: np.ndarray
-    weights: np.ndarray
 
 
 def log_probabilities(decisions, temperature):
@@ -69,8 +48,8 @@ def log_probabilities(decisions, temperature):
     return logs.astype(np.result_type(decisions.dtype, np.float32), copy=False)
 
 
-def fit_temperature(held_out):
-    """The temperature of least weighted log loss on ``held_out`` (a :class:`HeldOutDecisions`), or 1.0.
+def fit_temperature(decisions, targets, weights):
+    """The temperature of least weighted log loss of held-out rows' decision values, or 1.0.
 
     The loss is taken against smoothed targets, Platt's rule over the ``n``
     held-out rows: ``(n + 1) / (n + 2)`` on a row's class and the rest evenly on the
@@ -78,16 +57,29 @@ def fit_temperature(held_out):
     then set a finite temperature, where the plain log loss falls towards ``T =
     0`` and probabilities of exactly 0 and 1.  1.0 where the held-out rows cannot
     set it: fewer than two rows, a single class among them, or no positive weight.
+
+    Parameters
+    ----------
+    decisions : ndarray of shape (n, l)
+        Decision values of rows the fit did not train on: ``l = 1`` (two classes,
+        positive means the second) or one column per class.
+    targets : ndarray of shape (n, l)
+        The codes the classifier regressed (``+-1``, or one-hot).
+    weights : ndarray of shape (n,)
+        Sample weights, class weights included.
+
+    Returns
+    -------
+    float
     """
-    targets = held_out.targets
     labels = (targets[:, 0] > 0).astype(int) if targets.shape[1] == 1 else targets.argmax(axis=1)
-    weights = np.asarray(held_out.weights, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
     if labels.shape[0] < 2 or np.unique(labels).shape[0] < 2 or weights.sum() <= 0:
         return 1.0
     smoothed = _smoothed_targets(labels, max(targets.shape[1], 2))
 
     def loss(log_temperature):
-        log_p = log_probabilities(held_out.decisions, np.exp(log_temperature))
+        log_p = log_probabilities(decisions, np.exp(log_temperature))
         return -float(np.dot(weights, (smoothed * log_p).sum(axis=1))) / float(weights.sum())
 
     bound = LOG_TEMPERATURE_BOUND

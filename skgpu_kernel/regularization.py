@@ -58,6 +58,7 @@ from sklearn.base import clone
 
 from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
 from .preconditioner import nystrom_eigensystem
+from .solvers.solution import Solution
 
 __all__ = [
     "BANDWIDTH_FACTORS",
@@ -67,7 +68,6 @@ __all__ = [
     "AlphaSelection",
     "BandwidthSelection",
     "ClassCodes",
-    "KernelRidgeSolution",
     "best_classifier",
     "select_alpha",
     "select_bandwidth",
@@ -124,8 +124,13 @@ class AlphaSelection:
         model): below ``min_coverage`` nothing was scored.
     loo_misclassification : ndarray or None
         The classifier's leave-one-out misclassification rate of each candidate.
-    solution : KernelRidgeSolution or None
-        The model of the rows scored at the chosen penalty (an exact criterion only).
+    solution : Solution or None
+        Kernel ridge with an unpenalised intercept on the rows scored, at the chosen
+        penalty (an exact criterion only): ``f(x) = k(x, X_scored) coef +
+        intercept`` minimises ``sum_i w_i (y_i - f(x_i))^2 + alpha coef^T K coef``,
+        the package's one model, every row a center; ``coef`` is float64, in the
+        order of the rows scored, ``intercept`` of the targets as scored (the
+        caller's intercept already subtracted).
     carried : bool
         The exact criterion's ``alpha`` on ``n_rows`` rows, carried over as it is to a
         fit of more rows (``carried_to``); ``coverage`` is then that of the
@@ -140,7 +145,7 @@ class AlphaSelection:
     n_features: int
     coverage: float = 1.0
     loo_misclassification: np.ndarray | None = None
-    solution: "KernelRidgeSolution | None" = None
+    solution: Solution | None = None
     carried: bool = False
 
     @property
@@ -173,27 +178,6 @@ class AlphaSelection:
     def without_solution(self):
         """This selection without its solution (what a fitted estimator keeps of it)."""
         return dataclasses.replace(self, solution=None)
-
-
-@dataclass(frozen=True)
-class KernelRidgeSolution:
-    """Kernel ridge with an unpenalised intercept on the rows scored, at the chosen penalty.
-
-    ``f(x) = k(x, X_scored) coef + intercept`` minimises ``sum_i w_i (y_i - f(x_i))^2 +
-    alpha coef^T K coef``: the package's one model, every row a center.  It comes
-    with the eigendecomposition the criterion already made (every row a feature),
-    at the cost of a few products.
-
-    Attributes
-    ----------
-    coef : Tensor of shape (rows, l)
-        float64, in the order of the rows scored.
-    intercept : Tensor of shape (l,)
-        Of the targets as scored (the caller's intercept already subtracted).
-    """
-
-    coef: torch.Tensor
-    intercept: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -553,7 +537,7 @@ class _CentredBasis:
         return cls(squares, coordinates, target_mean, basis_blocks, basis, targets, sqrt_w, row_means)
 
     def solution(self, alpha):
-        """Every row a feature: the :class:`KernelRidgeSolution` at penalty ``alpha > 0``; None for Nystrom features.
+        """Every row a feature: kernel ridge's :class:`Solution` at penalty ``alpha > 0``; None for Nystrom features.
 
         With ``C = I - 1 w^T / sum(w)`` and ``A = W^{1/2} C K C^T W^{1/2} = Q S^2 Q^T``,
         the normal equations ``(P K + alpha I) a = P y`` (``P = W - w w^T / sum(w)``,
@@ -571,7 +555,7 @@ class _CentredBasis:
         scaled = self.sqrt_w[:, None] * u
         w = self.sqrt_w**2
         coef = scaled - w[:, None] * (scaled.sum(dim=0) / w.sum())
-        return KernelRidgeSolution(coef, self.target_mean - self.row_means @ coef)
+        return Solution.direct(coef, self.target_mean - self.row_means @ coef)
 
 
 def _leading(values, vectors, relative_floor):

@@ -1,7 +1,5 @@
 """Class probabilities of AdaptiveKernelClassifier: temperature scaling on held-out decision values."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 from scipy.special import softmax
@@ -15,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import AdaptiveKernelClassifier
-from skgpu_kernel.calibration import HeldOutDecisions, fit_temperature, log_probabilities
+from skgpu_kernel.calibration import fit_temperature, log_probabilities
 from skgpu_kernel.fit import feature_learning
 from skgpu_kernel.planning import agop as planning_agop
 
@@ -35,7 +33,7 @@ def _sampled(n, n_classes, temperature, seed=0):
 @pytest.mark.parametrize("temperature", [0.3, 2.0])
 def test_the_temperature_of_decision_values_drawn_at_it_is_found(n_classes, temperature):
     decisions, targets, _ = _sampled(20000, n_classes, temperature)
-    found = fit_temperature(HeldOutDecisions(decisions, targets, np.ones(len(targets))))
+    found = fit_temperature(decisions, targets, np.ones(len(targets)))
     assert found == pytest.approx(temperature, rel=0.05)
 
 
@@ -52,33 +50,31 @@ def test_log_probabilities_are_the_sigmoid_and_the_softmax():
 def test_weights_count_as_repeated_rows_and_zero_weights_as_absent_ones():
     decisions, targets, _ = _sampled(600, 3, 0.7, seed=1)
     weights = np.random.RandomState(2).randint(0, 4, size=600).astype(float)
-    weighted = fit_temperature(HeldOutDecisions(decisions, targets, weights))
+    weighted = fit_temperature(decisions, targets, weights)
     repeated = np.repeat(np.arange(600), weights.astype(int))
-    plain = fit_temperature(HeldOutDecisions(decisions[repeated], targets[repeated], np.ones(len(repeated))))
+    plain = fit_temperature(decisions[repeated], targets[repeated], np.ones(len(repeated)))
     assert weighted == pytest.approx(plain, rel=0.01)  # the smoothing counts rows, not weights
     # Rows of weight 0 drawn at another temperature leave the fit as it is without them.
     sharp, sharp_targets, _ = _sampled(3000, 3, 0.3, seed=3)
     flat, flat_targets, _ = _sampled(3000, 3, 3.0, seed=4)
-    both = HeldOutDecisions(
-        np.vstack([sharp, flat]), np.vstack([sharp_targets, flat_targets]), np.repeat([1.0, 0.0], 3000)
-    )
-    alone = fit_temperature(HeldOutDecisions(sharp, sharp_targets, np.ones(3000)))
-    assert fit_temperature(both) == pytest.approx(alone, rel=0.01)
-    assert fit_temperature(dataclasses.replace(both, weights=np.ones(6000))) > 1.5 * alone
+    both = np.vstack([sharp, flat]), np.vstack([sharp_targets, flat_targets])
+    alone = fit_temperature(sharp, sharp_targets, np.ones(3000))
+    assert fit_temperature(*both, np.repeat([1.0, 0.0], 3000)) == pytest.approx(alone, rel=0.01)
+    assert fit_temperature(*both, np.ones(6000)) > 1.5 * alone
 
 
 def test_held_out_rows_that_cannot_set_a_temperature_leave_it_at_one():
     decisions, targets, _ = _sampled(50, 2, 1.0)
     one_class = np.ones_like(targets)
-    assert fit_temperature(HeldOutDecisions(decisions, one_class, np.ones(50))) == 1.0
-    assert fit_temperature(HeldOutDecisions(decisions[:1], targets[:1], np.ones(1))) == 1.0
+    assert fit_temperature(decisions, one_class, np.ones(50)) == 1.0
+    assert fit_temperature(decisions[:1], targets[:1], np.ones(1)) == 1.0
 
 
 def test_separated_held_out_rows_set_a_finite_temperature():
     """Without smoothing the log loss of separated rows falls towards T = 0 and probabilities of 0 and 1."""
     decisions = np.concatenate([np.linspace(-1.5, -0.5, 50), np.linspace(0.5, 1.5, 50)])[:, None]
     targets = np.sign(decisions)
-    temperature = fit_temperature(HeldOutDecisions(decisions, targets, np.ones(100)))
+    temperature = fit_temperature(decisions, targets, np.ones(100))
     assert 0.01 < temperature < 1.0
     assert np.exp(log_probabilities(decisions, temperature)).max() < 1.0
 
@@ -194,5 +190,5 @@ def test_above_the_learning_path_rows_the_final_model_leaves_out_the_rows_that_c
     without = AdaptiveKernelClassifier(**params).fit(X[~left_out], y[~left_out])
     np.testing.assert_array_equal(scores, without.decision_function(X_test))
     targets = np.where(y[left_out] == model.classes_[1], 1.0, -1.0)[:, None]
-    decisions = HeldOutDecisions(without.decision_function(X[left_out])[:, None], targets, np.ones(60))
-    assert temperature == pytest.approx(fit_temperature(decisions), rel=1e-9)
+    decisions = without.decision_function(X[left_out])[:, None]
+    assert temperature == pytest.approx(fit_temperature(decisions, targets, np.ones(60)), rel=1e-9)

@@ -11,7 +11,6 @@ from ..out_of_memory import ShrinkingStage, halvings
 from ..planning.kernel import KernelProblem
 from ..preconditioner import SpectralSettings
 from .attempts import Fallback, FallbackNeeded
-from .prepare import HeldOut
 
 # Out of memory in the preconditioner's eigensystem, the Nystrom subsample is halved
 # down to this many points (fewer when the plan had fewer).
@@ -126,12 +125,13 @@ class AttemptContext:
         )
 
     def validation_tensors(self):
-        """The held-out rows and targets on the device, or None."""
+        """The held-out rows and targets on the device (a :class:`KernelFitInput` of tensors), or None."""
         if self.data.validation is None:
             return None
         held_out = self.data.validation
         X = held_out.X if held_out.X_device is None else held_out.X_device
-        return HeldOut(self.to_device(X), self.to_device(held_out.Y, center=False))
+        Y = self.to_device(held_out.Y, center=False)
+        return dataclasses.replace(held_out, X=self.to_device(X), Y=Y, X_device=None)
 
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""

@@ -49,7 +49,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..buffer import is_out_of_core
-from ..calibration import HeldOutDecisions, fit_temperature
+from ..calibration import fit_temperature
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
 from ..planning.agop import (
@@ -225,7 +225,7 @@ def _calibrated_on_rows_left_out(request, runtime, mode):
     result = _fitted(request.on(split.training), runtime, mode, None)
     events = MemoryEvents(list(result.fit.attempts), result.fit.solver)  # its decisions' events join the record
     decisions = _held_out_decisions(result.fit, split.held_out, result.transform, runtime.budget, events)
-    temperature = fit_temperature(HeldOutDecisions(decisions, split.held_out.Y, split.held_out.weights))
+    temperature = fit_temperature(decisions, split.held_out.Y, split.held_out.weights)
     fit = dataclasses.replace(result.fit, attempts=events.records)
     return dataclasses.replace(result, fit=fit, temperature=temperature, calibration="final-held-out")
 
@@ -254,7 +254,7 @@ def _cross_fitted_plain(request, runtime):
         events = MemoryEvents(_events_of(fit), fit.solver)
         decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime.budget, events)
         runtime = runtime.recorded(events.records)
-    temperature = fit_temperature(HeldOutDecisions(decisions, data.Y, data.weights))
+    temperature = fit_temperature(decisions, data.Y, data.weights)
     final = fit_kernel_model(request, runtime, plan)
     return FeatureLearningResult(final, temperature=temperature, calibration="cross-fitted")
 
@@ -294,7 +294,7 @@ def _learnt(request, runtime):
     # The chosen candidate is the final model's kernel and metric fitted without the held-out rows: its
     # decision values set the temperature.  Those rows also chose it, by 0/1 loss among a few candidates;
     # a second split would cost every candidate's fit again, for one number fitted on the log loss.
-    temperature = _temperature(chosen, parameters)
+    temperature = _temperature(chosen, rows, parameters)
     calibration = "held-out" if parameters.classifier else None
     return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, temperature, calibration)
 
@@ -307,15 +307,17 @@ def _held_out_plain(request, runtime):
     is the fit without the held-out model, bit for bit).  Its decision values on the
     held-out rows calibrate the classifier's probabilities.
     """
-    _, plain = _plain_on_split(request, runtime)
-    temperature = _temperature(plain, request.parameters)
+    rows, plain = _plain_on_split(request, runtime)
+    temperature = _temperature(plain, rows, request.parameters)
     final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
     return FeatureLearningResult(final, temperature=temperature, calibration="held-out")
 
 
-def _temperature(candidate, parameters):
+def _temperature(candidate, rows, parameters):
     """A classifier's probability temperature from ``candidate``'s held-out decision values; None for a regressor."""
-    return fit_temperature(candidate.held_out) if parameters.classifier else None
+    if not parameters.classifier:
+        return None
+    return fit_temperature(candidate.decisions, rows.held_out.Y, rows.held_out.weights)
 
 
 def _plain_on_split(request, runtime):
@@ -371,8 +373,7 @@ class _CandidateRows:
         Y = self.held_out.Y
         score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, self.parameters.classifier)
-        held_out = HeldOutDecisions(predictions, Y, self.held_out.weights)
-        return _Candidate(transform, request.parameters, plan, losses, score, held_out, tuple(events.records))
+        return _Candidate(transform, request.parameters, plan, losses, score, predictions, tuple(events.records))
 
 
 @dataclass(frozen=True, eq=False)
@@ -388,7 +389,7 @@ class _Candidate:
     plan: object  # the tuned FitPlan it is refitted with
     losses: np.ndarray
     score: float
-    held_out: HeldOutDecisions
+    decisions: np.ndarray  # on the held-out rows, intercept included
     events: tuple = ()
 
 

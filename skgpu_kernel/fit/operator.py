@@ -21,7 +21,7 @@ from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.solver import CG_ROW_BLOCK
-from .prepare import HeldOut
+from .request import KernelFitInput
 
 
 class EveryPointOperators:
@@ -155,7 +155,7 @@ class _EveryPointOperatorPair:
 
     train: object
     held_out: object = None
-    validation: HeldOut | None = None
+    validation: KernelFitInput | None = None
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,6 @@ from .request import KernelFitInput
 
 
 @dataclass(frozen=True)
-class HeldOut:
-    """Held-out rows and their targets: host arrays, or their copies on the device.
-
-    ``X_device``: host rows' copy on the device, taken from the fit's one copy of its
-    rows (None: copied from ``X`` when they are needed there).
-    """
-
-    X: object
-    Y: object
-    X_device: object = None
-
-
-@dataclass(frozen=True)
 class KernelHostData:
     """Host arrays of a kernel fit, split and shuffled by the pipeline.
 
@@ -43,7 +30,8 @@ class KernelHostData:
     weights : ndarray of shape (n,)
     order : ndarray of shape (n,)
         The seeded permutation of the rows.
-    validation : HeldOut or None
+    validation : KernelFitInput or None
+        The held-out rows (:func:`split_rows`).
     centers : ndarray of shape (p, d) or None
         The centers of EigenPro 3 and CG (float64); None puts a center at every
         training row (EigenPro 2).
@@ -70,7 +58,7 @@ class KernelHostData:
     Y: np.ndarray
     weights: np.ndarray
     order: np.ndarray
-    validation: HeldOut | None
+    validation: KernelFitInput | None
     centers: np.ndarray | None
     coef_init: torch.Tensor | None
     centers_from_data: bool = True
@@ -89,7 +77,7 @@ class Split:
     """
 
     training: KernelFitInput
-    validation: HeldOut | None
+    validation: KernelFitInput | None
     train: np.ndarray | None = None
 
     def of_data(self, indices):
@@ -98,12 +86,11 @@ class Split:
 
 
 def split_rows(data, early_stopping, validation_fraction, rng):
-    """The training rows and the held-out rows (:class:`HeldOut`, or None without early stopping)."""
+    """The training rows and the held-out rows (or None without early stopping), each ``data`` restricted to them."""
     if not early_stopping:
         return Split(data, None)
     train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
-    validation = HeldOut(data.X[held_out], data.Y[held_out], taken_on_device(data.X_device, held_out))
-    return Split(rows_of(data, train), validation, train)
+    return Split(rows_of(data, train), rows_of(data, held_out), train)
 
 
 def with_rows_on_device(data, runtime):

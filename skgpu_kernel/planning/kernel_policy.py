@@ -178,7 +178,7 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
       training row as a feature (``exact_solution``: up to the Nystrom subsample's
       2000 rows), its eigendecomposition of the centred kernel solves kernel ridge
       with an unpenalised intercept at the chosen penalty in a few products
-      (:class:`~skgpu_kernel.regularization.KernelRidgeSolution`); it needs the
+      (``AlphaSelection.solution``); it needs the
       intercept (the criterion's model has one);
     - :data:`DIRECT_FACTORED`: else, up to
       :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows whose

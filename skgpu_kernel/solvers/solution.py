@@ -119,6 +119,9 @@ class Solution:
         where the driver replaced every attempt's model by the trivial one.
     jitter : float
         The relative jitter CG on centers' factorisation of ``K(Z, Z)`` used (0 otherwise).
+    intercept : Tensor of shape (l,) or None
+        The unpenalised intercept solved with the coefficients (the tune stage's
+        exact kernel ridge); None where the finish stage fits it.
     """
 
     coef: torch.Tensor
@@ -130,6 +133,7 @@ class Solution:
     n_projections: int = 0
     stop: str | None = None
     jitter: float = 0.0
+    intercept: torch.Tensor | None = None
 
     @property
     def converged(self):
@@ -137,9 +141,9 @@ class Solution:
         return None if self.stop is None else self.stop == "converged"
 
     @classmethod
-    def direct(cls, coef):
+    def direct(cls, coef, intercept=None):
         """The record of a direct solve: the exact solution, no epochs, no steps, no history."""
-        return cls(coef, 0, 0, stop="converged")
+        return cls(coef, 0, 0, stop="converged", intercept=intercept)
 
     @classmethod
     def of_cg(cls, coef, history, stop, jitter=0.0):
