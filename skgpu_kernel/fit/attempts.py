@@ -1,14 +1,9 @@
 """The attempts of the one fallback loop: what a fallback changes, what an attempt ran, what it produced."""
 
-import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
-
-from ..blockwise import PredictionTensors
-from ..solvers.solution import Solution
 
 # CG that rounding breaks down above its stated residual (a curvature was not
 # positive, the objective grew) is refit from where it ended with the penalty raised
@@ -84,37 +79,6 @@ class Attempt:
             coef_init=fallback.coef_init,
             n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
         )
-
-
-@dataclass(frozen=True)
-class PathOutcome:
-    """What a path decided and produced.
-
-    ``plan`` and ``spectrum`` are None for CG on centers, which has neither (CG on
-    every point has its plan, ``method="cg"``: its subsample, row blocks and kernel cache); ``operator`` is the
-    :class:`~skgpu_kernel.planning.operator.OperatorPlan` the products ran on;
-    ``device_cache`` holds the :class:`~skgpu_kernel.blockwise.PredictionTensors`
-    for predictions after fit.
-    ``fallback``: the attempt the path asks the driver to run next (``result`` None
-    when it gave up before solving).  ``attempts``: every attempt the driver ran,
-    this one last.  ``record``: the fit's record of what was tried
-    (``fit_attempts_``): the out-of-memory events reported before the driver ran,
-    then each attempt's :meth:`Attempt.record` followed by the events of its run.
-    ``check``: the last check of the model (:class:`~skgpu_kernel.solvers.fit_check.FitCheck`'s
-    record, ``fit_check_``), or None where none ran.
-    """
-
-    result: Solution | None
-    plan: object = None
-    spectrum: object = None
-    throughputs: dict = dataclasses.field(default_factory=dict)
-    centers: np.ndarray | None = None
-    device_cache: PredictionTensors | None = None
-    operator: object = None
-    fallback: Fallback | None = None
-    attempts: tuple = ()
-    record: tuple = ()
-    check: dict | None = None
 
 
 class FallbackNeeded(Exception):

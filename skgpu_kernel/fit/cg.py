@@ -20,7 +20,8 @@ from ..solvers.centers_cg import solve_centers_cg
 from ..solvers.conjugate_gradients import CGPlan, CGSettings
 from ..solvers.full_kernel_cg import solve_full_kernel_cg
 from ..solvers.solution import Targets
-from .attempts import CG_FALLBACK_REFITS, Fallback, FallbackNeeded, PathOutcome, larger_penalty, safer_attempt
+from .attempts import CG_FALLBACK_REFITS, Fallback, FallbackNeeded, larger_penalty, safer_attempt
+from .finish import KernelFitResult
 from .operator import CentersOperator, EveryPointOperators, centers_row_blocks, stored_plan
 
 _ROUNDING_STOPS = ("curvature", "objective grew")
@@ -78,16 +79,16 @@ def run_every_point_cg(context, attempt):
         residual = solved.history[-1]["relative_residual"]
         iterations = len(solved.history)
         why = f"CG on every point stopped ({solved.stop}) after {iterations} iterations (residual {residual:.3g})"
-        fallback = safer_attempt(attempt, PathOutcome(None, operator=rows.operator_plan), data, runtime.dtype, why)
+        fallback = safer_attempt(attempt, KernelFitResult(None, operator=rows.operator_plan), data, runtime.dtype, why)
         if fallback is not None:
-            return PathOutcome(None, fallback=fallback)
+            return KernelFitResult(None, fallback=fallback)
     coef = solved.coef.to(runtime.dtype)
     _warn_if_unfinished(solved, runtime.dtype, parameters, "on every point")
     score = None if operators.validation is None else rows.held_out_score(operators)
     result = _cg_loop_result(solved, coef, score)
     rows.report_epochs(result, cg_plan.fit, operators.train)
     operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
-    outcome = PathOutcome(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
+    outcome = KernelFitResult(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
     return dataclasses.replace(outcome, operator=rows.operator_plan)
 
 
@@ -137,12 +138,12 @@ def run_centers_cg(context, attempt):
     if attempt.n_refits < CG_FALLBACK_REFITS:
         refit = _centers_cg_refit(context, solved)
         if refit is not None:
-            return PathOutcome(None, fallback=refit)
+            return KernelFitResult(None, fallback=refit)
     coef = solved.coef.to(runtime.dtype)
     _warn_if_unfinished(solved, runtime.dtype, prepared.parameters, "on the centers")
     result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
-    return PathOutcome(result, None, None, {}, data.centers, device_cache, operator=stored_plan(operator, rows))
+    return KernelFitResult(result, None, None, {}, data.centers, device_cache, operator=stored_plan(operator, rows))
 
 
 def _centers_held_out_score(context, centers):

@@ -8,7 +8,8 @@ from ..blockwise import DeviceCopier, rows_taken
 from ..operators import CenterOperators, OperatorBlocks
 from ..solvers.direct import solve_direct
 from ..solvers.solution import Targets
-from .attempts import Fallback, FallbackNeeded, PathOutcome
+from .attempts import Fallback, FallbackNeeded
+from .finish import KernelFitResult
 
 
 def run_direct(context, attempt):
@@ -53,4 +54,4 @@ def run_direct(context, attempt):
         )
     # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
     device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device.centred(uncentred)), coef)
-    return PathOutcome(dataclasses.replace(solved, coef=coef), centers=centers, device_cache=device_cache)
+    return KernelFitResult(dataclasses.replace(solved, coef=coef), centers=centers, device_cache=device_cache)

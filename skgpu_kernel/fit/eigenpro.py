@@ -21,7 +21,7 @@ from ..scaling_rules import warn_if_warmup_fills_run
 from ..solvers.eigenpro import EigenProPlan, solve_eigenpro2
 from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, solve_eigenpro3
 from ..solvers.solution import Progress, Targets
-from .attempts import PathOutcome
+from .finish import KernelFitResult
 from .operator import EveryPointOperators
 
 
@@ -73,7 +73,7 @@ def _run_eigenpro(stages):
     )
     result = stages.solve(layout, plan, prepared, solver_plan)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
-    outcome = PathOutcome(
+    outcome = KernelFitResult(
         result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
     )
     return dataclasses.replace(outcome, operator=stages.operator_plan)

@@ -11,14 +11,41 @@ from ..solvers.solution import Solution
 
 @dataclass(frozen=True)
 class KernelFitResult:
-    """Everything a kernel fit decided and produced, for the shell to store.
+    """What a kernel fit decided and produced: a solver's path fills the first part, the driver and finish the rest.
 
     Attributes
     ----------
-    loop : Solution
-        The coefficients (in the order of ``centers``), epochs, steps, history.
+    loop : Solution or None
+        The coefficients (in the order of ``centers``), epochs, steps, history;
+        None where a path gave up before solving (``fallback`` set).
+    plan : KernelFitPlan or None
+        None for CG on centers, which plans no batch (CG on every point has its
+        plan, ``method="cg"``: its subsample, row blocks and kernel cache).
+    spectrum : PreconditionerPlan or None
+        None for CG, which has none.
+    throughputs : dict
+    centers : ndarray
+    device_cache : PredictionTensors
+        The tensors of predictions after fit.
+    operator : OperatorPlan or None
+        How the products were computed (grid, cache, shards, streaming).
+    fallback : Fallback or None
+        The attempt a path asks the driver to run next (:func:`~skgpu_kernel.fit.solve.run_solver`).
     solver : {"eigenpro", "cg", "direct"}
+        The solver of the attempt that produced the model (set by the driver).
     alpha : float
+        Its penalty.
+    attempts : list of dict
+        The fit's record of what was tried, in order (set by the driver): the
+        events earlier stages reported, then every solver run the driver made, the
+        one that produced the model last, as ``{"solver", "alpha", "reason"}``,
+        each followed by the events of its run, such as a stage that went on with
+        less memory after the device ran out, as ``{"event": "out_of_memory",
+        "stage", "solver", "shrank", "from", "to", "reason"}`` (see
+        :mod:`skgpu_kernel.out_of_memory`).
+    check : dict or None
+        The last check of the model (:class:`~skgpu_kernel.solvers.fit_check.FitCheck`'s
+        record, ``fit_check_``), or None where none ran.
     alpha_selection : AlphaSelection or None
     bandwidth_selection : BandwidthSelection or None
     early_stopping : bool
@@ -28,46 +55,31 @@ class KernelFitResult:
     intercept : ndarray of shape (l,)
     order : ndarray
         The shuffle of the training rows.
-    centers : ndarray
     center_rows : ndarray or None
         The rows of the fit's data the centers are (None: the user's centers).
-    plan : KernelFitPlan or None
-        None for CG, which plans no batch.
-    spectrum : PreconditionerPlan or None
-    operator : OperatorPlan or None
-        How the products were computed (grid, cache, shards, streaming).
-    throughputs : dict
-    device_cache : PredictionTensors
-        The tensors of predictions after fit.
-    attempts : list of dict
-        The fit's record of what was tried, in order: every solver run the driver
-        made, the one that produced the model last, as ``{"solver", "alpha",
-        "reason"}`` (see :func:`~skgpu_kernel.fit.solve.run_solver`),
-        and every stage that went on with less memory after the device ran out, as
-        ``{"event": "out_of_memory", "stage", "solver", "shrank", "from", "to",
-        "reason"}`` (see :mod:`skgpu_kernel.out_of_memory`).
     """
 
-    loop: Solution
-    solver: str
-    alpha: float
-    alpha_selection: object
-    bandwidth_selection: object
-    early_stopping: bool
-    kernel: object
-    bandwidth: float | None
-    offset: np.ndarray | None
-    intercept: np.ndarray
-    order: np.ndarray
-    centers: np.ndarray
-    center_rows: np.ndarray | None
-    plan: object
-    spectrum: object
-    operator: object
-    throughputs: dict
-    device_cache: object
-    attempts: list
+    loop: Solution | None
+    plan: object = None
+    spectrum: object = None
+    throughputs: dict = dataclasses.field(default_factory=dict)
+    centers: np.ndarray | None = None
+    device_cache: object = None
+    operator: object = None
+    fallback: object = None
+    solver: str | None = None
+    alpha: float | None = None
+    attempts: list = dataclasses.field(default_factory=list)
     check: dict | None = None
+    alpha_selection: object = None
+    bandwidth_selection: object = None
+    early_stopping: bool = False
+    kernel: object = None
+    bandwidth: float | None = None
+    offset: np.ndarray | None = None
+    intercept: np.ndarray | None = None
+    order: np.ndarray | None = None
+    center_rows: np.ndarray | None = None
 
     @property
     def decisions(self):
@@ -134,7 +146,7 @@ def with_joint_intercept(outcome, residuals=None):
     On centers they take one pass of ``K(X, Z)`` over the training rows.  Returns the
     outcome with ``a`` and ``b`` (one per output).
     """
-    coef = outcome.result.coef
+    coef = outcome.loop.coef
     for_targets, for_ones = coef[:, :-1], coef[:, -1:]
     if residuals is None:
         shift = for_targets.sum(dim=0) / for_ones.sum()
@@ -142,8 +154,8 @@ def with_joint_intercept(outcome, residuals=None):
         for_targets_sums, for_ones_sum = residuals.sums(outcome.device_cache)
         shift = torch.as_tensor(for_targets_sums / for_ones_sum, dtype=coef.dtype, device=coef.device)
     combined = for_targets - for_ones * shift
-    result = dataclasses.replace(outcome.result, coef=combined)
-    outcome = dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(combined))
+    loop = dataclasses.replace(outcome.loop, coef=combined)
+    outcome = dataclasses.replace(outcome, loop=loop, device_cache=outcome.device_cache.with_coef(combined))
     return outcome, shift.double().cpu().numpy()
 
 
@@ -174,26 +186,16 @@ def finished_model(outcome, prepared, plan, runtime):
 
 
 def fit_result(outcome, tuning, **model):
-    """What the shell stores: the outcome of the solve, the tune stage's selections without their solutions.
+    """What the shell stores: the driver's result, with the tune stage's selections without their solutions.
 
     ``model``: what the model was fitted with, by name: ``kernel``, ``bandwidth``,
     ``offset``, ``intercept``, ``order`` (the shuffle), ``early_stopping`` and
     ``center_rows`` (the rows of the fit's data the centers are; None: the user's).
     """
     selection, search = tuning.alpha_selection, tuning.bandwidth_selection
-    return KernelFitResult(
-        loop=outcome.result,
-        solver=outcome.attempts[-1].solver,
-        alpha=outcome.attempts[-1].alpha,
-        attempts=list(outcome.record),
+    return dataclasses.replace(
+        outcome,
         alpha_selection=selection and selection.without_solution(),
         bandwidth_selection=search and search.without_solution(),
-        centers=outcome.centers,
-        plan=outcome.plan,
-        spectrum=outcome.spectrum,
-        operator=outcome.operator,
-        throughputs=outcome.throughputs,
-        device_cache=outcome.device_cache,
-        check=outcome.check,
         **model,
     )

@@ -24,12 +24,12 @@ from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
 from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
-from .attempts import Attempt, FallbackNeeded, PathOutcome, safer_attempt
+from .attempts import Attempt, FallbackNeeded, safer_attempt
 from .cg import run_centers_cg, run_every_point_cg
 from .context import AttemptContext
 from .direct import run_direct
 from .eigenpro import run_eigenpro2, run_eigenpro3
-from .finish import finished_model, fit_result
+from .finish import KernelFitResult, finished_model, fit_result
 from .prepare import kernel_offset, prepare, target_intercept
 from .request import log_fit
 
@@ -78,12 +78,13 @@ def _direct_model(request, runtime, plan):
         return device_cache.predict_on_device(kernel, rows, runtime.budget)
 
     check = check_fit(predict, data.Y - intercept, data.weights)
-    outcome = PathOutcome(
+    outcome = KernelFitResult(
         Solution.direct(coef),
         centers=centers,
         device_cache=device_cache,
-        attempts=(attempt,),
-        record=(*runtime.memory_events, attempt.record()),
+        solver=attempt.solver,
+        alpha=attempt.alpha,
+        attempts=[*runtime.memory_events, attempt.record()],
         check=check.record(),
     )
     return fit_result(
@@ -122,8 +123,9 @@ def run_solver(solver, prepared, runtime):
 
     Returns
     -------
-    PathOutcome
-        The last attempt's, with ``attempts``, ``record`` and ``check``.
+    KernelFitResult
+        The last attempt's, with its ``solver`` and ``alpha``, ``attempts`` (the
+        record) and ``check``.
     """
     attempt, attempts, data = Attempt(solver, prepared.alpha), [], prepared.host
     record = list(runtime.memory_events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
@@ -138,17 +140,21 @@ def run_solver(solver, prepared, runtime):
             check = _last_check(outcome, prepared, runtime)
             outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
             if check is None or check.passed:
-                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+                return _as_run(outcome, attempt, record)
             why = (
                 f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
                 f"trivial predictor's, {check.trivial_loss:.4g}"
             )
             fallback = safer_attempt(attempt, outcome, data, runtime.dtype, why)
             if fallback is None:
-                outcome = _trivial_model(outcome, attempts)
-                return dataclasses.replace(outcome, attempts=tuple(attempts), record=tuple(record))
+                return _as_run(_trivial_model(outcome, attempts), attempt, record)
         _warn_of(fallback, attempt, prepared.parameters.solver)
         attempt = attempt.after(fallback)
+
+
+def _as_run(outcome, attempt, record):
+    """``outcome`` with the attempt that produced it and the fit's record of what was tried."""
+    return dataclasses.replace(outcome, solver=attempt.solver, alpha=attempt.alpha, attempts=list(record))
 
 
 def _warn_of(fallback, attempt, requested):
@@ -196,9 +202,9 @@ def _trivial_model(outcome, attempts):
         "data, or set a larger alpha or dtype='float64'.",
         ConvergenceWarning,
     )
-    coef = torch.zeros_like(outcome.result.coef)
-    result = dataclasses.replace(outcome.result, coef=coef, stop="trivial model")
-    return dataclasses.replace(outcome, result=result, device_cache=outcome.device_cache.with_coef(coef))
+    coef = torch.zeros_like(outcome.loop.coef)
+    loop = dataclasses.replace(outcome.loop, coef=coef, stop="trivial model")
+    return dataclasses.replace(outcome, loop=loop, device_cache=outcome.device_cache.with_coef(coef))
 
 
 def _run_attempt(attempt, prepared, runtime, events):
@@ -218,7 +224,7 @@ def _run_attempt(attempt, prepared, runtime, events):
     try:
         return run(AttemptContext(prepared, runtime, events), attempt)
     except FallbackNeeded as needed:
-        return PathOutcome(None, fallback=needed.fallback)
+        return KernelFitResult(None, fallback=needed.fallback)
 
 
 # The solvers by (solver_, whether the model has centers): functions of the attempt's
