@@ -45,7 +45,7 @@ def run_every_point_cg(context, attempt):
     :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
     solved directly instead.
     """
-    runtime, parameters, data = context.runtime, context.prepared.parameters, context.data
+    runtime, parameters, data = context.runtime, context.prepared.parameters, context.prepared
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
@@ -112,7 +112,7 @@ def run_centers_cg(context, attempt):
     refit from where it ended with a penalty ten times larger (at most
     :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
     """
-    data, runtime, prepared, kernel = context.data, context.runtime, context.prepared, context.kernel
+    data, runtime, prepared, kernel = context.prepared, context.runtime, context.prepared, context.kernel
     to_device = context.to_device
     centers = context.centers()
     X, Y = context.rows(data.order), to_device(data.Y[data.order], center=False)
@@ -167,7 +167,7 @@ def _centers_cg_refit(context, solved):
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is None or solved.stop not in _ROUNDING_STOPS:
         return None
-    larger = larger_penalty(alpha, dtype, context.data)
+    larger = larger_penalty(alpha, dtype, context.prepared)
     reason = f"CG stopped ({solved.stop}) at a relative residual of {residual:.3g} in {dtype}"
     warning = (
         f"Conjugate gradients on the centers stopped ({solved.stop}) at a relative residual of "

@@ -28,7 +28,7 @@ class AttemptContext:
     """
 
     def __init__(self, prepared, runtime, events):
-        self.data, self.runtime, self.prepared = prepared.host, runtime, prepared
+        self.prepared, self.runtime = prepared, runtime
         self.kernel, self.device = prepared.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
@@ -36,11 +36,11 @@ class AttemptContext:
 
     def rows(self, indices):
         """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""
-        return self.to_device(rows_taken(self.data.X, self.data.X_device, indices))
+        return self.to_device(rows_taken(self.prepared.X, self.prepared.X_device, indices))
 
     def centers(self):
         """The centers on the device, centred in the fit's dtype: the training rows they are, or the user's."""
-        data = self.data
+        data = self.prepared
         if data.center_rows is None or data.X_device is None:
             return self.to_device(data.centers)
         return self.rows(data.center_rows)
@@ -118,7 +118,7 @@ class AttemptContext:
 
     def problem_with(self, **sizes):
         """The :class:`KernelProblem` of the host data, with the run's own ``sizes``."""
-        X, Y = self.data.X, self.data.Y
+        X, Y = self.prepared.X, self.prepared.Y
         held = self.runtime.held_bytes
         return KernelProblem(
             X.shape[0], X.shape[1], Y.shape[1], self.itemsize, self.kernel.extra_blocks, held_bytes=held, **sizes
@@ -126,9 +126,9 @@ class AttemptContext:
 
     def validation_tensors(self):
         """The held-out rows and targets on the device (a :class:`KernelFitInput` of tensors), or None."""
-        if self.data.validation is None:
+        if self.prepared.validation is None:
             return None
-        held_out = self.data.validation
+        held_out = self.prepared.validation
         X = held_out.X if held_out.X_device is None else held_out.X_device
         Y = self.to_device(held_out.Y, center=False)
         return dataclasses.replace(held_out, X=self.to_device(X), Y=Y, X_device=None)
@@ -148,13 +148,13 @@ class AttemptContext:
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
-        return self.prepared.alpha / float(self.data.weights.max())
+        return self.prepared.alpha / float(self.prepared.weights.max())
 
     def starting_coef(self, n_coefficients):
         """The warm start's coefficients, or zeros, on the device."""
-        coef = self.data.coef_init
+        coef = self.prepared.coef_init
         if coef is None:
-            coef = torch.zeros(n_coefficients, self.data.Y.shape[1], dtype=self.runtime.dtype)
+            coef = torch.zeros(n_coefficients, self.prepared.Y.shape[1], dtype=self.runtime.dtype)
         return coef.to(self.device, self.runtime.dtype)
 
     def batch_capacity(self, layout, probe_rows, centers_dev, problem):

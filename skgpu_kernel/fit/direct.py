@@ -21,7 +21,7 @@ def run_direct(context, attempt):
     the factorisation, or the device has no room for the ``n x n`` matrices, the
     driver is asked for CG on every point instead.
     """
-    data, runtime, kernel, device = context.data, context.runtime, context.kernel, context.device
+    data, runtime, kernel, device = context.prepared, context.runtime, context.kernel, context.device
     centers = data.X[data.order]  # every training row, in the fit's order
     # One copy of the rows to the device, uncentred in float64: K is evaluated on them
     # centred in float64, and the prediction tensors hold them centred in the fit's dtype.

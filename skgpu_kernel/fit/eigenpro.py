@@ -60,7 +60,7 @@ def _run_eigenpro(stages):
         n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
         stopping=plan_stopping(
-            parameters.tol, parameters.n_iter_no_change, validation=context.data.validation is not None
+            parameters.tol, parameters.n_iter_no_change, validation=context.prepared.validation is not None
         ),
         log=runtime.log,
         events=dataclasses.replace(context.events, log=None),  # the loops log their own line
@@ -128,7 +128,7 @@ class _EigenPro2Stages:
 
     def solve(self, layout, plan, operators, solver_plan):
         context = self.context
-        data = context.data
+        data = context.prepared
         Y_dev = context.to_device(data.Y[data.order], center=False)
         targets = Targets(Y_dev, context.weights_tensor(data.weights[data.order]))
         progress = solver_plan.progress
@@ -162,7 +162,7 @@ class _EigenPro3Stages:
 
     def __init__(self, context):
         self.context = context
-        data, runtime = context.data, context.runtime
+        data, runtime = context.prepared, context.runtime
         problem = context.problem_with(
             n_centers=data.centers.shape[0],
             n_shards=runtime.n_shards,
@@ -190,7 +190,7 @@ class _EigenPro3Stages:
         return f"devices={[str(device) for device in self.context.runtime.devices]}{rank}"
 
     def centers_host(self):
-        return self.context.data.centers
+        return self.context.prepared.centers
 
     def device_cache(self, coef):
         return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
@@ -218,7 +218,7 @@ class _EigenPro3Stages:
     def spectrum(self, layout, capacity):
         # The spectrum is estimated on the first s centers (the Nystrom subsample), and
         # the preconditioned beta also on training rows outside it.
-        context, data = self.context, self.context.data
+        context, data = self.context, self.context.prepared
         if self.X_dev is not None:
             probe_rows = self.X_dev[:BETA_PROBE_ROWS]
         else:
@@ -290,7 +290,7 @@ class _EigenPro3Stages:
 
     def _batches(self, plan):
         context = self.context
-        data, runtime = context.data, context.runtime
+        data, runtime = context.prepared, context.runtime
         if plan.streamed:
             sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
             if not np.all(data.weights == data.weights[0]):

@@ -161,17 +161,17 @@ def with_joint_intercept(outcome, residuals=None):
 
 def finished_model(outcome, prepared, plan, runtime):
     """The result of a solve: the joint intercept combined, the centers' rows as rows of the fit's data."""
-    host, split, intercept = prepared.host, prepared.split, prepared.intercept
+    intercept = prepared.intercept
     uses_centers = plan.data.uses_centers
-    if host.joint_intercept:
-        rows = host.X if host.X_device is None else host.X_device
+    if prepared.joint_intercept:
+        rows = prepared.X if prepared.X_device is None else prepared.X_device
         residuals = None
         if uses_centers:
-            residuals = JointResiduals(rows, host.Y, host.weights, prepared.kernel, runtime.budget)
+            residuals = JointResiduals(rows, prepared.Y, prepared.weights, prepared.kernel, runtime.budget)
         outcome, shift = with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
-    center_rows = host.order if host.centers is None else host.center_rows
-    center_rows = None if center_rows is None else split.of_data(center_rows)
+    center_rows = prepared.order if prepared.centers is None else prepared.center_rows
+    center_rows = None if center_rows is None else prepared.of_data(center_rows)
     return fit_result(
         outcome,
         plan.tuning,
@@ -179,7 +179,7 @@ def finished_model(outcome, prepared, plan, runtime):
         bandwidth=prepared.bandwidth,
         offset=prepared.offset,
         intercept=intercept,
-        order=host.order,
+        order=prepared.order,
         early_stopping=plan.tuning.policy.early_stopping,
         center_rows=center_rows,
     )

@@ -36,7 +36,7 @@ class EveryPointOperators:
 
     def __init__(self, context, definite_penalty=None):
         self.context, self.definite_penalty = context, definite_penalty
-        data = context.data
+        data = context.prepared
         n_validation = 0 if data.validation is None else data.validation.X.shape[0]
         problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
         self.X_dev = context.rows(data.order)
@@ -47,7 +47,7 @@ class EveryPointOperators:
         self.operator_plan, self.center_codes = None, None
 
     def centers_host(self):
-        return self.context.data.X[self.context.data.order]
+        return self.context.prepared.X[self.context.prepared.order]
 
     def layout(self, subsample_size=None):
         context = self.context

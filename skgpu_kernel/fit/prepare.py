@@ -17,80 +17,11 @@ from ..splits import holdout_split
 from .request import KernelFitInput
 
 
-@dataclass(frozen=True)
-class KernelHostData:
-    """Host arrays of a kernel fit, split and shuffled by the pipeline.
-
-    Parameters
-    ----------
-    X : ndarray or memory map of shape (n, d)
-        Training rows (unshuffled; ``order`` is the shuffle).
-    Y : ndarray of shape (n, l)
-        Centred targets.
-    weights : ndarray of shape (n,)
-    order : ndarray of shape (n,)
-        The seeded permutation of the rows.
-    validation : KernelFitInput or None
-        The held-out rows (:func:`split_rows`).
-    centers : ndarray of shape (p, d) or None
-        The centers of EigenPro 3 and CG (float64); None puts a center at every
-        training row (EigenPro 2).
-    coef_init : Tensor or None
-        Warm-start coefficients in the order of the centers.
-    centers_from_data : bool
-        The centers are the first ``p`` shuffled training rows.
-    streamed : bool
-        ``X`` is a memory-mapped file read in buffers.
-    center_shares : ndarray of shape (p,) or None
-        The share of the training rows each center's value stands for, when
-        centers were drawn from repeated rows (CG's preconditioner reads it).
-    X_device : Tensor of shape (n, d) or None
-        ``X`` on the device, in its dtype (the fit's one copy of its rows, taken
-        there): every stage takes its rows from it; None: from ``X``.
-    center_rows : ndarray of shape (p,) or None
-        The training rows the centers are (None: the user's centers).
-    joint_intercept : bool
-        ``Y``'s last column is the column of ones of the joint intercept, not a
-        target of the model (the last check leaves it out).
-    """
-
-    X: object
-    Y: np.ndarray
-    weights: np.ndarray
-    order: np.ndarray
-    validation: KernelFitInput | None
-    centers: np.ndarray | None
-    coef_init: torch.Tensor | None
-    centers_from_data: bool = True
-    streamed: bool = False
-    center_shares: np.ndarray | None = None
-    X_device: torch.Tensor | None = None
-    center_rows: np.ndarray | None = None
-    joint_intercept: bool = False
-
-
-@dataclass(frozen=True)
-class Split:
-    """The rows a solver fits (``training``: ``data`` restricted to them) and those it scores (or None).
-
-    ``train``: which of ``data``'s rows ``training`` holds (None: every one).
-    """
-
-    training: KernelFitInput
-    validation: KernelFitInput | None
-    train: np.ndarray | None = None
-
-    def of_data(self, indices):
-        """``indices`` into the training rows as indices into ``data``'s rows."""
-        return indices if self.train is None else self.train[indices]
-
-
 def split_rows(data, early_stopping, validation_fraction, rng):
-    """The training rows and the held-out rows (or None without early stopping), each ``data`` restricted to them."""
+    """``(train, held_out)``: the indices of the training rows and of the held-out rows; None, None without a split."""
     if not early_stopping:
-        return Split(data, None)
-    train, held_out = holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
-    return Split(rows_of(data, train), rows_of(data, held_out), train)
+        return None, None
+    return holdout_split(data.X.shape[0], validation_fraction, rng, data.stratify)
 
 
 def with_rows_on_device(data, runtime):
@@ -282,14 +213,44 @@ def fits_joint_intercept(fit_intercept, alpha, validation):
 
 @dataclass(frozen=True)
 class PreparedFit:
-    """The prepare stage's output: what every solver's run reads (an attempt changes it: :func:`run_solver`).
+    """The prepare stage's output: the host rows and settings every solver's run reads.
+
+    An attempt changes it (its penalty, parameters, starting coefficients:
+    :func:`~skgpu_kernel.fit.solve.run_solver`).
 
     Attributes
     ----------
-    host : KernelHostData
-        The solver's host data.
-    split : Split
-        The training rows and the held-out ones.
+    X : ndarray or memory map of shape (n, d)
+        Training rows (unshuffled; ``order`` is the shuffle).
+    Y : ndarray of shape (n, l)
+        Centred targets (with the joint intercept's column of ones last).
+    weights : ndarray of shape (n,)
+    order : ndarray of shape (n,)
+        The seeded permutation of the rows.
+    validation : KernelFitInput or None
+        The held-out rows (early stopping).
+    centers : ndarray of shape (p, d) or None
+        The centers of EigenPro 3 and CG (float64); None puts a center at every
+        training row (EigenPro 2).
+    coef_init : Tensor or None
+        Warm-start coefficients in the order of the centers.
+    centers_from_data : bool
+        The centers are the first ``p`` shuffled training rows.
+    streamed : bool
+        ``X`` is a memory-mapped file read in buffers.
+    center_shares : ndarray of shape (p,) or None
+        The share of the training rows each center's value stands for, when
+        centers were drawn from repeated rows (CG's preconditioner reads it).
+    X_device : Tensor of shape (n, d) or None
+        ``X`` on the device, in its dtype (the fit's one copy of its rows, taken
+        there): every stage takes its rows from it; None: from ``X``.
+    center_rows : ndarray of shape (p,) or None
+        The training rows the centers are (None: the user's centers).
+    joint_intercept : bool
+        ``Y``'s last column is the column of ones of the joint intercept, not a
+        target of the model (the last check leaves it out).
+    train : ndarray or None
+        Which of the fit's rows the training rows are (None: every one).
     intercept : ndarray
         The weighted mean subtracted from the targets (the finish stage adds the
         joint intercept's shift to it).
@@ -306,8 +267,20 @@ class PreparedFit:
         stopping, name).
     """
 
-    host: KernelHostData
-    split: Split
+    X: object
+    Y: np.ndarray
+    weights: np.ndarray
+    order: np.ndarray
+    validation: KernelFitInput | None
+    centers: np.ndarray | None
+    coef_init: torch.Tensor | None
+    centers_from_data: bool
+    streamed: bool
+    center_shares: np.ndarray | None
+    X_device: torch.Tensor | None
+    center_rows: np.ndarray | None
+    joint_intercept: bool
+    train: np.ndarray | None
     intercept: np.ndarray
     kernel: object
     bandwidth: float | None
@@ -315,6 +288,10 @@ class PreparedFit:
     alpha: float
     validation_score: Callable
     parameters: object
+
+    def of_data(self, indices):
+        """``indices`` into the training rows as indices into the fit's rows."""
+        return indices if self.train is None else self.train[indices]
 
 
 def prepare(request, runtime, plan):
@@ -324,12 +301,13 @@ def prepare(request, runtime, plan):
     """
     parameters, data, kernel, policy = request.parameters, plan.data, plan.tuning.kernel, plan.tuning.policy
     bandwidth = plan.fitted_bandwidth
-    split = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
-    X, Y, weights, validation = split.training.X, split.training.Y, split.training.weights, split.validation
+    train, held_out = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    training = data if train is None else rows_of(data, train)
+    validation = None if held_out is None else rows_of(data, held_out)
+    X, Y, weights = training.X, training.Y, training.weights
     intercept = target_intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and plan.tuning.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
-    offset = kernel_offset(kernel, X)
     order = runtime.rng.permutation(X.shape[0])
     factored_cg = plan.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
     centers = Centers.of(data, X, order, every_point=factored_cg)
@@ -341,7 +319,7 @@ def prepare(request, runtime, plan):
     targets = np.hstack([Y - intercept, np.ones((Y.shape[0], 1))]) if joint else Y - intercept
     if joint and coef_init is not None:  # the ones column starts from zero
         coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)
-    host = KernelHostData(
+    return PreparedFit(
         X=X,
         Y=targets,
         weights=weights,
@@ -352,9 +330,15 @@ def prepare(request, runtime, plan):
         centers_from_data=data.centers is None,
         streamed=plan.streamed,
         center_shares=None if centers is None else centers.shares,
-        X_device=split.training.X_device,
+        X_device=training.X_device,
         center_rows=None if centers is None else centers.indices,
         joint_intercept=joint,
+        train=train,
+        intercept=intercept,
+        kernel=kernel,
+        bandwidth=bandwidth,
+        offset=kernel_offset(kernel, X),
+        alpha=policy.alpha,
+        validation_score=_with_intercept(parameters.validation_score, intercept),
+        parameters=parameters,
     )
-    score = _with_intercept(parameters.validation_score, intercept)
-    return PreparedFit(host, split, intercept, kernel, bandwidth, offset, policy.alpha, score, parameters)

@@ -127,7 +127,7 @@ def run_solver(solver, prepared, runtime):
         The last attempt's, with its ``solver`` and ``alpha``, ``attempts`` (the
         record) and ``check``.
     """
-    attempt, attempts, data = Attempt(solver, prepared.alpha), [], prepared.host
+    attempt, attempts = Attempt(solver, prepared.alpha), []
     record = list(runtime.memory_events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
     while True:
         attempts.append(attempt)
@@ -145,7 +145,7 @@ def run_solver(solver, prepared, runtime):
                 f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
                 f"trivial predictor's, {check.trivial_loss:.4g}"
             )
-            fallback = safer_attempt(attempt, outcome, data, runtime.dtype, why)
+            fallback = safer_attempt(attempt, outcome, prepared, runtime.dtype, why)
             if fallback is None:
                 return _as_run(_trivial_model(outcome, attempts), attempt, record)
         _warn_of(fallback, attempt, prepared.parameters.solver)
@@ -172,18 +172,17 @@ def _last_check(outcome, prepared, runtime):
     Not under a process group: the ranks would have to agree on a fallback, and
     each holds the same model (its coefficients agreed every epoch).
     """
-    data = prepared.host
-    if runtime.group is not None or outcome.device_cache is None or data.X.shape[0] < 2:
+    if runtime.group is not None or outcome.device_cache is None or prepared.X.shape[0] < 2:
         return None
     tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, prepared.offset)
 
-    n_targets = data.Y.shape[1] - data.joint_intercept  # the ones column is no target
+    n_targets = prepared.Y.shape[1] - prepared.joint_intercept  # the ones column is no target
 
     def predict(indices):
-        rows = to_device(rows_taken(data.X, data.X_device, indices))
+        rows = to_device(rows_taken(prepared.X, prepared.X_device, indices))
         return tensors.predict_on_device(prepared.kernel, rows, runtime.budget)[:, :n_targets]
 
-    check = check_fit(predict, data.Y[:, :n_targets], data.weights)
+    check = check_fit(predict, prepared.Y[:, :n_targets], prepared.weights)
     if runtime.log is not None:
         verdict = "passed" if check.passed else "FAILED"
         runtime.log(
@@ -209,9 +208,8 @@ def _trivial_model(outcome, attempts):
 
 def _run_attempt(attempt, prepared, runtime, events):
     """One attempt: its path built on the prepared fit as the attempt changes it, run; a raised fallback returned."""
-    data = prepared.host
     if attempt.coef_init is not None:
-        data = dataclasses.replace(data, coef_init=attempt.coef_init)
+        prepared = dataclasses.replace(prepared, coef_init=attempt.coef_init)
     parameters = prepared.parameters
     if attempt.cache_kernel is not None:
         parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
@@ -219,8 +217,8 @@ def _run_attempt(attempt, prepared, runtime, events):
         parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
     if attempt.n_components is not None:
         parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
-    prepared = dataclasses.replace(prepared, host=data, alpha=attempt.alpha, parameters=parameters)
-    run = SOLVER_PATHS[attempt.solver, data.centers is not None]
+    prepared = dataclasses.replace(prepared, alpha=attempt.alpha, parameters=parameters)
+    run = SOLVER_PATHS[attempt.solver, prepared.centers is not None]
     try:
         return run(AttemptContext(prepared, runtime, events), attempt)
     except FallbackNeeded as needed:
