@@ -209,7 +209,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
         learnt = fit_with_feature_learning(FitRequest(data, parameters), runtime)
-        self._store_fit(runtime, parameters.scaling_rule, learnt.fit, output_dtype(X.dtype))
+        self._store_fit(runtime, parameters.scaling_rule, learnt, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt, X)
             self._store_calibration(learnt)
@@ -227,7 +227,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         on the column's units; a category's block of levels together).
         """
         learning = learnt.metric is not None
-        self.feature_learning_ = learnt.mode
+        self.feature_learning_ = learnt.feature_learning
         self.metric_transform_ = learnt.transform
         self.metric_ = learnt.metric
         self.feature_learning_scores_ = list(learnt.scores) if learning else None

@@ -435,12 +435,12 @@ def test_only_four_objects_cross_a_fits_stages(monkeypatch):
     import numpy as np
 
     from skgpu_kernel import AdaptiveKernelClassifier, fit, kernel_machines
-    from skgpu_kernel.fit import FeatureLearningResult, FitRequest, KernelFitResult, KernelRuntime
+    from skgpu_kernel.fit import FitRequest, KernelFitResult, KernelRuntime
     from skgpu_kernel.fit.resolve import FitPlan
     from skgpu_kernel.planning.agop import AUTO_LEARNING_MIN_ROWS
 
     allowed_in = (FitRequest, KernelRuntime, FitPlan, type(None))
-    allowed_out = (FitPlan, KernelFitResult, FeatureLearningResult)
+    allowed_out = (FitPlan, KernelFitResult)
     modules = [importlib.import_module(f"skgpu_kernel.fit.{info.name}") for info in pkgutil.iter_modules(fit.__path__)]
     crossed = {}
 

@@ -22,14 +22,13 @@ The numerical algorithms are in :mod:`skgpu_kernel.solvers`; the decisions in
 :mod:`skgpu_kernel.planning`.  See the user guide's "How a fit runs".
 """
 
-from .feature_learning import FEATURE_LEARNING_MODES, FeatureLearningResult, fit_with_feature_learning, transformed_rows
+from .feature_learning import FEATURE_LEARNING_MODES, fit_with_feature_learning, transformed_rows
 from .finish import KernelFitResult
 from .pipeline import fit_kernel_model
 from .request import FitRequest, KernelContinuation, KernelFitInput, KernelFitParameters, KernelRuntime
 
 __all__ = [
     "FEATURE_LEARNING_MODES",
-    "FeatureLearningResult",
     "FitRequest",
     "KernelContinuation",
     "KernelFitInput",

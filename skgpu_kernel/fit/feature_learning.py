@@ -72,7 +72,6 @@ __all__ = [
     "FEATURE_LEARNING_PATIENCE",
     "LEARNING_KERNEL",
     "LEARNING_MARGIN_SE",
-    "FeatureLearningResult",
     "fit_with_feature_learning",
     "transformed_rows",
 ]
@@ -97,45 +96,6 @@ FEATURE_LEARNING_PATIENCE = 2
 # held-out rows) a learnt metric scored 0.12 better on them and 0.17 worse on the
 # test rows.
 LEARNING_MARGIN_SE = 2.0
-
-
-@dataclass(frozen=True)
-class FeatureLearningResult:
-    """The final fit and what feature learning chose.
-
-    Attributes
-    ----------
-    fit : KernelFitResult
-        The model on every row, in the learnt features ``X L``.
-    mode : {"diagonal", "full"} or None
-        The feature learning that ran (``"auto"`` resolved); None: none ran.
-    transform : ndarray of shape (d,) or (d, d), or None
-        ``L`` (a diagonal as a vector); None without learning.
-    metric : ndarray of shape (d, d) or None
-        ``M = L L^T`` of the chosen candidate (the identity without a learnt metric).
-    scores : tuple of float
-        The held-out score (R^2 or accuracy) of each candidate: 0 the plain model,
-        then the learning path's (its kernel with ``M = I``, then each learnt metric).
-    iteration : int
-        The candidate chosen (0: the plain model).
-    temperature : float or None
-        A classifier's probability temperature
-        (:func:`~skgpu_kernel.calibration.fit_temperature`) from decision values of
-        rows a model of the final kernel and metric did not train on; None for a
-        regressor, or where no rows could be held out.
-    calibration : str or None
-        Where the temperature's decision values came from
-        (:func:`~skgpu_kernel.planning.agop.plan_calibration`); None for a regressor.
-    """
-
-    fit: object
-    mode: str | None = None
-    transform: np.ndarray | None = None
-    metric: np.ndarray | None = None
-    scores: tuple = ()
-    iteration: int = 0
-    temperature: float | None = None
-    calibration: str | None = None
 
 
 def transformed_rows(X, transform):
@@ -175,7 +135,10 @@ def fit_with_feature_learning(request, runtime):
 
     Returns
     -------
-    FeatureLearningResult
+    KernelFitResult
+        The final fit, with what feature learning chose (``feature_learning``,
+        ``transform``, ``metric``, ``scores``, ``iteration``) and a classifier's
+        ``temperature`` and ``calibration``.
     """
     data = with_rows_on_device(request.data, runtime)
     request, runtime = request.on(data), runtime_holding_rows(runtime, data)
@@ -187,7 +150,7 @@ def fit_with_feature_learning(request, runtime):
         if calibration == "final-held-out":  # the rows the continued fit was fitted on
             training = _rows_left_out(data, runtime).training
             request = request.on(dataclasses.replace(training, continuation=data.continuation))
-        return FeatureLearningResult(fit_kernel_model(_transformed(request, data.continuation.transform), runtime))
+        return fit_kernel_model(_transformed(request, data.continuation.transform), runtime)
     if requested in FEATURE_LEARNING_MODES:
         _check_learnable(request)  # an explicit request fails before any fit
     learnable = requested != "auto" or _learnable(request)
@@ -212,7 +175,7 @@ def _fitted(request, runtime, mode, calibration):
         return _held_out_plain(request, runtime)
     if calibration == "cross-fitted":
         return _cross_fitted_plain(request, runtime)
-    return FeatureLearningResult(fit_kernel_model(request, runtime), calibration=calibration)
+    return dataclasses.replace(fit_kernel_model(request, runtime), calibration=calibration)
 
 
 def _calibrated_on_rows_left_out(request, runtime, mode):
@@ -223,11 +186,10 @@ def _calibrated_on_rows_left_out(request, runtime, mode):
     """
     split = _rows_left_out(request.data, runtime)
     result = _fitted(request.on(split.training), runtime, mode, None)
-    events = MemoryEvents(list(result.fit.attempts), result.fit.solver)  # its decisions' events join the record
-    decisions = _held_out_decisions(result.fit, split.held_out, result.transform, runtime.budget, events)
+    events = MemoryEvents(list(result.attempts), result.solver)  # its decisions' events join the record
+    decisions = _held_out_decisions(result, split.held_out, result.transform, runtime.budget, events)
     temperature = fit_temperature(decisions, split.held_out.Y, split.held_out.weights)
-    fit = dataclasses.replace(result.fit, attempts=events.records)
-    return dataclasses.replace(result, fit=fit, temperature=temperature, calibration="final-held-out")
+    return dataclasses.replace(result, attempts=events.records, temperature=temperature, calibration="final-held-out")
 
 
 def _rows_left_out(data, runtime):
@@ -256,7 +218,7 @@ def _cross_fitted_plain(request, runtime):
         runtime = runtime.recorded(events.records)
     temperature = fit_temperature(decisions, data.Y, data.weights)
     final = fit_kernel_model(request, runtime, plan)
-    return FeatureLearningResult(final, temperature=temperature, calibration="cross-fitted")
+    return dataclasses.replace(final, temperature=temperature, calibration="cross-fitted")
 
 
 def _folds(data, runtime):
@@ -296,7 +258,16 @@ def _learnt(request, runtime):
     # a second split would cost every candidate's fit again, for one number fitted on the log loss.
     temperature = _temperature(chosen, rows, parameters)
     calibration = "held-out" if parameters.classifier else None
-    return FeatureLearningResult(final, mode, chosen.transform, metric, scores, iteration, temperature, calibration)
+    return dataclasses.replace(
+        final,
+        feature_learning=mode,
+        transform=chosen.transform,
+        metric=metric,
+        scores=scores,
+        iteration=iteration,
+        temperature=temperature,
+        calibration=calibration,
+    )
 
 
 def _held_out_plain(request, runtime):
@@ -310,7 +281,7 @@ def _held_out_plain(request, runtime):
     rows, plain = _plain_on_split(request, runtime)
     temperature = _temperature(plain, rows, request.parameters)
     final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
-    return FeatureLearningResult(final, temperature=temperature, calibration="held-out")
+    return dataclasses.replace(final, temperature=temperature, calibration="held-out")
 
 
 def _temperature(candidate, rows, parameters):

@@ -57,6 +57,28 @@ class KernelFitResult:
         The shuffle of the training rows.
     center_rows : ndarray or None
         The rows of the fit's data the centers are (None: the user's centers).
+    feature_learning : {"diagonal", "full"} or None
+        The feature learning that ran (``"auto"`` resolved); None: none ran
+        (:func:`~skgpu_kernel.fit.feature_learning.fit_with_feature_learning`
+        sets this field and the next six).
+    transform : ndarray of shape (d,) or (d, d), or None
+        ``L`` (a diagonal as a vector): the model is one on the learnt features
+        ``X L``; None without learning.
+    metric : ndarray of shape (d, d) or None
+        ``M = L L^T`` of the chosen candidate (the identity without a learnt metric).
+    scores : tuple of float
+        The held-out score (R^2 or accuracy) of each candidate: 0 the plain model,
+        then the learning path's (its kernel with ``M = I``, then each learnt metric).
+    iteration : int
+        The candidate chosen (0: the plain model).
+    temperature : float or None
+        A classifier's probability temperature
+        (:func:`~skgpu_kernel.calibration.fit_temperature`) from decision values of
+        rows a model of the final kernel and metric did not train on; None for a
+        regressor, or where no rows could be held out.
+    calibration : str or None
+        Where the temperature's decision values came from
+        (:func:`~skgpu_kernel.planning.agop.plan_calibration`); None for a regressor.
     """
 
     loop: Solution | None
@@ -80,6 +102,13 @@ class KernelFitResult:
     intercept: np.ndarray | None = None
     order: np.ndarray | None = None
     center_rows: np.ndarray | None = None
+    feature_learning: str | None = None
+    transform: np.ndarray | None = None
+    metric: np.ndarray | None = None
+    scores: tuple = ()
+    iteration: int = 0
+    temperature: float | None = None
+    calibration: str | None = None
 
     @property
     def decisions(self):
