@@ -21,7 +21,7 @@ __all__ = [
     "INTEGER_PRODUCTS_MIN_SPEEDUP",
     "Grid",
     "OperatorBlocks",
-    "OperatorMeasurements",
+    "OperatorPlan",
     "integer_products_pay",
     "padded_features",
     "shard_bounds",
@@ -79,23 +79,66 @@ class OperatorBlocks:
 
 
 @dataclass(frozen=True)
-class OperatorMeasurements:
-    """What only the device can tell the operator planner about ``K(rows, centers)``.
+class OperatorPlan:
+    """How a fit's kernel products are computed: what the device measured, then what planning decided.
+
+    :func:`skgpu_kernel.operators.measure_operator` fills what only the device can
+    tell (``grid`` and ``integer_speedup``, the rest at its defaults);
+    :func:`skgpu_kernel.planning.operator.plan_operator` decides the rest.
 
     Attributes
     ----------
     grid : Grid or None
-        The common grid of the rows and the centers, for a kernel of their squared
-        Euclidean distances (``Kernel.from_distances``); None otherwise.
+        The grid whose exact distances give the blocks (its ``integer_products``:
+        by int8 products, else by exact float32 ones); None: float blocks.  As
+        measured: the common grid of the rows and the centers, for a kernel of
+        their squared Euclidean distances (``Kernel.from_distances``).
     integer_speedup : float
-        How many times faster int8 products run than float32 ones at the operator's
-        blocks (``skgpu_kernel.device.integer_matmul_speedup``); measured only
-        where there is a grid (0 otherwise).  It chooses how the grid's exact
-        distances are computed, never whether: both ways give the same bits.
+        How many times faster int8 products run than float32 ones at the
+        operator's blocks (``skgpu_kernel.device.integer_matmul_speedup``; 0: not
+        measured, the data lie on no grid or the kernel is not one of distances).
+        It chooses how the grid's exact distances are computed, never whether:
+        both ways give the same bits.
+    cache_dtype : {"float16", "float32", "float64"} or None
+        The storage of the cached kernel; None: blocks evaluated at every product.
+    n_shards : int
+        Devices or ranks the centers are split over.
+    streamed : bool
+        Rows read from a memory-mapped file in buffers.
     """
 
     grid: Grid | None = None
     integer_speedup: float = 0.0
+    cache_dtype: str | None = None
+    n_shards: int = 1
+    streamed: bool = False
+
+    @property
+    def on_grid(self):
+        return self.grid is not None
+
+    @property
+    def grid_step(self):
+        """The grid's step where the products take it (``kernel_grid_step_``), else None."""
+        return None if self.grid is None else self.grid.step
+
+    @property
+    def cached(self):
+        return self.cache_dtype is not None
+
+    def describe(self):
+        """One line for ``verbose``."""
+        if self.on_grid:
+            how = "int8" if self.grid.integer_products else "exact float32"
+            products = (
+                f"{how} products on a grid of step {self.grid.step:.4g} (int8 {self.integer_speedup:.2f}x float32's)"
+            )
+        else:
+            products = "float products"
+        storage = f"cached in {self.cache_dtype}" if self.cached else "evaluated per product"
+        shards = f", {self.n_shards} shards" if self.n_shards > 1 else ""
+        streamed = ", rows streamed" if self.streamed else ""
+        return f"kernel {storage} from {products}{shards}{streamed}"
 
 
 def integer_products_pay(speedup):

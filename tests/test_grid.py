@@ -21,7 +21,7 @@ from skgpu_kernel.operators import (
     EvaluatedOperator,
     GridOperator,
     OperatorBlocks,
-    OperatorMeasurements,
+    OperatorPlan,
     measure_operator,
 )
 from skgpu_kernel.planning.kernel import KernelProblem
@@ -178,18 +178,18 @@ def test_integer_products_are_measured_against_torch_mm():
 def test_the_operator_plan_takes_the_grid_wherever_the_rows_lie_on_one_and_the_speed_picks_only_the_products():
     problem = KernelProblem(700, 40, 1, 4)
     grid = find_grid(_centred(_images()))
-    fast = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP)
-    slow = OperatorMeasurements(grid, INTEGER_PRODUCTS_MIN_SPEEDUP * 0.99)
+    fast = OperatorPlan(grid, INTEGER_PRODUCTS_MIN_SPEEDUP)
+    slow = OperatorPlan(grid, INTEGER_PRODUCTS_MIN_SPEEDUP * 0.99)
     assert plan_operator(problem, fast).grid_step == pytest.approx(1 / 255, rel=1e-6)
     assert plan_operator(problem, fast).grid.integer_products
     assert plan_operator(problem, slow).grid_step == plan_operator(problem, fast).grid_step
     assert not plan_operator(problem, slow).grid.integer_products
-    assert not plan_operator(problem, OperatorMeasurements()).on_grid
+    assert not plan_operator(problem, OperatorPlan()).on_grid
     streamed = KernelProblem(700, 40, 1, 4, n_centers=100, streamed=True)
     assert not plan_operator(streamed, fast).on_grid, "streamed rows are never checked against a grid"
     assert operator_problem(problem, fast).grid_codes and operator_problem(problem, fast).extra_blocks == 1
     assert operator_problem(problem, slow) == operator_problem(problem, fast), "the memory plan ignores the speed"
-    assert operator_problem(problem, OperatorMeasurements()) == problem
+    assert operator_problem(problem, OperatorPlan()) == problem
     cached = plan_operator(problem, fast, cache_itemsize=2)
     assert cached.cached and cached.cache_dtype == "float16" and "grid" in cached.describe()
 
@@ -218,7 +218,7 @@ def test_measurements_find_the_grid_only_for_kernels_of_distances_and_centers_on
     assert measure_operator(Gaussian(1.0), X, (256, 256), centers=X[:50] + 1e-3).grid is None
     assert measure_operator(Gaussian(1.0), X + 1e-3 * torch.rand_like(X), (256, 256)).grid is None
     stretched = _StretchedGaussian(1.0)
-    assert measure_operator(stretched, X, (256, 256)) == OperatorMeasurements()
+    assert measure_operator(stretched, X, (256, 256)) == OperatorPlan()
 
 
 def _fit_with_speedup(monkeypatch, speedup, estimator, X, y):

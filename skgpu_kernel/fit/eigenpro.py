@@ -9,7 +9,7 @@ import torch
 from .._warnings import warn_user
 from ..buffer import as_row_source
 from ..grid import encode_on_grid
-from ..operators import CenterShards, OperatorMeasurements, measure_operator
+from ..operators import CenterShards, OperatorPlan, measure_operator
 from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
 from ..planning.kernel import BETA_PROBE_ROWS, PROJECTION_JITTER, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
@@ -179,7 +179,7 @@ class _EigenPro3Stages:
     def _measurements(self, problem):
         """The operator's measurements (none for streamed rows); rank 0's on every rank, which must agree."""
         if self.X_dev is None:
-            return OperatorMeasurements()
+            return OperatorPlan()
         centers = None if problem.centers_from_data else self.Z_dev
         measured = measure_operator(self.context.kernel, self.X_dev, operator_probe_shape(problem), centers)
         return agree_on_object(measured, self.context.runtime.group, self.context.device)

@@ -34,7 +34,7 @@ depends only on that row and on the column blocking, so results do not depend on
 the row block.
 """
 
-from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, OperatorBlocks, OperatorMeasurements, shard_bounds
+from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, OperatorBlocks, OperatorPlan, shard_bounds
 from .core import (
     CUDA_READ_ENTRIES,
     BlockBuffer,
@@ -68,7 +68,7 @@ __all__ = [
     "GridOperator",
     "KernelOperator",
     "OperatorBlocks",
-    "OperatorMeasurements",
+    "OperatorPlan",
     "ShardLayout",
     "ShardedBlock",
     "ShardedOperator",

@@ -11,7 +11,7 @@ from ..grid import encode_on_grid, find_grid, integer_sq_distances
 from ..operator_facts import (
     CPU_READ_ENTRIES,
     CPU_WIDE_COLUMNS,
-    OperatorMeasurements,
+    OperatorPlan,
     padded_features,
 )
 
@@ -43,17 +43,17 @@ def measure_operator(kernel, rows, block_shape, centers=None):
 
     Returns
     -------
-    OperatorMeasurements
+    OperatorPlan
     """
     if not kernel.from_distances:
-        return OperatorMeasurements()
+        return OperatorPlan()
     grid = find_grid(rows)
     if grid is None or (centers is not None and encode_on_grid(centers, grid) is None):
-        return OperatorMeasurements()
+        return OperatorPlan()
     n_rows, n_columns = block_shape
     # The grid's alternative to int8 products is exact float32 products, whatever the training dtype.
     speedup = integer_matmul_speedup(rows.device, torch.float32, n_rows, padded_features(rows.shape[1]), n_columns)
-    return OperatorMeasurements(grid, speedup)
+    return OperatorPlan(grid, speedup)
 
 
 def kernel_matrix(kernel, X, Z=None):

@@ -29,66 +29,11 @@ the shell records it (``kernel_grid_step_``, ``kernel_cached_``,
 """
 
 import dataclasses
-from dataclasses import dataclass
 
-from ..operator_facts import Grid, OperatorMeasurements, integer_products_pay
+from ..operator_facts import OperatorPlan, integer_products_pay
 from .kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS, CACHE_FILL_ROWS, KernelProblem
 
 __all__ = ["OperatorPlan", "operator_probe_shape", "operator_problem", "plan_operator"]
-
-
-@dataclass(frozen=True)
-class OperatorPlan:
-    """How a fit's kernel products are computed.
-
-    Attributes
-    ----------
-    grid : Grid or None
-        The grid whose exact distances give the blocks (its ``integer_products``:
-        by int8 products, else by exact float32 ones); None: float blocks.
-    integer_speedup : float
-        The measured speed of int8 products over float32 ones (0: not measured, the
-        data lie on no grid or the kernel is not one of distances).
-    cache_dtype : {"float16", "float32", "float64"} or None
-        The storage of the cached kernel; None: blocks evaluated at every product.
-    n_shards : int
-        Devices or ranks the centers are split over.
-    streamed : bool
-        Rows read from a memory-mapped file in buffers.
-    """
-
-    grid: Grid | None = None
-    integer_speedup: float = 0.0
-    cache_dtype: str | None = None
-    n_shards: int = 1
-    streamed: bool = False
-
-    @property
-    def on_grid(self):
-        return self.grid is not None
-
-    @property
-    def grid_step(self):
-        """The grid's step where the products take it (``kernel_grid_step_``), else None."""
-        return None if self.grid is None else self.grid.step
-
-    @property
-    def cached(self):
-        return self.cache_dtype is not None
-
-    def describe(self):
-        """One line for ``verbose``."""
-        if self.on_grid:
-            how = "int8" if self.grid.integer_products else "exact float32"
-            products = (
-                f"{how} products on a grid of step {self.grid.step:.4g} (int8 {self.integer_speedup:.2f}x float32's)"
-            )
-        else:
-            products = "float products"
-        storage = f"cached in {self.cache_dtype}" if self.cached else "evaluated per product"
-        shards = f", {self.n_shards} shards" if self.n_shards > 1 else ""
-        streamed = ", rows streamed" if self.streamed else ""
-        return f"kernel {storage} from {products}{shards}{streamed}"
 
 
 def operator_probe_shape(problem: KernelProblem):
@@ -101,13 +46,15 @@ def operator_probe_shape(problem: KernelProblem):
     return min(CACHE_FILL_ROWS, problem.n_rows), min(CACHE_FILL_COLUMNS, n_columns)
 
 
-def plan_operator(problem: KernelProblem, measurements: OperatorMeasurements, cache_itemsize=0):
+def plan_operator(problem: KernelProblem, measurements: OperatorPlan, cache_itemsize=0):
     """The operator plan of a fit: products, storage, shards, streaming.
 
     Parameters
     ----------
     problem : KernelProblem
-    measurements : OperatorMeasurements
+    measurements : OperatorPlan
+        What the device measured (``grid`` and ``integer_speedup``,
+        :func:`skgpu_kernel.operators.measure_operator`).
     cache_itemsize : int, default=0
         Bytes per entry of the cache the memory layout keeps (0: none).
 
@@ -119,16 +66,16 @@ def plan_operator(problem: KernelProblem, measurements: OperatorMeasurements, ca
     if measurements.grid is not None and not problem.streamed:
         pays = integer_products_pay(measurements.integer_speedup)
         grid = dataclasses.replace(measurements.grid, integer_products=pays)
-    return OperatorPlan(
+    return dataclasses.replace(
+        measurements,
         grid=grid,
-        integer_speedup=measurements.integer_speedup,
         cache_dtype=CACHE_DTYPE_NAMES.get(cache_itemsize) if cache_itemsize else None,
         n_shards=problem.n_shards,
         streamed=problem.streamed,
     )
 
 
-def operator_problem(problem: KernelProblem, measurements: OperatorMeasurements):
+def operator_problem(problem: KernelProblem, measurements: OperatorPlan):
     """``problem`` with the memory of the grid's codes and int32 distance blocks where the plan takes the grid."""
     if not plan_operator(problem, measurements).on_grid:
         return problem
