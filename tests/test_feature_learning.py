@@ -341,8 +341,8 @@ def test_a_handed_tuning_that_does_not_apply_is_tuned_again_and_recorded(monkeyp
 
     def with_a_tuning_that_scored_no_alpha(request, runtime, plan=None):
         calls.append(plan is not None)
-        if plan is not None and plan.tuning.alpha_selection is not None:
-            plan = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, alpha_selection=None))
+        if plan is not None and plan.alpha_selection is not None:
+            plan = dataclasses.replace(plan, alpha_selection=None)
         return fit(request, runtime, plan)
 
     monkeypatch.setattr(feature_learning, "fit_kernel_model", with_a_tuning_that_scored_no_alpha)

@@ -203,25 +203,25 @@ def finished_model(outcome, prepared, plan, runtime):
     center_rows = None if center_rows is None else prepared.of_data(center_rows)
     return fit_result(
         outcome,
-        plan.tuning,
+        plan,
         kernel=prepared.kernel,
         bandwidth=prepared.bandwidth,
         offset=prepared.offset,
         intercept=intercept,
         order=prepared.order,
-        early_stopping=plan.tuning.policy.early_stopping,
+        early_stopping=plan.policy.early_stopping,
         center_rows=center_rows,
     )
 
 
-def fit_result(outcome, tuning, **model):
+def fit_result(outcome, plan, **model):
     """What the shell stores: the driver's result, with the tune stage's selections without their solutions.
 
     ``model``: what the model was fitted with, by name: ``kernel``, ``bandwidth``,
     ``offset``, ``intercept``, ``order`` (the shuffle), ``early_stopping`` and
     ``center_rows`` (the rows of the fit's data the centers are; None: the user's).
     """
-    selection, search = tuning.alpha_selection, tuning.bandwidth_selection
+    selection, search = plan.alpha_selection, plan.bandwidth_selection
     return dataclasses.replace(
         outcome,
         alpha_selection=selection and selection.without_solution(),

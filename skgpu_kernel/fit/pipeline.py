@@ -7,8 +7,6 @@ stage is a module of this package and adds its decisions to one
 same model whatever the path.
 """
 
-import dataclasses
-
 from ..out_of_memory import MemoryEvents
 from .plan import choose_solver
 from .request import log_fit
@@ -37,12 +35,13 @@ def fit_kernel_model(request, runtime, plan=None):
     """
     resolved = resolve(request, runtime)
     if plan is not None:
-        tuning = applied_tuning(plan.tuning, resolved)
-        if tuning is None:  # the tune stage runs again, and says so in the record
+        applied = applied_tuning(plan, resolved)
+        if applied is None:  # the tune stage runs again, and says so in the record
             reason = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
             rerun = MemoryEvents(list(runtime.memory_events))
             rerun.ran_again("tune", reason + "asks for none")
             runtime = runtime.recorded(rerun.records)
             log_fit(runtime, request.parameters, f"{reason}asks for none: tuned again")
-        resolved = dataclasses.replace(resolved, tuning=tuning)
+        else:
+            resolved = applied
     return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))

@@ -13,8 +13,8 @@ def choose_solver(request, plan):
     FitPlan
         With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`).
     """
-    parameters, tuning = request.parameters, plan.tuning
+    parameters = request.parameters
     warm_start, every_iteration = plan.data.continuation is not None, parameters.tol is None
-    exact = tuning.solves(plan.data.X)
-    direct = plan_direct_solve(tuning.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
+    exact = plan.solves(plan.data.X)
+    direct = plan_direct_solve(plan.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
     return dataclasses.replace(plan, direct=direct)

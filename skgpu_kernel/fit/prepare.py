@@ -299,14 +299,14 @@ def prepare(request, runtime, plan):
 
     Random draws in a fixed order: the validation split, then the shuffle.
     """
-    parameters, data, kernel, policy = request.parameters, plan.data, plan.tuning.kernel, plan.tuning.policy
+    parameters, data, kernel, policy = request.parameters, plan.data, plan.kernel, plan.policy
     bandwidth = plan.fitted_bandwidth
     train, held_out = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     training = data if train is None else rows_of(data, train)
     validation = None if held_out is None else rows_of(data, held_out)
     X, Y, weights = training.X, training.Y, training.weights
     intercept = target_intercept(parameters.fit_intercept, Y, weights)
-    if validation is not None and plan.tuning.by_rule:  # the bandwidth rule reads the rows the model is fitted on
+    if validation is not None and plan.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     order = runtime.rng.permutation(X.shape[0])
     factored_cg = plan.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)

@@ -59,8 +59,8 @@ def _direct_model(request, runtime, plan):
     The criterion scored every row as a feature, in the order of ``tuning.scored_rows``:
     those rows are the centers, its coefficients the model's.
     """
-    data, tuning, parameters, bandwidth = plan.data, plan.tuning, request.parameters, plan.fitted_bandwidth
-    kernel, selection, order = tuning.kernel, tuning.alpha_selection, tuning.scored_rows
+    data, parameters, bandwidth = plan.data, request.parameters, plan.fitted_bandwidth
+    kernel, selection, order = plan.kernel, plan.alpha_selection, plan.scored_rows
     offset = kernel_offset(kernel, data.X)
     to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
     centers = np.asarray(data.X[order], dtype=np.float64)
@@ -89,7 +89,7 @@ def _direct_model(request, runtime, plan):
     )
     return fit_result(
         outcome,
-        tuning,
+        plan,
         kernel=kernel,
         bandwidth=bandwidth,
         offset=offset,

@@ -22,7 +22,7 @@ from ..regularization import (
 )
 from .prepare import kernel_offset, target_intercept
 from .request import log_fit
-from .resolve import resolve
+from .resolve import TUNING_FIELDS, resolve
 
 
 def tune(request, runtime, plan):
@@ -32,9 +32,9 @@ def tune(request, runtime, plan):
     -------
     FitPlan
     """
-    if plan.tuning is not None:
+    if plan.tuned:
         return plan
-    return dataclasses.replace(plan, tuning=_tuned(request, runtime, plan))
+    return _tuned(request, runtime, plan)
 
 
 def tune_kernel(request, runtime):
@@ -51,69 +51,8 @@ def tune_kernel(request, runtime):
     return tune(request, runtime, resolve(request, runtime))
 
 
-@dataclass(frozen=True)
-class KernelTuning:
-    """A kernel's bandwidth and penalty once chosen, the criteria behind them, and the policy they settled.
-
-    Made once per kernel per fit by :func:`tune_kernel` and reused by every fit of
-    that kernel on the same rows or on a subset of them (feature learning's
-    candidates on its training rows, the path's later steps, the final refit).
-
-    Attributes
-    ----------
-    kernel : Kernel
-        With the chosen bandwidth.
-    policy : KernelFitPolicy
-        The policy of the rows tuned on, ``alpha`` settled.
-    bandwidth_selection : BandwidthSelection or None
-    alpha_selection : AlphaSelection or None
-        None where ``alpha`` was given.
-    by_rule : bool
-        The bandwidth is the scale rule's (or the user's): a fit on other rows
-        takes the rule's bandwidth on its own rows.
-    n_rows : int
-        The rows tuned on.
-    scored_rows : ndarray or None
-        The rows the penalty's criterion scored, in its order (None: not scored).
-    X : array or None
-        The host rows tuned on (the array itself, not a copy): the criterion's
-        solution is a model of exactly these rows in these features.
-    """
-
-    kernel: object
-    policy: object
-    bandwidth_selection: object = None
-    alpha_selection: object = None
-    by_rule: bool = True
-    n_rows: int = 0
-    scored_rows: np.ndarray | None = None
-    X: object = dataclasses.field(default=None, repr=False, compare=False)
-
-    def solves(self, X):
-        """Whether the criterion's solution is a model of the rows ``X``.
-
-        Only where ``X`` is the very array tuned on and every row of it was scored.
-        """
-        selection = self.alpha_selection
-        return (
-            selection is not None
-            and selection.solution is not None
-            and selection.n_rows == self.n_rows
-            and (X is self.X)
-        )
-
-    def pinned(self):
-        """This tuning with its bandwidth kept on any rows, the rule's included (the learning path's).
-
-        The path fits other features (``X L``) with it: the criterion's solution, a
-        model of the rows tuned on, is dropped.
-        """
-        selection = self.alpha_selection and self.alpha_selection.without_solution()
-        return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
-
-
-def applied_tuning(tuning, resolved):
-    """``tuning`` for the fit ``resolved`` plans (rows a subset of those tuned on), or None where it does not apply.
+def applied_tuning(tuned, resolved):
+    """``resolved`` with the tuning of the plan ``tuned`` (of a superset of its rows), or None where it does not apply.
 
     The penalty chosen by the rule is a per-sample penalty: it is applied to the
     fit's weight total, as the rule would choose it there (``alpha`` as it is where
@@ -121,16 +60,17 @@ def applied_tuning(tuning, resolved):
     that asks for no leave-one-out penalty, or one the tuning did not score, is
     not this tuning's.
     """
-    policy, selection = resolved.policy, tuning.alpha_selection
+    policy, selection = resolved.policy, tuned.alpha_selection
     if (policy.alpha is None) != (selection is not None):
         return None
     if selection is not None:
         alpha = selection.alpha
-        if selection.alpha > 0 and selection.n_rows >= tuning.n_rows:
+        if selection.alpha > 0 and selection.n_rows >= tuned.n_rows:
             alpha = selection.penalty * float(np.sum(resolved.data.weights))
         policy = policy.with_alpha(alpha)
-    kernel = resolved.kernel if tuning.by_rule else tuning.kernel
-    return dataclasses.replace(tuning, kernel=kernel, policy=policy)
+    kernel = resolved.kernel if tuned.by_rule else tuned.kernel
+    tuning = {name: getattr(tuned, name) for name in TUNING_FIELDS}
+    return dataclasses.replace(resolved, kernel=kernel, policy=policy, **tuning)
 
 
 def _tuned(request, runtime, plan):
@@ -157,7 +97,18 @@ def _tuned(request, runtime, plan):
             selection = _gated(selection, search, policy, data)
             policy = policy.with_alpha(selection.alpha)
             scored_rows = scored.indices
-    return KernelTuning(kernel, policy, search, selection, not searched, data.X.shape[0], scored_rows, data.X)
+    return dataclasses.replace(
+        plan,
+        kernel=kernel,
+        policy=policy,
+        tuned=True,
+        bandwidth_selection=search,
+        alpha_selection=selection,
+        by_rule=not searched,
+        n_rows=data.X.shape[0],
+        scored_rows=scored_rows,
+        X=data.X,
+    )
 
 
 def _gated(selection, search, policy, data):
