@@ -76,6 +76,12 @@ Rows per data set, each fit in its own child process (its peak memory is its own
   baseline of the targets; only up to ``--xrfm-max-rows`` training rows (default
   45000: on 2 cores it needs >25 minutes at 40k rows), skipped and named as skipped
   above; the fit time is xRFM's fit with its validation;
+* ``CatBoost``: PyPI ``catboost`` (optional, benchmarks only: ``pip install catboost``;
+  where ``import catboost`` fails its row and columns are left out):
+  ``CatBoostRegressor`` / ``CatBoostClassifier`` with its defaults
+  (``thread_count`` = the machine's cores, ``random_seed=0``, quiet) on the same
+  prepared features (factors one-hot, as every baseline's here; ``bench_tables.py``
+  gives it its own categorical columns); reported, not a target;
 * ``exact``: ``SVC`` (classification) with a 3-fold ``GridSearchCV`` over
   ``C`` in {1, 10, 100} and ``gamma`` in {0.5, 1, 2} x scale, or ``KernelRidge``
   (regression) with a 3-fold grid over ``alpha`` in {1e-3, 1e-2, 1e-1, 1} and
@@ -92,8 +98,8 @@ the number of ``RuntimeWarning``s about divergence raised during our fit, peak R
 whether our rows meet the targets, and notes (ours: ``n_centers_``, ``solver_``, the
 iterations ``n_epochs_`` and their mean seconds from ``history_``, the last record's
 CG ``relative_residual`` when there is one, bandwidth, batch, penalty, kernel cache),
-and, where xRFM runs (not with ``--no-xrfm``), two last columns: our test error / xRFM's
-and our fit time / xRFM's on the set.
+and, where xRFM runs (not with ``--no-xrfm``), two columns: our test error / xRFM's
+and our fit time / xRFM's on the set; then the same two against CatBoost where it runs.
 
 Targets for our rows: test error <= 1.00 x the best baseline's (Nystroem at the
 rule and tuned, linear, SVC(), the exact grid); fit time <= 0.5 x the tuned
@@ -108,7 +114,7 @@ Usage::
 Quick check: ``--max-train 2000 --datasets Computers DNA``.  Other options:
 ``--dtype float64`` (our rows in another training dtype), ``--skip`` (rows to leave
 out: ours, ours_cache32, ours_loo, ours_centers, ours_centers_alpha0, ours_bandwidth5,
-nystroem, linear, hgb, exact, svc, nystroem_tuned, ours_scale),
+nystroem, linear, hgb, catboost, exact, svc, nystroem_tuned, ours_scale),
 ``--device`` (default auto), ``--exact-max-train``, ``--no-xrfm`` (no xRFM row nor
 columns: the table of before), ``--xrfm-max-rows``.
 """
@@ -602,6 +608,87 @@ def run_xrfm(name, max_train, device):
     return _fit_baseline(name, max_train, lambda X, task: build_xrfm(X, task, standardize=xrfm_standardizes(name)))
 
 
+# CatBoost (PyPI ``catboost``), an optional baseline like xRFM: its defaults, on every core of the machine.
+CATBOOST = "CatBoost"
+
+
+def catboost_unavailable():
+    """Why ``catboost`` cannot be used here, or None when it imports (it is no dependency of the package)."""
+    try:
+        import catboost  # noqa: F401
+    except Exception as error:  # not installed (ImportError), or an install that breaks on import
+        return f"`import catboost` failed ({type(error).__name__}: {error}); `pip install catboost` adds it"
+    return None
+
+
+class CatBoostBaseline:
+    """CatBoost with its defaults behind ``fit`` / ``predict`` / ``predict_proba``.
+
+    ``CatBoostRegressor`` / ``CatBoostClassifier(thread_count=<the machine's cores>,
+    random_seed=0, verbose=False, allow_writing_files=False)``, nothing else set.
+    ``cat_features``: the columns of a DataFrame that CatBoost encodes itself (its own
+    ordered target statistics), given as strings with a missing entry as the string
+    ``"missing"`` (CatBoost's categorical features take no missing value); numeric
+    columns keep their missing values, which CatBoost handles itself.  None on a
+    matrix (the prepared features of ``prepare``).
+    """
+
+    def __init__(self, task, cat_features=()):
+        # Imported when the baseline is built, outside its timed fit (as xRFM's).
+        import catboost  # noqa: F401
+
+        self.task = task
+        self.cat_features = list(cat_features)
+
+    def _features(self, X):
+        if not self.cat_features:
+            return X
+        X = X.copy()
+        for column in self.cat_features:
+            values = X[column].astype(object)
+            X[column] = values.where(values.notna(), "missing").astype(str)
+        return X
+
+    def fit(self, X, y):
+        from catboost import CatBoostClassifier, CatBoostRegressor
+
+        estimator = CatBoostRegressor if self.task == "regression" else CatBoostClassifier
+        self.model_ = estimator(
+            thread_count=os.cpu_count(),
+            random_seed=0,
+            verbose=False,
+            allow_writing_files=False,
+            cat_features=self.cat_features or None,
+        )
+        self.model_.fit(self._features(X), y)
+        if self.task == "classification":
+            self.classes_ = self.model_.classes_
+        return self
+
+    def predict(self, X):
+        prediction = np.asarray(self.model_.predict(self._features(X)))
+        if self.task == "classification":
+            return prediction.reshape(-1)
+        return prediction.reshape(-1).astype(np.float64)
+
+    def predict_proba(self, X):
+        return self.model_.predict_proba(self._features(X))
+
+    def describe(self):
+        import catboost
+
+        categorical = f", {len(self.cat_features)} categorical columns its own" if self.cat_features else ""
+        return (
+            f"catboost {catboost.__version__} defaults, {self.model_.tree_count_} trees, "
+            f"{os.cpu_count()} threads{categorical}"
+        )
+
+
+def run_catboost(name, max_train, device):
+    """CatBoost with its defaults on the prepared features (their factors one-hot, as every baseline's), on the CPU."""
+    return _fit_baseline(name, max_train, lambda X, task: (CatBoostBaseline(task), CatBoostBaseline.describe))
+
+
 def run_exact(name, max_train, device):
     """SVC or KernelRidge (standardised target) with a small 3-fold grid; the time includes the search."""
 
@@ -703,11 +790,14 @@ def _baselines(name):
     regression = _task(name) == "regression"
     ridge = "RidgeCV" if regression else "RidgeClassifierCV"
     boosting = "HistGradientBoostingRegressor" if regression else "HistGradientBoostingClassifier"
-    return [
+    baselines = [
         ("nystroem", f"Nystroem(2000) + {ridge}", run_nystroem),
         ("linear", f"linear {ridge}", run_linear),
         ("hgb", boosting, run_hgb),
     ]
+    if catboost_unavailable() is None:
+        baselines.append(("catboost", CATBOOST, run_catboost))
+    return baselines
 
 
 def dataset_rows(name, args):
@@ -796,19 +886,20 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
-def table(results, xrfm=False):
+def table(results, references=()):
     """One markdown table over all data sets, plus the list of unmet targets.
 
-    ``xrfm``: two last columns, our error and fit time over xRFM's on the set (other tools
-    read the columns before them by position: they stay where they were).
+    ``references``: ``(kind, label)`` of the rows (xRFM, CatBoost) our rows are compared
+    with in two last columns each, our error and fit time over theirs on the set (other
+    tools read the columns before them by position: they stay where they were).
     """
     lines = [
         "| data set | n (train / test, features) | method | fit s | test error | error / best baseline | "
         "fit / Nystroem | diverged warnings | peak RSS GB | meets target | notes |"
-        + (" error / xRFM | fit / xRFM |" if xrfm else ""),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|" + ("---:|---:|" if xrfm else ""),
+        + "".join(f" error / {label} | fit / {label} |" for _, label in references),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|" + "---:|---:|" * len(references),
     ]
-    no_ratios = " - | - |" if xrfm else ""
+    no_ratios = " - | - |" * len(references)
     summary = []
     for name, (n, _, rows) in results.items():
         baseline_errors = [
@@ -819,7 +910,10 @@ def table(results, xrfm=False):
         best = min(baseline_errors) if baseline_errors else None
         nystroem = next((row for _, kind, row in rows if kind == "nystroem" and not _failed(row)), None)
         tuned = next((row for _, kind, row in rows if kind == "nystroem_tuned" and "fit_seconds" in row), None)
-        xrfm_row = next((row for _, kind, row in rows if kind == "xrfm" and "fit_seconds" in row), None)
+        reference_rows = [
+            next((row for _, kind, row in rows if kind == wanted and "fit_seconds" in row), None)
+            for wanted, _ in references
+        ]
         info = next((row["info"] for _, _, row in rows if "info" in row), None)
         size = f"{n} ({info['n_train']} / {info['n_test']}, {info['n_features']})" if info else str(n)
         metric = "MSE" if _task(name) == "regression" else "1 - acc"
@@ -848,17 +942,22 @@ def table(results, xrfm=False):
                     meets += " (not judged: " + ", ".join(unjudged) + ")"
                 if missed:
                     summary.append(f"{name} / {method}: " + ", ".join(missed))
-            ratios = no_ratios
-            if xrfm and kind == "ours" and xrfm_row is not None:
-                xrfm_error = row["error"] / xrfm_row["error"] if xrfm_row["error"] > 0 else None
-                xrfm_time = row["fit_seconds"] / xrfm_row["fit_seconds"] if xrfm_row["fit_seconds"] > 0 else None
-                ratios = f" {_fmt(xrfm_error, '.3f')} | {_fmt(xrfm_time, '.2f')} |"
+            ratios = "".join(_ratios(row, reference) for reference in reference_rows) if kind == "ours" else no_ratios
             lines.append(
                 f"| {name} | {size} | {method} | {row['fit_seconds']:.1f} | {metric} {row['error']:.4g} | "
                 f"{_fmt(error_ratio, '.3f')} | {_fmt(time_ratio, '.2f')} | {diverged} | {row['peak_gb']:.2f} | "
                 f"{meets} | {row['notes']} |{ratios}"
             )
     return lines, summary
+
+
+def _ratios(row, reference):
+    """`` error / reference | fit / reference |`` of our ``row``; dashes where the reference did not run."""
+    if reference is None:
+        return " - | - |"
+    error = row["error"] / reference["error"] if reference["error"] > 0 else None
+    seconds = row["fit_seconds"] / reference["fit_seconds"] if reference["fit_seconds"] > 0 else None
+    return f" {_fmt(error, '.3f')} | {_fmt(seconds, '.2f')} |"
 
 
 def _failed(row):
@@ -879,6 +978,19 @@ def _xrfm_sentence(args, skipped):
         f"{XRFM_VALIDATION_FRACTION:.0%} as its validation set, on the same features (Fashion-MNIST: standardised "
         f"on the training rows), up to {args.xrfm_max_rows} training rows; reported, not a target; the last two "
         "columns are our error and fit time over xRFM's."
+    )
+
+
+def _catboost_sentence(references):
+    """What the section says about CatBoost where it ran."""
+    if ("catboost", CATBOOST) not in references:
+        return ""
+    import catboost
+
+    return (
+        f" CatBoost: `catboost` {catboost.__version__}, its defaults with `thread_count={os.cpu_count()}`, "
+        "`random_seed=0`, on the same features; reported, not a target; the last two columns are our error and "
+        "fit time over CatBoost's."
     )
 
 
@@ -906,6 +1018,7 @@ def main():
             "nystroem",
             "linear",
             "hgb",
+            "catboost",
             "exact",
             "svc",
             "nystroem_tuned",
@@ -948,7 +1061,10 @@ def main():
         except (ImportError, FileNotFoundError) as error:  # a data package is missing: say how to install it
             print(f"== {name}: skipped: {error}", flush=True)
             results[name] = (0, 0, [("(data)", "data", {"omitted": f"skipped: {error}"})])
-    lines, summary = table(results, xrfm=args.xrfm)
+    references = [("xrfm", XRFM)] if args.xrfm else []
+    if "catboost" not in args.skip and catboost_unavailable() is None:
+        references.append(("catboost", CATBOOST))
+    lines, summary = table(results, references)
     devices = sorted({row["device"] for _, _, rows in results.values() for _, _, row in rows if "device" in row})
     subsample = f" Training sets cut to at most {args.max_train} rows (`--max-train`)." if args.max_train else ""
     section = [
@@ -963,7 +1079,7 @@ def main():
         f"is reported, not a target); fit time <= {TARGET_TIME_RATIO:g} x Nystroem+RidgeCV's for {LARGE_N} <= n "
         f"< {VERY_LARGE_N} and <= {TARGET_TIME_RATIO_VERY_LARGE:g} x for n >= {VERY_LARGE_N}; Fashion-MNIST "
         f'accuracy >= {TARGET_FASHION_ACCURACY}. Kernel baselines use gamma = scikit-learn\'s `"scale"` '
-        '(our `bandwidth="auto"`).' + _xrfm_sentence(args, xrfm_skipped),
+        '(our `bandwidth="auto"`).' + _xrfm_sentence(args, xrfm_skipped) + _catboost_sentence(references),
         "",
         *lines,
         "",

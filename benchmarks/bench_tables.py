@@ -24,13 +24,18 @@ same rows for every model:
   frame (string columns cast to categories), its native missing values;
 - **xRFM** (optional, ``pip install --no-deps xrfm tqdm``): its defaults on the
   hand-built pipeline's matrix, the last 20% of the training rows its validation
-  set (``bench_real_data.XRFMBaseline``), up to ``--xrfm-max-rows`` training rows.
+  set (``bench_real_data.XRFMBaseline``), up to ``--xrfm-max-rows`` training rows;
+- **CatBoost** (optional, ``pip install catboost``; ``--no-catboost`` leaves it out):
+  its defaults, ``thread_count`` the machine's cores, on the category frame with
+  its factors as its own categorical features (``bench_real_data.CatBoostBaseline``:
+  a factor's missing entry the string ``"missing"``, numeric missing values its own).
 
 Printed per table: each model's mean test error (MSE of the log target; the
 misclassification rate) with its standard error, log loss and ROC AUC for the
 classifiers (xRFM's probabilities are not read), fit seconds; then ours on the raw
 DataFrame minus the hand-built pipeline and ours over HistGradientBoosting, paired
-by split, and the time ratios.
+by split, the ratios to xRFM and CatBoost, and the medians over the tables of our
+fit time over xRFM's and CatBoost's.
 
 Usage::
 
@@ -40,12 +45,20 @@ Run it alone: a second process on the machine moves every time.
 """
 
 import argparse
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from _common import FitCheckClock, machine_description, mean_and_standard_error, publish
-from bench_real_data import XRFMBaseline, our_estimator, xrfm_unavailable
+from bench_real_data import (
+    CATBOOST,
+    CatBoostBaseline,
+    XRFMBaseline,
+    catboost_unavailable,
+    our_estimator,
+    xrfm_unavailable,
+)
 
 
 @dataclass(frozen=True)
@@ -150,15 +163,21 @@ def _scored(model, X_train, y_train, X_test, y_test, task, probabilities=True):
     return scores
 
 
-def split_scores(table, frame, y, seed, xrfm_max_rows):
+def split_indices(table, y, seed):
+    """``(train, test)`` row indices of one seeded 80/20 split (stratified for classification)."""
+    from sklearn.model_selection import train_test_split
+
+    stratify = y if table.task == "classification" else None
+    return train_test_split(np.arange(len(y)), test_size=0.2, random_state=seed, stratify=stratify)
+
+
+def split_scores(table, frame, y, seed, xrfm_max_rows, catboost=False):
     """Every model's :class:`Scores` on one seeded split."""
     from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
-    from sklearn.model_selection import train_test_split
     from sklearn.pipeline import make_pipeline
 
     task = table.task
-    stratify = y if task == "classification" else None
-    train, test = train_test_split(np.arange(len(y)), test_size=0.2, random_state=seed, stratify=stratify)
+    train, test = split_indices(table, y, seed)
     strings = as_strings(frame)
     data = {"categories": frame, "strings": strings}
     fits = {}
@@ -178,6 +197,10 @@ def split_scores(table, frame, y, seed, xrfm_max_rows):
         y[test],
         task,
     )
+    if catboost:
+        factors = [column for column in frame.columns if frame[column].dtype.name in ("category", "object")]
+        model = CatBoostBaseline(task, factors)
+        fits[CATBOOST] = _scored(model, frame.iloc[train], y[train], frame.iloc[test], y[test], task)
     if xrfm_max_rows and len(train) <= xrfm_max_rows:
         encoder = hand_built(strings).fit(strings.iloc[train])
         fits[XRFM] = _scored(
@@ -222,9 +245,11 @@ def summarize(name, table, per_split, n_rows):
         summary["log loss / HGB"] = np.mean([split[OURS_CATEGORIES].log_loss for split in per_split]) / np.mean(
             [split[HGB].log_loss for split in per_split]
         )
-    if XRFM in methods:
-        summary["seconds / xRFM"] = _median_seconds(per_split, OURS_CATEGORIES) / _median_seconds(per_split, XRFM)
-        summary["error / xRFM"] = errors[OURS_CATEGORIES].mean() / errors[XRFM].mean()
+    for reference in (XRFM, CATBOOST):
+        if reference in methods:
+            ours = _median_seconds(per_split, OURS_CATEGORIES)
+            summary[f"seconds / {reference}"] = ours / _median_seconds(per_split, reference)
+            summary[f"error / {reference}"] = errors[OURS_CATEGORIES].mean() / errors[reference].mean()
     return lines, summary
 
 
@@ -236,8 +261,9 @@ def summary_lines(summaries):
     """One row per table: the acceptance's comparisons."""
     lines = [
         "| table | raw - hand-built (paired) | within 2 SE | strings - categories | error / HGB | log loss / HGB "
-        "| fit time / HGB | fit time / xRFM | error / xRFM | units | last checks / fit |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|",
+        "| fit time / HGB | fit time / xRFM | error / xRFM | fit time / CatBoost | error / CatBoost | units "
+        "| last checks / fit |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for summary in summaries:
         difference, se = summary["raw minus hand-built"]
@@ -246,7 +272,9 @@ def summary_lines(summaries):
         lines.append(
             f"| {summary['table']} | {difference:+.4g} ± {se:.2g} | {within} | {strings:+.3g} ± {strings_se:.2g} | "
             f"{summary['error / HGB']:.3f} | {_optional(summary, 'log loss / HGB')} | {summary['seconds / HGB']:.1f} | "
-            f"{_optional(summary, 'seconds / xRFM')} | {_optional(summary, 'error / xRFM')} | {summary['scaling']} | "
+            f"{_optional(summary, 'seconds / xRFM')} | {_optional(summary, 'error / xRFM')} | "
+            f"{_optional(summary, 'seconds / CatBoost')} | {_optional(summary, 'error / CatBoost')} | "
+            f"{summary['scaling']} | "
             f"{summary['check share']:.1%} |"
         )
     ratios = [summary["error / HGB"] for summary in summaries]
@@ -258,11 +286,26 @@ def summary_lines(summaries):
         f"{max(regression) if regression else float('nan'):.3f} (target <= 1.05); median log loss / HGB: "
         f"{np.median(log_losses) if log_losses else float('nan'):.3f} (target <= 1.00)."
     )
+    for reference in (XRFM, CATBOOST):
+        times = [summary[f"seconds / {reference}"] for summary in summaries if f"seconds / {reference}" in summary]
+        errors = [summary[f"error / {reference}"] for summary in summaries if f"error / {reference}" in summary]
+        if times:
+            lines.append(
+                f"Over the {len(times)} tables {reference} ran on: median fit time / {reference} "
+                f"{np.median(times):.2f} (largest {max(times):.2f}), median error / {reference} "
+                f"{np.median(errors):.3f}."
+            )
     return lines
 
 
 def _optional(summary, key):
     return f"{summary[key]:.2f}" if key in summary else "-"
+
+
+def _catboost_version():
+    import catboost
+
+    return catboost.__version__
 
 
 def main():
@@ -272,11 +315,13 @@ def main():
     parser.add_argument(
         "--xrfm-max-rows", type=int, default=6000, help="training rows up to which xRFM runs (0: never)"
     )
+    parser.add_argument("--no-catboost", action="store_true", help="leave out the CatBoost baseline")
     parser.add_argument("--write", help="append the tables to this markdown file")
     args = parser.parse_args()
     machine = machine_description("cpu")
     print(machine)
     xrfm_rows = 0 if xrfm_unavailable() else args.xrfm_max_rows
+    catboost = not args.no_catboost and catboost_unavailable() is None
     lines = [
         "| table | rows | model | test error ± SE | log loss | ROC AUC | fit s (median) |",
         "|---|---:|---|---|---:|---:|---:|",
@@ -287,7 +332,7 @@ def main():
         frame, y = load(table)
         per_split = []
         for seed in range(args.splits):
-            per_split.append(split_scores(table, frame, y, seed, xrfm_rows))
+            per_split.append(split_scores(table, frame, y, seed, xrfm_rows, catboost))
             print(
                 f"{name} split {seed}: "
                 + ", ".join(f"{m} {s.error:.4g} ({s.seconds:.1f} s)" for m, s in per_split[-1].items())
@@ -295,7 +340,9 @@ def main():
         rows, summary = summarize(name, table, per_split, len(y))
         lines += rows
         summaries.append(summary)
-    header = f"Machine: {machine}. {args.splits} seeded splits; xRFM up to {xrfm_rows} training rows."
+    header = f"Machine: {machine}. {args.splits} seeded splits; xRFM up to {xrfm_rows} training rows; " + (
+        f"CatBoost {_catboost_version()} with thread_count={os.cpu_count()}." if catboost else "no CatBoost."
+    )
     text = "\n".join([header, "", *lines, "", *summary_lines(summaries)])
     publish(text, args.write)
 
