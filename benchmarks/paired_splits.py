@@ -154,6 +154,13 @@ def paired(before, after):
     return rows
 
 
+def verdict(rows):
+    """``(geometric mean of the ratios, the sets worse beyond the bound)`` of :func:`paired`'s rows."""
+    ratios = np.array([row[6] for row in rows])
+    geometric = float(np.exp(np.log(ratios).mean())) if len(ratios) else float("nan")
+    return geometric, [row[0] for row in rows if row[7]]
+
+
 def compare(args):
     with open(args.before) as file:
         before = json.load(file)
@@ -173,9 +180,7 @@ def compare(args):
             f"| {name} | {k} | {old:.5g} | {new:.5g} | {difference:+.4g} ± {se:.2g} | {ratio:.4f} | "
             f"{'WORSE' if worse else 'no'} | {seconds[0]:.2f} | {seconds[1]:.2f} |"
         )
-    ratios = np.array([row[6] for row in rows])
-    geometric = float(np.exp(np.log(ratios).mean())) if len(ratios) else float("nan")
-    worse = [row[0] for row in rows if row[7]]
+    geometric, worse = verdict(rows)
     lines.append("")
     lines.append(
         f"Geometric mean of the ratios: {geometric:.4f} (bound {GEOMETRIC_MEAN_BOUND}); sets worse beyond the bound: "

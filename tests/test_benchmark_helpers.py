@@ -6,6 +6,7 @@ import pathlib
 import signal
 import threading
 
+import numpy as np
 import pytest
 
 _BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -100,3 +101,40 @@ def test_a_target_whose_baseline_did_not_run_is_not_judged_rather_than_missed(re
     assert real_data._missed_targets("Glass", 200, ours, against(0.0, None, None))[0] == [
         "error > 1.00 x best baseline"
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "n_rows", "splits"),
+    [
+        ("FashionMNIST", 70_000, 1),
+        ("Glass", 214, 10),
+        ("DNA", 2_999, 10),
+        ("DNA", 3_000, 5),
+        ("HI", 100_000, 5),
+        ("Fertility", 100_001, 3),
+    ],
+)
+def test_the_paired_splits_follow_the_issues_counts(monkeypatch, name, n_rows, splits):
+    assert _benchmark_module(monkeypatch, "paired_splits").split_count(name, n_rows) == splits
+
+
+def test_a_set_is_worse_only_beyond_two_standard_errors_and_one_percent(monkeypatch):
+    module = _benchmark_module(monkeypatch, "paired_splits")
+
+    def record(**sets):
+        return {
+            "sets": {name: {"errors": list(errors), "seconds": [1.0] * len(errors)} for name, errors in sets.items()}
+        }
+
+    before = record(noisy=[0.10, 0.20, 0.10, 0.20], steady=[0.10, 0.10, 0.10, 0.10], small=[0.10] * 4)
+    after = record(
+        noisy=[0.13, 0.16, 0.14, 0.19],  # 2.5% worse on the mean, within its noise
+        steady=[0.12, 0.121, 0.119, 0.12],  # 20% worse, far beyond two standard errors
+        small=[0.1005, 0.1004, 0.1006, 0.1005],  # beyond two standard errors, but by 0.5%
+    )
+    rows = module.paired(before, after)
+    assert {row[0]: row[7] for row in rows} == {"noisy": False, "steady": True, "small": False}
+    geometric, worse = module.verdict(rows)
+    assert worse == ["steady"]
+    ratios = [0.155 / 0.15, 0.12 / 0.10, 0.1005 / 0.10]
+    assert geometric == pytest.approx(np.exp(np.mean(np.log(ratios))))
