@@ -47,6 +47,8 @@ STAGES = (
     ("  CG on centers", "centers_cg.py", "solve_centers_cg"),
     ("  preconditioner", "preconditioner.py", "plan_preconditioner"),
     ("  capacity measured", "blockwise.py", "measure_batch_capacity"),
+    ("  kernel cache filled (K(X, X))", "fit/operator.py", "_caches"),
+    ("  last check", "solvers/fit_check.py", "check_fit"),
     ("  operator measured", "operators/core.py", "measure_operator"),
     ("feature learning: AGOP", "feature_learning.py", "_input_space_agop"),
     ("feature learning: held-out scoring", "feature_learning.py", "candidate"),
