@@ -120,6 +120,7 @@ columns: the table of before), ``--xrfm-max-rows``.
 """
 
 import argparse
+import importlib
 import os
 import time
 import warnings
@@ -504,13 +505,18 @@ XRFM_MAX_ROWS = 45_000
 XRFM_TOO_SLOW = "on 2 cores it needs >25 minutes at 40k rows"
 
 
-def xrfm_unavailable():
-    """Why ``xrfm`` cannot be used here, or None when it imports (it is no dependency of the package)."""
+def baseline_unavailable(module, install):
+    """Why the optional baseline ``module`` cannot be used here, or None when it imports (no dependency of ours)."""
     try:
-        import xrfm  # noqa: F401
+        importlib.import_module(module)
     except Exception as error:  # not installed (ImportError), or an install that breaks on import
-        return f"`import xrfm` failed ({type(error).__name__}: {error}); `pip install --no-deps xrfm tqdm` adds it"
+        return f"`import {module}` failed ({type(error).__name__}: {error}); `{install}` adds it"
     return None
+
+
+def xrfm_unavailable():
+    """Why ``xrfm`` cannot be used here, or None."""
+    return baseline_unavailable("xrfm", "pip install --no-deps xrfm tqdm")
 
 
 def xrfm_standardizes(name):
@@ -613,12 +619,8 @@ CATBOOST = "CatBoost"
 
 
 def catboost_unavailable():
-    """Why ``catboost`` cannot be used here, or None when it imports (it is no dependency of the package)."""
-    try:
-        import catboost  # noqa: F401
-    except Exception as error:  # not installed (ImportError), or an install that breaks on import
-        return f"`import catboost` failed ({type(error).__name__}: {error}); `pip install catboost` adds it"
-    return None
+    """Why ``catboost`` cannot be used here, or None."""
+    return baseline_unavailable("catboost", "pip install catboost")
 
 
 class CatBoostBaseline:
