@@ -112,13 +112,14 @@ def run_centers_cg(context, attempt):
     refit from where it ended with a penalty ten times larger (at most
     :data:`CG_FALLBACK_REFITS` times): the penalty the fit ends with is ``alpha_``.
     """
-    data, runtime, prepared, kernel = context.prepared, context.runtime, context.prepared, context.kernel
+    prepared, runtime, kernel = context.prepared, context.runtime, context.kernel
     to_device = context.to_device
     centers = context.centers()
-    X, Y = context.rows(data.order), to_device(data.Y[data.order], center=False)
-    weights = None if np.all(data.weights == data.weights[0]) else to_device(data.weights[data.order], center=False)
-    problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=data.centers_from_data)
-    centers_to_check = None if data.centers_from_data else centers
+    X, Y = context.rows(prepared.order), to_device(prepared.Y[prepared.order], center=False)
+    weights = prepared.weights
+    weights = None if np.all(weights == weights[0]) else to_device(weights[prepared.order], center=False)
+    problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=prepared.centers_from_data)
+    centers_to_check = None if prepared.centers_from_data else centers
     measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
     problem = operator_problem(problem, measurements)
     choice = plan_centers_solver(problem, runtime.budget, "cg")
@@ -130,8 +131,8 @@ def run_centers_cg(context, attempt):
             f"[{prepared.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
             f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
         )
-    coef_init = None if data.coef_init is None else data.coef_init.to(context.device)
-    shares = None if data.center_shares is None else torch.as_tensor(data.center_shares)
+    coef_init = None if prepared.coef_init is None else prepared.coef_init.to(context.device)
+    shares = None if prepared.center_shares is None else torch.as_tensor(prepared.center_shares)
     cg_settings = _cg_settings(prepared.parameters, runtime)
     plan = CGPlan(prepared.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
     solved = solve_centers_cg(rows, Targets(Y, weights), plan)
@@ -143,7 +144,7 @@ def run_centers_cg(context, attempt):
     _warn_if_unfinished(solved, runtime.dtype, prepared.parameters, "on the centers")
     result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
-    return KernelFitResult(result, None, None, {}, data.centers, device_cache, operator=stored_plan(operator, rows))
+    return KernelFitResult(result, None, None, {}, prepared.centers, device_cache, operator=stored_plan(operator, rows))
 
 
 def _centers_held_out_score(context, centers):

@@ -256,7 +256,7 @@ def _learnt(request, runtime):
     # The chosen candidate is the final model's kernel and metric fitted without the held-out rows: its
     # decision values set the temperature.  Those rows also chose it, by 0/1 loss among a few candidates;
     # a second split would cost every candidate's fit again, for one number fitted on the log loss.
-    temperature = _temperature(chosen, rows, parameters)
+    temperature = _temperature(chosen, rows)
     calibration = "held-out" if parameters.classifier else None
     return dataclasses.replace(
         final,
@@ -279,14 +279,14 @@ def _held_out_plain(request, runtime):
     held-out rows calibrate the classifier's probabilities.
     """
     rows, plain = _plain_on_split(request, runtime)
-    temperature = _temperature(plain, rows, request.parameters)
+    temperature = _temperature(plain, rows)
     final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
     return dataclasses.replace(final, temperature=temperature, calibration="held-out")
 
 
-def _temperature(candidate, rows, parameters):
+def _temperature(candidate, rows):
     """A classifier's probability temperature from ``candidate``'s held-out decision values; None for a regressor."""
-    if not parameters.classifier:
+    if not rows.parameters.classifier:
         return None
     return fit_temperature(candidate.decisions, rows.held_out.Y, rows.held_out.weights)
 
