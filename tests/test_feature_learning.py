@@ -71,23 +71,41 @@ def test_the_plain_model_is_kept_where_no_learnt_metric_scores_better_and_it_is_
     np.testing.assert_array_equal(learnt.predict(X), plain.predict(X))
 
 
-def test_each_kernel_is_tuned_once_per_fit_whatever_the_path_and_the_refit_run(monkeypatch):
+def test_each_kernel_is_tuned_once_per_fit_and_the_path_kernel_takes_the_scale_rule_unsearched(monkeypatch):
     # The plain Gaussian's search serves its candidate and its refit (the plain model
-    # is kept here); the path's Laplacian's, with M = I, every step of the path.
+    # is kept here); the path's Laplacian, with M = I, takes the scale rule's bandwidth
+    # (no search of its own) and its penalty is tuned once, for every step of the path.
     monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: False)
-    searched = []
-    search = tune.select_bandwidth
+    searched, tuned = [], []
+    search, tune_kernel = tune.select_bandwidth, feature_learning.tune_kernel
 
     def counted(kernel, *args, **kwargs):
         searched.append(type(kernel).__name__)
         return search(kernel, *args, **kwargs)
 
+    def recorded(request, runtime):
+        plan = tune_kernel(request, runtime)
+        tuned.append((request.parameters.kernel, request.parameters.bandwidth, plan.by_rule))
+        return plan
+
     monkeypatch.setattr(tune, "select_bandwidth", counted)
+    monkeypatch.setattr(feature_learning, "tune_kernel", recorded)
     X, y = _few_relevant(600, 3, n_noise=4)
     model = AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=3, random_state=0).fit(X, y)
     assert len(model.feature_learning_scores_) >= 3  # the plain model and at least two of the path's steps
     assert model.feature_learning_iteration_ == 0
-    assert sorted(searched) == ["Gaussian", "Laplacian"]
+    assert searched == ["Gaussian"]
+    assert tuned == [("gaussian", "auto", False), ("laplacian", "scale", True)]
+
+
+@pytest.mark.parametrize(
+    ("bandwidth", "path_bandwidth"), [("auto", "scale"), ("scale", "scale"), (2.0, 2.0), (0.25, 0.25)]
+)
+def test_the_path_kernel_searches_no_bandwidth_and_keeps_one_the_user_chose(bandwidth, path_bandwidth):
+    from skgpu_kernel.planning.agop import PATH_BANDWIDTH, plan_path_bandwidth
+
+    assert PATH_BANDWIDTH == "scale"
+    assert plan_path_bandwidth(bandwidth) == path_bandwidth
 
 
 def test_classifier_learns_features_with_a_stratified_split_and_selects_them():

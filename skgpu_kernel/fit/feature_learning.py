@@ -10,11 +10,12 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
 2. fit the plain model (the estimator's kernel, no metric: candidate 0) on the
    other rows and score it on the held-out rows;
 3. the learning path: fit the path's kernel (:data:`LEARNING_KERNEL` for a named
-   kernel, the user's own kernel instance otherwise) with ``M = I``, its bandwidth
-   and ``alpha`` chosen by their rules and then kept for the path's later fits (as
-   xRFM keeps one bandwidth and one penalty); estimate the average gradient outer
-   product of each fitted predictor on a planned subsample of the training rows
-   (:func:`~skgpu_kernel.agop.average_gradient_outer_product`, through the kernel
+   kernel, the user's own kernel instance otherwise) with ``M = I``, at the scale
+   rule's bandwidth for ``"auto"`` (:func:`~skgpu_kernel.planning.agop.plan_path_bandwidth`:
+   no search, the normalised metric sets the scale) and ``alpha`` chosen by its rule,
+   both kept for the path's later fits (as xRFM keeps one bandwidth and one penalty);
+   estimate the average gradient outer product of each fitted predictor on a
+   planned subsample of the training rows (:func:`~skgpu_kernel.agop.average_gradient_outer_product`, through the kernel
    operator of the kernel's gradient weight), set ``M = G^p`` divided by its
    largest entry (:data:`AGOP_POWER`; :func:`~skgpu_kernel.agop.metric_from_agop`),
    full or diagonal, and fit again; stop after ``feature_learning_iter`` updates or
@@ -26,8 +27,8 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
 
 Each kernel is tuned once (:func:`~skgpu_kernel.fit.tune.tune_kernel`:
 bandwidth and ``alpha`` by their rules, on every row): the plain kernel's tuning
-serves its candidate and its refit, the path kernel's (with ``M = I``) every step of
-the path and its refit.  A per-sample penalty carries over to the training rows'
+serves its candidate and its refit, the path kernel's (with ``M = I``, its penalty
+only) every step of the path and its refit.  A per-sample penalty carries over to the training rows'
 fits.  The plain kernel is tuned on every row as a fit without feature learning
 tunes it, so that the final fit of a kept plain model is that fit.
 
@@ -59,6 +60,7 @@ from ..planning.agop import (
     plan_calibration,
     plan_feature_learning,
     plan_learning_rows,
+    plan_path_bandwidth,
 )
 from ..splits import holdout_split
 from .pipeline import fit_kernel_model
@@ -256,7 +258,7 @@ def _learnt(request, runtime):
     # The chosen candidate is the final model's kernel and metric fitted without the held-out rows: its
     # decision values set the temperature.  Those rows also chose it, by 0/1 loss among a few candidates;
     # a second split would cost every candidate's fit again, for one number fitted on the log loss.
-    temperature = _temperature(chosen, rows)
+    temperature = _temperature(chosen, rows, parameters)
     calibration = "held-out" if parameters.classifier else None
     return dataclasses.replace(
         final,
@@ -279,14 +281,14 @@ def _held_out_plain(request, runtime):
     held-out rows calibrate the classifier's probabilities.
     """
     rows, plain = _plain_on_split(request, runtime)
-    temperature = _temperature(plain, rows)
+    temperature = _temperature(plain, rows, request.parameters)
     final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
     return dataclasses.replace(final, temperature=temperature, calibration="held-out")
 
 
-def _temperature(candidate, rows):
+def _temperature(candidate, rows, parameters):
     """A classifier's probability temperature from ``candidate``'s held-out decision values; None for a regressor."""
-    if not rows.parameters.classifier:
+    if not parameters.classifier:
         return None
     return fit_temperature(candidate.decisions, rows.held_out.Y, rows.held_out.weights)
 
@@ -394,10 +396,11 @@ def _row_losses(predictions, Y, classifier):
 def _learning_path(request, training, rows, runtime):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
-    The path's kernel is tuned once, on every row of ``request`` (the learning
-    rows: every row, or the subsample beyond ``LEARNING_PATH_MAX_ROWS``) with ``M =
-    I``, and its bandwidth and ``alpha`` are kept for every metric (as xRFM keeps
-    one bandwidth and one penalty) and for the final refit.  The path stops after
+    The path's kernel (its bandwidth :func:`_path_parameters`') has its penalty tuned
+    once, on every row of ``request`` (the learning rows: every row, or the
+    subsample beyond ``LEARNING_PATH_MAX_ROWS``) with ``M = I``, and its bandwidth
+    and ``alpha`` are kept for every metric (as xRFM keeps one bandwidth and one
+    penalty) and for the final refit.  The path stops after
     ``feature_learning_iter`` updates or :data:`FEATURE_LEARNING_PATIENCE` without a
     lower held-out loss.
     """
@@ -434,10 +437,15 @@ def _learning_path(request, training, rows, runtime):
 
 
 def _path_parameters(parameters):
-    """The learning path's parameters: :data:`LEARNING_KERNEL` for a named kernel, the user's own kernel otherwise."""
+    """The learning path's parameters: :data:`LEARNING_KERNEL` for a named kernel, the user's own kernel otherwise.
+
+    A named kernel's bandwidth is :func:`~skgpu_kernel.planning.agop.plan_path_bandwidth`'s
+    (the scale rule for ``"auto"``: no search of the path's own).
+    """
     if not isinstance(parameters.kernel, str):
         return parameters
-    return dataclasses.replace(parameters, kernel=LEARNING_KERNEL, kernel_params=None)
+    bandwidth = plan_path_bandwidth(parameters.bandwidth)
+    return dataclasses.replace(parameters, kernel=LEARNING_KERNEL, kernel_params=None, bandwidth=bandwidth)
 
 
 def _learning_pays(learnt, plain):
