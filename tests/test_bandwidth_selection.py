@@ -10,7 +10,9 @@ from skgpu_kernel.kernels import Gaussian, Laplacian, auto_bandwidth
 from skgpu_kernel.regularization import (
     BANDWIDTH_FACTORS,
     PENALTY_GRID,
+    RANKING_DTYPE,
     ClassCodes,
+    select_alpha,
     select_bandwidth,
 )
 
@@ -90,6 +92,41 @@ def test_the_search_scores_a_brute_force_leave_one_out(n_classes):
     assert search.errors[np.flatnonzero(search.bandwidths == search.bandwidth)[0]] <= lowest + np.sqrt(
         lowest * (1 - lowest) / n_effective
     )
+
+
+def test_the_candidates_are_ranked_on_float32_spectra_and_the_kept_one_is_scored_again_in_float64(monkeypatch):
+    decomposed = []
+    eigh = torch.linalg.eigh
+
+    def recorded(matrix, *args, **kwargs):
+        decomposed.append(matrix.dtype)
+        return eigh(matrix, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "eigh", recorded)
+    X, y, _ = _kernel_expansion(0.5, 0, n=400)
+    X_t, Y = torch.as_tensor(X), torch.as_tensor(y - y.mean())[:, None]
+    search = select_bandwidth(Gaussian(bandwidth=auto_bandwidth(X)), X_t, Y, None, 400)
+    assert RANKING_DTYPE == torch.float32
+    assert decomposed == [torch.float32] * int(np.isfinite(search.errors).sum()) + [torch.float64]
+    exact = select_alpha(Gaussian(bandwidth=search.bandwidth), X_t, Y, None, 400)
+    assert search.selection.penalty == exact.penalty
+    np.testing.assert_array_equal(search.selection.loo_errors, exact.loo_errors)
+    torch.testing.assert_close(search.selection.solution.coef, exact.solution.coef, rtol=0, atol=0)
+
+
+def test_a_ranking_spectrum_keeps_only_the_directions_float32_resolves():
+    from skgpu_kernel.regularization import _CentredBasis
+
+    X = torch.as_tensor(np.random.RandomState(0).randn(300, 2))
+    kernel = Gaussian(bandwidth=4.0 * auto_bandwidth(X.numpy()))
+    Y, w = torch.ones(300, 1, dtype=torch.float64), torch.ones(300, dtype=torch.float64)
+    exact = _CentredBasis.of_kernel(kernel, X, Y, w)
+    ranked = _CentredBasis.of_kernel(kernel, X, Y, w, ranking=True)
+    # A wide Gaussian's spectrum decays fast: float64 resolves directions float32 cannot.
+    assert (exact.squares < 1e-5 * exact.squares.max()).any()
+    assert (ranked.squares >= 1e-5 * ranked.squares.max()).all()
+    assert ranked.n_features < exact.n_features
+    assert ranked.solution(1.0) is not None and ranked.basis.dtype == torch.float64
 
 
 def test_scale_is_the_rule_and_a_fixed_bandwidth_is_not_searched():
