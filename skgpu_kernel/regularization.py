@@ -227,7 +227,9 @@ class BandwidthSelection:
         classifier, the weighted mean squared error for a regressor; NaN where the
         search did not score it.
     selection : AlphaSelection
-        The penalties scored at the chosen bandwidth, on the rows searched, in float64.
+        The penalties scored at the chosen bandwidth, on the rows searched: in
+        float64, with its solution, where the search was asked to rescore it, else
+        the ranking's.
     seconds : float
         Time the search took.
     """
@@ -351,7 +353,9 @@ def best_classifier(misclassification, squared_errors, n_effective):
     return int(tied[np.argmin(squared_errors[tied])])
 
 
-def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None):
+def select_bandwidth(
+    kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None, rescored=True
+):
     """Choose the bandwidth of a radial kernel with its penalty, by the criterion of :func:`select_alpha`.
 
     The candidates are ``kernel.bandwidth * BANDWIDTH_FACTORS``; each scored one
@@ -361,7 +365,7 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     half-octave neighbours of the best octave: five or six of the nine candidates
     where the error has one minimum.  The candidates are ranked on spectra in
     ``RANKING_DTYPE`` (float32: under half float64's time); the one kept is scored
-    again in float64, which gives its penalty, criterion and solution.
+    again in float64 (``rescored``), which gives its penalty, criterion and solution.
 
     Parameters
     ----------
@@ -371,6 +375,10 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
         As for :func:`select_alpha` (scored without a coverage gate).
     widest : float or None, default=None
         The largest factor of the scale rule scored (None: the whole grid).
+    rescored : bool, default=True
+        Score the kept bandwidth again in float64 (for a caller that reads its
+        penalty or model); otherwise its selection is the ranking's, without a
+        solution.
 
     Returns
     -------
@@ -407,7 +415,7 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     else:
         n_effective = X.shape[0] if weights is None else _effective_rows(weights)
         best = best_classifier(errors, np.where(np.isnan(squared), np.inf, squared), n_effective)
-    kept = scored_at(best, ranking=False)  # the chosen bandwidth's penalty, criterion and solution in float64
+    kept = scored_at(best, ranking=False) if rescored else scored[best]
     return BandwidthSelection(float(bandwidths[best]), scale, bandwidths, errors, kept, time.perf_counter() - tic)
 
 

@@ -129,6 +129,43 @@ def test_a_ranking_spectrum_keeps_only_the_directions_float32_resolves():
     assert ranked.solution(1.0) is not None and ranked.basis.dtype == torch.float64
 
 
+@pytest.mark.parametrize(
+    ("alpha_scored", "searched", "n_rows", "read"),
+    [
+        (True, 1000, 1000, True),  # every row searched: the criterion's selection and model
+        (True, 1500, 1500, True),
+        (True, 1500, 1501, False),  # the exact criterion scores every row again
+        (True, 1500, 2000, False),
+        (True, 1500, 2001, True),  # the Nystrom criterion, which may be gated: the search's alpha carried
+        (True, 1500, 2667, True),
+        (True, 1500, 2668, False),  # beyond the carry's ratio (10^(1/4))
+        (False, 1000, 1000, False),  # alpha given
+    ],
+)
+def test_the_search_scores_its_kept_bandwidth_in_float64_only_where_the_fit_reads_its_penalty(
+    alpha_scored, searched, n_rows, read
+):
+    from skgpu_kernel.planning.kernel_policy import search_penalty_read
+
+    assert search_penalty_read(alpha_scored, searched, n_rows) is read
+
+
+def test_a_fit_the_exact_criterion_scores_again_decomposes_no_float64_search_spectrum(monkeypatch):
+    decomposed = []
+    eigh = torch.linalg.eigh
+
+    def recorded(matrix, *args, **kwargs):
+        decomposed.append((matrix.shape[0], matrix.dtype))
+        return eigh(matrix, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "eigh", recorded)
+    X, y, _ = _kernel_expansion(0.5, 0, n=1600)
+    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    assert (1500, torch.float32) in decomposed
+    assert [entry for entry in decomposed if entry[1] == torch.float64] == [(1600, torch.float64)]
+    assert model.bandwidth_selection_.selection.solution is None and model.alpha_selection_.n_rows == 1600
+
+
 def test_scale_is_the_rule_and_a_fixed_bandwidth_is_not_searched():
     X, y, _ = _kernel_expansion(0.5, seed=3, n=600)
     rule = auto_bandwidth(X)

@@ -108,6 +108,32 @@ def test_the_path_kernel_searches_no_bandwidth_and_keeps_one_the_user_chose(band
     assert plan_path_bandwidth(bandwidth) == path_bandwidth
 
 
+@pytest.mark.parametrize(("subsample_size", "path_subsample"), [("auto", 1000), (300, 300), (3000, 3000)])
+def test_the_path_fits_precondition_on_their_own_subsample_and_the_final_fit_on_the_fits(
+    monkeypatch, subsample_size, path_subsample
+):
+    from skgpu_kernel.planning.agop import PATH_SUBSAMPLE_SIZE, plan_path_subsample
+
+    assert PATH_SUBSAMPLE_SIZE == 1000 and plan_path_subsample(subsample_size) == path_subsample
+    fitted = []
+    fit_kernel_model = feature_learning.fit_kernel_model
+
+    def recorded(request, *args, **kwargs):
+        fitted.append((request.parameters.kernel, request.parameters.subsample_size))
+        return fit_kernel_model(request, *args, **kwargs)
+
+    monkeypatch.setattr(feature_learning, "fit_kernel_model", recorded)
+    monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: True)
+    X, y = _few_relevant(400, 3, n_noise=2)
+    AdaptiveKernelRegressor(
+        feature_learning="diagonal", feature_learning_iter=2, subsample_size=subsample_size, random_state=0
+    ).fit(X, y)
+    plain, *path, final = fitted
+    assert plain == ("gaussian", subsample_size)
+    assert path and all(step == ("laplacian", path_subsample) for step in path)
+    assert final == ("laplacian", subsample_size)
+
+
 def test_classifier_learns_features_with_a_stratified_split_and_selects_them():
     X, y_continuous = _few_relevant(1200, 3, n_noise=10)
     y = np.where(y_continuous > 0.3, "high", "low")

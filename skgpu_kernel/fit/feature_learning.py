@@ -61,6 +61,7 @@ from ..planning.agop import (
     plan_feature_learning,
     plan_learning_rows,
     plan_path_bandwidth,
+    plan_path_subsample,
 )
 from ..splits import holdout_split
 from .pipeline import fit_kernel_model
@@ -247,10 +248,12 @@ def _learnt(request, runtime):
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
-    final_request = _transformed(request.with_parameters(chosen.parameters), chosen.transform)
+    # The kept candidate refitted with its kernel, bandwidth and penalty, on the fit's own preconditioner subsample.
+    final_parameters = dataclasses.replace(chosen.parameters, subsample_size=parameters.subsample_size)
+    final_request = _transformed(request.with_parameters(final_parameters), chosen.transform)
     final_plan = chosen.plan
     if chosen is not plain and rows.learning is not data:  # the path's kernel tuned on every row, now
-        final_plan = tune_kernel(request.with_parameters(chosen.parameters), runtime).pinned()
+        final_plan = tune_kernel(request.with_parameters(final_parameters), runtime).pinned()
     final = fit_kernel_model(final_request, runtime.recorded(path[-1].events), final_plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
@@ -440,12 +443,19 @@ def _path_parameters(parameters):
     """The learning path's parameters: :data:`LEARNING_KERNEL` for a named kernel, the user's own kernel otherwise.
 
     A named kernel's bandwidth is :func:`~skgpu_kernel.planning.agop.plan_path_bandwidth`'s
-    (the scale rule for ``"auto"``: no search of the path's own).
+    (the scale rule for ``"auto"``: no search of the path's own), and the path's
+    preconditioner subsample :func:`~skgpu_kernel.planning.agop.plan_path_subsample`'s
+    (the final refit takes the fit's own again).
     """
     if not isinstance(parameters.kernel, str):
         return parameters
-    bandwidth = plan_path_bandwidth(parameters.bandwidth)
-    return dataclasses.replace(parameters, kernel=LEARNING_KERNEL, kernel_params=None, bandwidth=bandwidth)
+    return dataclasses.replace(
+        parameters,
+        kernel=LEARNING_KERNEL,
+        kernel_params=None,
+        bandwidth=plan_path_bandwidth(parameters.bandwidth),
+        subsample_size=plan_path_subsample(parameters.subsample_size),
+    )
 
 
 def _learning_pays(learnt, plain):
