@@ -98,17 +98,6 @@ _RELATIVE_EIGENVALUE_FLOOR = 1e-10
 # Directions of the centred features kept, relative to the largest: float64's
 # eigendecomposition resolves eigenvalues to about n eps of the largest.
 _RESOLVABLE = 1e-12
-# The bandwidth search ranks its candidates on spectra computed in this dtype, and
-# scores the penalties of the one it keeps again in float64 (the chosen alpha, its
-# criterion and the kernel ridge solution are float64's): a float32 eigendecomposition
-# of 1500 rows takes 0.17 s on the 2-core CPU against float64's 0.40 s.  A float32
-# spectrum resolves eigenvalues to about n eps of the largest (1500 x 6e-8 ~ 1e-4);
-# below _RANKING_RESOLVABLE its directions are dropped (treated as fully penalised)
-# rather than read as fitted: kept, rounding's eigenvalues made a penalty of 1e-5
-# look best on a 559-row table whose float64 criterion chose 0.031 (test error 0.071
-# against 0.029).
-RANKING_DTYPE = torch.float32
-_RANKING_RESOLVABLE = 1e-5
 
 # The Nystrom features of the scored rows are kept between the criterion's two passes
 # up to this many bytes (float64), instead of being evaluated twice.
@@ -222,14 +211,11 @@ class BandwidthSelection:
     bandwidths : ndarray
         The grid, ``scale * BANDWIDTH_FACTORS``.
     errors : ndarray
-        The leave-one-out criterion that ranked the bandwidths (on ``RANKING_DTYPE``
-        spectra) at each one's best penalty: the weighted misclassification rate for a
-        classifier, the weighted mean squared error for a regressor; NaN where the
-        search did not score it.
+        The leave-one-out criterion at each bandwidth's best penalty: the weighted
+        misclassification rate for a classifier, the weighted mean squared error for a
+        regressor; NaN where the search did not score it.
     selection : AlphaSelection
-        The penalties scored at the chosen bandwidth, on the rows searched: in
-        float64, with its solution, where the search was asked to rescore it, else
-        the ranking's.
+        The penalties scored at the chosen bandwidth, on the rows searched.
     seconds : float
         Time the search took.
     """
@@ -259,9 +245,7 @@ class BandwidthSelection:
         )
 
 
-def select_alpha(
-    kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, classes=None, penalties=PENALTY_GRID, ranking=False
-):
+def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, classes=None, penalties=PENALTY_GRID):
     """Choose the ridge penalty by the leave-one-out error of a Nystrom ridge model.
 
     Parameters
@@ -286,10 +270,6 @@ def select_alpha(
         smallest squared error of the codes); None: the smallest squared error.
     penalties : array-like, default=PENALTY_GRID
         The candidate per-sample penalties ``alpha / sum(w)``.
-    ranking : bool, default=False
-        Every row a feature: the spectrum in ``RANKING_DTYPE``, resolved to
-        ``_RANKING_RESOLVABLE`` of its largest eigenvalue, for ranking bandwidths
-        (no solution); a selection to keep is scored in float64.
 
     Returns
     -------
@@ -299,7 +279,7 @@ def select_alpha(
     penalties = np.asarray(penalties, dtype=np.float64)
     w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights.double()
     if subsample_size >= rows:
-        basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w, ranking), 1.0
+        basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w), 1.0
     else:
         # Measured before the features, whose eigendecomposition a failed gate does not need.
         coverage = _nystrom_coverage(kernel, X, subsample_size, w)
@@ -322,7 +302,7 @@ def select_alpha(
         basis.n_features,
         coverage,
         None if misclassified is None else misclassified / total,
-        solution=None if ranking else basis.solution(penalty * total),
+        solution=basis.solution(penalty * total),
     )
 
 
@@ -353,9 +333,7 @@ def best_classifier(misclassification, squared_errors, n_effective):
     return int(tied[np.argmin(squared_errors[tied])])
 
 
-def select_bandwidth(
-    kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None, rescored=True
-):
+def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None):
     """Choose the bandwidth of a radial kernel with its penalty, by the criterion of :func:`select_alpha`.
 
     The candidates are ``kernel.bandwidth * BANDWIDTH_FACTORS``; each scored one
@@ -363,9 +341,7 @@ def select_bandwidth(
     whole grid, the search starts at the scale rule and its octaves either side,
     walks an octave at a time while the error falls, and then scores the two
     half-octave neighbours of the best octave: five or six of the nine candidates
-    where the error has one minimum.  The candidates are ranked on spectra in
-    ``RANKING_DTYPE`` (float32: under half float64's time); the one kept is scored
-    again in float64 (``rescored``), which gives its penalty, criterion and solution.
+    where the error has one minimum.
 
     Parameters
     ----------
@@ -375,10 +351,6 @@ def select_bandwidth(
         As for :func:`select_alpha` (scored without a coverage gate).
     widest : float or None, default=None
         The largest factor of the scale rule scored (None: the whole grid).
-    rescored : bool, default=True
-        Score the kept bandwidth again in float64 (for a caller that reads its
-        penalty or model); otherwise its selection is the ranking's, without a
-        solution.
 
     Returns
     -------
@@ -390,15 +362,10 @@ def select_bandwidth(
     bandwidths = scale * factors
     scored = {}
 
-    def scored_at(index, ranking):
-        candidate = clone(kernel).set_params(bandwidth=float(bandwidths[index]))
-        return select_alpha(
-            candidate, X, Y, weights, subsample_size, classes=classes, penalties=penalties, ranking=ranking
-        )
-
     def score(index):
         if index not in scored:
-            scored[index] = scored_at(index, ranking=True)
+            candidate = clone(kernel).set_params(bandwidth=float(bandwidths[index]))
+            scored[index] = select_alpha(candidate, X, Y, weights, subsample_size, classes=classes, penalties=penalties)
         return scored[index].criterion
 
     best = _walk_octaves(score, int(np.argmin(np.abs(np.log(factors)))), len(bandwidths))
@@ -415,8 +382,9 @@ def select_bandwidth(
     else:
         n_effective = X.shape[0] if weights is None else _effective_rows(weights)
         best = best_classifier(errors, np.where(np.isnan(squared), np.inf, squared), n_effective)
-    kept = scored_at(best, ranking=False) if rescored else scored[best]
-    return BandwidthSelection(float(bandwidths[best]), scale, bandwidths, errors, kept, time.perf_counter() - tic)
+    return BandwidthSelection(
+        float(bandwidths[best]), scale, bandwidths, errors, scored[best], time.perf_counter() - tic
+    )
 
 
 def _effective_rows(weights):
@@ -539,7 +507,7 @@ class _CentredBasis:
         return cls(squares, to_basis.T @ cross, target_mean, basis_blocks)
 
     @classmethod
-    def of_kernel(cls, kernel, X, Y, w, ranking=False):
+    def of_kernel(cls, kernel, X, Y, w):
         """Every row a feature: one eigendecomposition of the weighted, centred ``K(X, X)``.
 
         ``Phi Phi^T = K``, so ``Q`` and ``S^2`` are the eigenvectors and eigenvalues of
@@ -548,8 +516,6 @@ class _CentredBasis:
         pays at every candidate.  Only directions below float64's resolution are
         dropped (no Nystrom floor): the errors are those of kernel ridge on these rows
         (to 7e-7 of a brute-force refit at the smallest penalty, 1e-11 at 1e-4).
-        With ``ranking`` the eigendecomposition is ``RANKING_DTYPE``'s and keeps the
-        directions above ``_RANKING_RESOLVABLE`` (see there).
         """
         X = X.double()
         gram = kernel_matrix(kernel, X)
@@ -559,12 +525,7 @@ class _CentredBasis:
         centred = gram - row_means[:, None] - row_means[None, :] + (w @ row_means) / total
         sqrt_w = w.sqrt()
         centred = sqrt_w[:, None] * centred * sqrt_w[None, :]
-        symmetric = (centred + centred.T) / 2.0
-        if ranking:
-            values, vectors = torch.linalg.eigh(symmetric.to(RANKING_DTYPE))
-            squares, basis = _leading(values.double(), vectors.double(), _RANKING_RESOLVABLE)
-        else:
-            squares, basis = _leading(*torch.linalg.eigh(symmetric), _RESOLVABLE)
+        squares, basis = _leading(*torch.linalg.eigh((centred + centred.T) / 2.0), _RESOLVABLE)
         target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
         coordinates = basis.T @ (sqrt_w[:, None] * (Y.double() - target_mean))
 

@@ -10,9 +10,7 @@ from skgpu_kernel.kernels import Gaussian, Laplacian, auto_bandwidth
 from skgpu_kernel.regularization import (
     BANDWIDTH_FACTORS,
     PENALTY_GRID,
-    RANKING_DTYPE,
     ClassCodes,
-    select_alpha,
     select_bandwidth,
 )
 
@@ -92,78 +90,6 @@ def test_the_search_scores_a_brute_force_leave_one_out(n_classes):
     assert search.errors[np.flatnonzero(search.bandwidths == search.bandwidth)[0]] <= lowest + np.sqrt(
         lowest * (1 - lowest) / n_effective
     )
-
-
-def test_the_candidates_are_ranked_on_float32_spectra_and_the_kept_one_is_scored_again_in_float64(monkeypatch):
-    decomposed = []
-    eigh = torch.linalg.eigh
-
-    def recorded(matrix, *args, **kwargs):
-        decomposed.append(matrix.dtype)
-        return eigh(matrix, *args, **kwargs)
-
-    monkeypatch.setattr(torch.linalg, "eigh", recorded)
-    X, y, _ = _kernel_expansion(0.5, 0, n=400)
-    X_t, Y = torch.as_tensor(X), torch.as_tensor(y - y.mean())[:, None]
-    search = select_bandwidth(Gaussian(bandwidth=auto_bandwidth(X)), X_t, Y, None, 400)
-    assert RANKING_DTYPE == torch.float32
-    assert decomposed == [torch.float32] * int(np.isfinite(search.errors).sum()) + [torch.float64]
-    exact = select_alpha(Gaussian(bandwidth=search.bandwidth), X_t, Y, None, 400)
-    assert search.selection.penalty == exact.penalty
-    np.testing.assert_array_equal(search.selection.loo_errors, exact.loo_errors)
-    torch.testing.assert_close(search.selection.solution.coef, exact.solution.coef, rtol=0, atol=0)
-
-
-def test_a_ranking_spectrum_keeps_only_the_directions_float32_resolves():
-    from skgpu_kernel.regularization import _CentredBasis
-
-    X = torch.as_tensor(np.random.RandomState(0).randn(300, 2))
-    kernel = Gaussian(bandwidth=4.0 * auto_bandwidth(X.numpy()))
-    Y, w = torch.ones(300, 1, dtype=torch.float64), torch.ones(300, dtype=torch.float64)
-    exact = _CentredBasis.of_kernel(kernel, X, Y, w)
-    ranked = _CentredBasis.of_kernel(kernel, X, Y, w, ranking=True)
-    # A wide Gaussian's spectrum decays fast: float64 resolves directions float32 cannot.
-    assert (exact.squares < 1e-5 * exact.squares.max()).any()
-    assert (ranked.squares >= 1e-5 * ranked.squares.max()).all()
-    assert ranked.n_features < exact.n_features
-    assert ranked.solution(1.0) is not None and ranked.basis.dtype == torch.float64
-
-
-@pytest.mark.parametrize(
-    ("alpha_scored", "searched", "n_rows", "read"),
-    [
-        (True, 1000, 1000, True),  # every row searched: the criterion's selection and model
-        (True, 1500, 1500, True),
-        (True, 1500, 1501, False),  # the exact criterion scores every row again
-        (True, 1500, 2000, False),
-        (True, 1500, 2001, True),  # the Nystrom criterion, which may be gated: the search's alpha carried
-        (True, 1500, 2667, True),
-        (True, 1500, 2668, False),  # beyond the carry's ratio (10^(1/4))
-        (False, 1000, 1000, False),  # alpha given
-    ],
-)
-def test_the_search_scores_its_kept_bandwidth_in_float64_only_where_the_fit_reads_its_penalty(
-    alpha_scored, searched, n_rows, read
-):
-    from skgpu_kernel.planning.kernel_policy import search_penalty_read
-
-    assert search_penalty_read(alpha_scored, searched, n_rows) is read
-
-
-def test_a_fit_the_exact_criterion_scores_again_decomposes_no_float64_search_spectrum(monkeypatch):
-    decomposed = []
-    eigh = torch.linalg.eigh
-
-    def recorded(matrix, *args, **kwargs):
-        decomposed.append((matrix.shape[0], matrix.dtype))
-        return eigh(matrix, *args, **kwargs)
-
-    monkeypatch.setattr(torch.linalg, "eigh", recorded)
-    X, y, _ = _kernel_expansion(0.5, 0, n=1600)
-    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
-    assert (1500, torch.float32) in decomposed
-    assert [entry for entry in decomposed if entry[1] == torch.float64] == [(1600, torch.float64)]
-    assert model.bandwidth_selection_.selection.solution is None and model.alpha_selection_.n_rows == 1600
 
 
 def test_scale_is_the_rule_and_a_fixed_bandwidth_is_not_searched():

@@ -11,7 +11,7 @@ from sklearn.base import clone
 from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import searches_bandwidth
 from ..planning.kernel import auto_subsample_size
-from ..planning.kernel_policy import carries_subsample_penalty, search_penalty_read
+from ..planning.kernel_policy import carries_subsample_penalty
 from ..regularization import (
     BANDWIDTH_SEARCH_ROWS,
     LOO_MAX_ROWS,
@@ -84,9 +84,7 @@ def _tuned(request, runtime, plan):
     if (searched and continued is None) or policy.alpha is None:
         scored = LooRows.draw(data, kernel, runtime, parameters, LOO_MAX_ROWS if policy.alpha is None else 0)
         if searched and continued is None:
-            search = scored.search_bandwidth(
-                kernel, _search_penalties(policy, data), data.X.shape[0], alpha_scored=policy.alpha is None
-            )
+            search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0])
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
             log_fit(runtime, parameters, search.describe())
         if policy.alpha is None:
@@ -198,17 +196,14 @@ class LooRows:
         subsample = auto_subsample_size(self.n_rows)
         return select_alpha(kernel, self.X, self.Y, self.weights, subsample, min_coverage, classes=self.classes)
 
-    def search_bandwidth(self, kernel, penalties, n_rows, alpha_scored):
+    def search_bandwidth(self, kernel, penalties, n_rows):
         """:func:`~skgpu_kernel.regularization.select_bandwidth` on the first ``BANDWIDTH_SEARCH_ROWS`` rows.
 
         Every row searched is a feature, so the criterion is exact for a kernel
         machine on those rows.  Of ``n_rows`` rows in all, the bandwidth best for
         a subsample is at least as wide as the one best for every row (a model of
         more rows resolves finer detail), so a subsample's preference for a bandwidth
-        wider than the scale rule is not followed.  The kept bandwidth is scored
-        again in float64 where the fit reads its penalty
-        (:func:`~skgpu_kernel.planning.kernel_policy.search_penalty_read`, with
-        ``alpha_scored``: the criterion chooses ``alpha``).
+        wider than the scale rule is not followed.
         """
         count = min(self.n_rows, BANDWIDTH_SEARCH_ROWS)
         searched = self.head(count)
@@ -222,5 +217,4 @@ class LooRows:
             classes=searched.classes,
             penalties=penalties,
             widest=widest,
-            rescored=search_penalty_read(alpha_scored, count, n_rows),
         )

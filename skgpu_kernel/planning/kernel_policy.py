@@ -13,7 +13,7 @@ planners then size the fit with.
 import dataclasses
 from dataclasses import dataclass
 
-from .kernel import KernelProblem, auto_subsample_size
+from .kernel import KernelProblem
 from .parameters import KernelFitParameters
 from .solver import full_kernel_cg_factors, plan_alpha, plan_centers_solver, plan_full_kernel_solver
 
@@ -27,7 +27,6 @@ __all__ = [
     "direct_solve_bytes",
     "plan_direct_solve",
     "plan_kernel_fit",
-    "search_penalty_read",
 ]
 
 # The penalty alpha that the exact leave-one-out criterion chose on s rows (the
@@ -254,41 +253,3 @@ def carries_subsample_penalty(scored_rows, n_rows):
     bool
     """
     return n_rows <= PENALTY_CARRY_MAX_RATIO * scored_rows
-
-
-def search_penalty_read(alpha_scored, searched_rows, n_rows):
-    """Whether a fit reads the penalty its bandwidth search chose (the search then scores its bandwidth in float64).
-
-    It does where ``alpha`` is chosen by the criterion and either the search scored
-    every row (its selection is the criterion's, and its model the direct solve's)
-    or its ``alpha`` may be carried over (:func:`carries_subsample_penalty`) to a fit
-    past the Nystrom subsample whose features capture too little.  Elsewhere the
-    criterion is scored again, on every row, or ``alpha`` is given: the search gives
-    the bandwidth alone, from its float32 ranking, and a float64 eigendecomposition
-    (0.4 s at 1500 rows on the 2-core CPU) is saved.
-
-    Parameters
-    ----------
-    alpha_scored : bool
-        ``alpha`` is chosen by the leave-one-out criterion.
-    searched_rows : int
-        Rows the bandwidth search scores.
-    n_rows : int
-        Rows of the fit.
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> [search_penalty_read(True, 1500, n) for n in (1000, 1500, 1904, 2548, 2700, 5007)]
-    [True, True, False, True, False, False]
-    >>> search_penalty_read(False, 1000, 1000)
-    False
-    """
-    if not alpha_scored:
-        return False
-    if searched_rows >= n_rows:
-        return True
-    return n_rows > auto_subsample_size(n_rows) and carries_subsample_penalty(searched_rows, n_rows)
