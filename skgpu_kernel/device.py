@@ -342,6 +342,13 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
     At ``(rows x inner) @ (inner x columns)``, measured once per shape and process;
     0 where the device has no int8 product (``torch._int_mm``).  Processors with 8-bit
     dot-product instructions run it several times faster, others may not at all.
+    Where the first timed product (after the warm-up) is slower than ``torch.mm``'s
+    best, the repeats are skipped: the grid takes int8 products only where they run
+    twice as fast (``operator_facts.INTEGER_PRODUCTS_MIN_SPEEDUP``), which a repeat
+    could reach only by running in under half the first one's time.  On an AVX2-only
+    CPU (no 8-bit dot products) the int8 product ran at 0.05x float32's, and each of
+    its four timed calls took 0.4-0.8 s at a one-hot set's blocks (2048 x 192 x 2548,
+    DNA), paid for every new shape.
     """
     key = (str(device), "int8", rows, inner, columns)
     if key not in _MATMUL_RATES:
@@ -352,23 +359,33 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
         else:
             left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
             right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
+        flops = 2.0 * rows * inner * columns
+        float_seconds = flops / (matmul_gflops(device, dtype, rows, inner, columns) * 1e9)
         try:
-            seconds = _best_seconds(lambda: torch._int_mm(left, right), device)
+            seconds = _best_seconds(
+                lambda: torch._int_mm(left, right), device, enough=lambda best: best > float_seconds
+            )
         except (RuntimeError, NotImplementedError):
             seconds = math.inf
-        _MATMUL_RATES[key] = 2.0 * rows * inner * columns / seconds / 1e9
+        _MATMUL_RATES[key] = flops / seconds / 1e9
     return _MATMUL_RATES[key] / matmul_gflops(device, dtype, rows, inner, columns)
 
 
-def _best_seconds(run, device, repeats=3):
-    """The shortest of ``repeats`` timed calls of ``run`` after one warm-up."""
+def _best_seconds(run, device, repeats=3, enough=None):
+    """The shortest of ``repeats`` timed calls of ``run`` after one warm-up (itself timed).
+
+    ``enough(best)`` true after the first call past the warm-up stops there: the
+    time known is enough for the caller.
+    """
     best = math.inf
-    for _ in range(repeats + 1):
+    for call in range(repeats + 1):
         synchronize(device)
         tic = time.perf_counter()
         run()
         synchronize(device)
         best = min(best, time.perf_counter() - tic)
+        if call and enough is not None and enough(best):
+            break
     return max(best, 1e-9)
 
 

@@ -175,6 +175,26 @@ def test_integer_products_are_measured_against_torch_mm():
     assert np.isfinite(speedup) and speedup > 0
 
 
+@pytest.mark.parametrize(("float_gflops", "calls"), [(1e-6, 4), (1e6, 2)])
+def test_an_int8_probe_slower_than_the_float_product_stops_after_its_first_timed_call(monkeypatch, float_gflops, calls):
+    # The grid takes int8 products only at twice float's speed: one timed call slower than
+    # float's best decides it; where int8 may pay, the probe runs its warm-up and three calls.
+    from skgpu_kernel import device as device_module
+
+    int_mm, called = torch._int_mm, []
+
+    def counted(left, right):
+        called.append(1)
+        return int_mm(left, right)
+
+    monkeypatch.setattr(torch, "_int_mm", counted)
+    monkeypatch.setattr(device_module, "matmul_gflops", lambda *args: float_gflops)
+    monkeypatch.setattr(device_module, "_MATMUL_RATES", {})
+    speedup = integer_matmul_speedup(torch.device("cpu"), torch.float32, 96, 24, 80)
+    assert len(called) == calls
+    assert (speedup < 1) == (float_gflops > 1)
+
+
 def test_the_operator_plan_takes_the_grid_wherever_the_rows_lie_on_one_and_the_speed_picks_only_the_products():
     problem = KernelProblem(700, 40, 1, 4)
     grid = find_grid(_centred(_images()))
