@@ -15,7 +15,8 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
    no search, the normalised metric sets the scale) and ``alpha`` chosen by its rule,
    both kept for the path's later fits (as xRFM keeps one bandwidth and one penalty);
    estimate the average gradient outer product of each fitted predictor on a
-   planned subsample of the training rows (:func:`~skgpu_kernel.agop.average_gradient_outer_product`, through the kernel
+   planned subsample of the training rows
+   (:func:`~skgpu_kernel.agop.average_gradient_outer_product`, through the kernel
    operator of the kernel's gradient weight), set ``M = G^p`` divided by its
    largest entry (:data:`AGOP_POWER`; :func:`~skgpu_kernel.agop.metric_from_agop`),
    full or diagonal, and fit again; stop after ``feature_learning_iter`` updates or
@@ -28,8 +29,8 @@ xRFM (Beaglehole et al., 2025), around the package's one kernel fit
 Each kernel is tuned once (:func:`~skgpu_kernel.fit.tune.tune_kernel`:
 bandwidth and ``alpha`` by their rules, on every row): the plain kernel's tuning
 serves its candidate and its refit, the path kernel's (with ``M = I``, its penalty
-only) every step of the path and its refit.  A per-sample penalty carries over to the training rows'
-fits.  The plain kernel is tuned on every row as a fit without feature learning
+only) every step of the path and its refit.  A per-sample penalty carries over to
+the training rows' fits.  The plain kernel is tuned on every row as a fit without feature learning
 tunes it, so that the final fit of a kept plain model is that fit.
 
 The metric needs no kernel of its own: with ``M = L L^T`` (``L`` from

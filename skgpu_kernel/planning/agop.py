@@ -355,7 +355,7 @@ def plan_path_bandwidth(bandwidth):
     >>> plan_path_bandwidth("auto"), plan_path_bandwidth("scale"), plan_path_bandwidth(2.0)
     ('scale', 'scale', 2.0)
     """
-    return PATH_BANDWIDTH if isinstance(bandwidth, str) and bandwidth == "auto" else bandwidth
+    return _planned_for_auto(bandwidth, PATH_BANDWIDTH)
 
 
 def plan_path_subsample(subsample_size):
@@ -375,4 +375,9 @@ def plan_path_subsample(subsample_size):
     >>> plan_path_subsample("auto"), plan_path_subsample(3000)
     (1000, 3000)
     """
-    return PATH_SUBSAMPLE_SIZE if isinstance(subsample_size, str) and subsample_size == "auto" else subsample_size
+    return _planned_for_auto(subsample_size, PATH_SUBSAMPLE_SIZE)
+
+
+def _planned_for_auto(value, planned):
+    """``planned`` where the estimator's parameter ``value`` is ``"auto"``, else ``value`` as the user set it."""
+    return planned if isinstance(value, str) and value == "auto" else value
