@@ -339,36 +339,64 @@ def round_up_multiple(size, multiple):
 def integer_matmul_speedup(device, dtype, rows, inner, columns):
     """How many times faster an int8 product (summed in int32) runs than ``torch.mm`` in ``dtype``.
 
-    At ``(rows x inner) @ (inner x columns)``, measured once per shape and process;
-    0 where the device has no int8 product (``torch._int_mm``).  Processors with 8-bit
-    dot-product instructions run it several times faster, others may not at all.
+    At ``(rows x inner) @ (inner x columns)``; 0 where the device has no int8
+    product (``torch._int_mm``).  Processors with 8-bit dot-product instructions run
+    it several times faster, others may not at all.  Measured once per machine: the
+    answer is kept in the machine's probe store (see ``_probe_store``) for the
+    device, the torch version and the shape, as the throughput probes are, so that
+    later fits and processes read it instead of timing the products again.
+    """
+    key = repr((device_identity(device), ("int8 speedup", str(dtype), rows, inner, columns)))
+    if key not in _INT8_SPEEDUPS:
+        with locked_probe_store() as store:
+            speedup = _stored_rate(store.get(key)) if store is not None else None
+            if speedup is None:
+                speedup = _measured_integer_speedup(device, dtype, rows, inner, columns)
+                if store is not None:
+                    store[key] = speedup
+        _INT8_SPEEDUPS[key] = speedup
+    return _INT8_SPEEDUPS[key]
+
+
+# int8 speedups by (device identity, shape), filled from and saved to the probe store.
+_INT8_SPEEDUPS = {}
+
+
+def _stored_rate(stored):
+    """A stored speedup as a float, or None when the record is not a valid one."""
+    try:
+        rate = float(stored)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) and rate >= 0.0 else None
+
+
+def _measured_integer_speedup(device, dtype, rows, inner, columns):
+    """The int8 product's speed over ``torch.mm``'s, timed here (best of three after a warm-up).
+
     Where the first timed product (after the warm-up) is slower than ``torch.mm``'s
     best, the repeats are skipped: the grid takes int8 products only where they run
     twice as fast (``operator_facts.INTEGER_PRODUCTS_MIN_SPEEDUP``), which a repeat
     could reach only by running in under half the first one's time.  On an AVX2-only
     CPU (no 8-bit dot products) the int8 product ran at 0.05x float32's, and each of
     its four timed calls took 0.4-0.8 s at a one-hot set's blocks (2048 x 192 x 2548,
-    DNA), paid for every new shape.
+    DNA).
     """
-    key = (str(device), "int8", rows, inner, columns)
-    if key not in _MATMUL_RATES:
-        if device.type == "cuda":  # as the grid runs it there: padded, the right factor column-major
-            padded_rows, padded_columns = cuda_int8_shape(rows, columns)
-            left = torch.randint(-128, 128, (padded_rows, inner), dtype=torch.int8, device=device)
-            right = torch.randint(-128, 128, (padded_columns, inner), dtype=torch.int8, device=device).T
-        else:
-            left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
-            right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
-        flops = 2.0 * rows * inner * columns
-        float_seconds = flops / (matmul_gflops(device, dtype, rows, inner, columns) * 1e9)
-        try:
-            seconds = _best_seconds(
-                lambda: torch._int_mm(left, right), device, enough=lambda best: best > float_seconds
-            )
-        except (RuntimeError, NotImplementedError):
-            seconds = math.inf
-        _MATMUL_RATES[key] = flops / seconds / 1e9
-    return _MATMUL_RATES[key] / matmul_gflops(device, dtype, rows, inner, columns)
+    if device.type == "cuda":  # as the grid runs it there: padded, the right factor column-major
+        padded_rows, padded_columns = cuda_int8_shape(rows, columns)
+        left = torch.randint(-128, 128, (padded_rows, inner), dtype=torch.int8, device=device)
+        right = torch.randint(-128, 128, (padded_columns, inner), dtype=torch.int8, device=device).T
+    else:
+        left = torch.randint(-128, 128, (rows, inner), dtype=torch.int8, device=device)
+        right = torch.randint(-128, 128, (inner, columns), dtype=torch.int8, device=device)
+    flops = 2.0 * rows * inner * columns
+    float_gflops = matmul_gflops(device, dtype, rows, inner, columns)
+    float_seconds = flops / (float_gflops * 1e9)
+    try:
+        seconds = _best_seconds(lambda: torch._int_mm(left, right), device, enough=lambda best: best > float_seconds)
+    except (RuntimeError, NotImplementedError):
+        return 0.0
+    return flops / seconds / 1e9 / float_gflops
 
 
 def _best_seconds(run, device, repeats=3, enough=None):

@@ -1,5 +1,7 @@
 """Data on a common grid: detection, codes, exact distances, and the cache filled from them."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -175,10 +177,9 @@ def test_integer_products_are_measured_against_torch_mm():
     assert np.isfinite(speedup) and speedup > 0
 
 
-@pytest.mark.parametrize(("float_gflops", "calls"), [(1e-6, 4), (1e6, 2)])
-def test_an_int8_probe_slower_than_the_float_product_stops_after_its_first_timed_call(monkeypatch, float_gflops, calls):
-    # The grid takes int8 products only at twice float's speed: one timed call slower than
-    # float's best decides it; where int8 may pay, the probe runs its warm-up and three calls.
+@pytest.fixture
+def counted_int8_products(monkeypatch, tmp_path):
+    """A fresh probe store and in-process cache; the list gains one entry per int8 product run."""
     from skgpu_kernel import device as device_module
 
     int_mm, called = torch._int_mm, []
@@ -188,11 +189,47 @@ def test_an_int8_probe_slower_than_the_float_product_stops_after_its_first_timed
         return int_mm(left, right)
 
     monkeypatch.setattr(torch, "_int_mm", counted)
+    monkeypatch.setenv("SKGPU_KERNEL_PROBE_DIR", str(tmp_path))
+    monkeypatch.setattr(device_module, "_INT8_SPEEDUPS", {})
+    return called
+
+
+@pytest.mark.parametrize(("float_gflops", "calls"), [(1e-6, 4), (1e6, 2)])
+def test_an_int8_probe_slower_than_the_float_product_stops_after_its_first_timed_call(
+    monkeypatch, counted_int8_products, float_gflops, calls
+):
+    # The grid takes int8 products only at twice float's speed: one timed call slower than
+    # float's best decides it; where int8 may pay, the probe runs its warm-up and three calls.
+    from skgpu_kernel import device as device_module
+
     monkeypatch.setattr(device_module, "matmul_gflops", lambda *args: float_gflops)
-    monkeypatch.setattr(device_module, "_MATMUL_RATES", {})
     speedup = integer_matmul_speedup(torch.device("cpu"), torch.float32, 96, 24, 80)
-    assert len(called) == calls
+    assert len(counted_int8_products) == calls
     assert (speedup < 1) == (float_gflops > 1)
+
+
+def test_the_int8_speedup_is_measured_once_per_machine_and_shape(monkeypatch, counted_int8_products, tmp_path):
+    from skgpu_kernel import device as device_module
+
+    cpu = torch.device("cpu")
+    first = integer_matmul_speedup(cpu, torch.float32, 96, 24, 80)
+    measured = len(counted_int8_products)
+    assert measured >= 2
+    monkeypatch.setattr(device_module, "_INT8_SPEEDUPS", {})  # another process on the same machine
+    assert integer_matmul_speedup(cpu, torch.float32, 96, 24, 80) == first
+    assert len(counted_int8_products) == measured, "read from the probe store, not timed again"
+    integer_matmul_speedup(cpu, torch.float32, 96, 24, 88)
+    assert len(counted_int8_products) > measured, "another shape is measured"
+    store = tmp_path / "throughput_probes.json"
+    records = json.loads(store.read_text())
+    assert len(records) == 2
+    for key in records:
+        records[key] = "not a rate"
+    store.write_text(json.dumps(records))
+    monkeypatch.setattr(device_module, "_INT8_SPEEDUPS", {})
+    again = len(counted_int8_products)
+    assert np.isfinite(integer_matmul_speedup(cpu, torch.float32, 96, 24, 80))
+    assert len(counted_int8_products) > again, "a record that is not a rate is measured again"
 
 
 def test_the_operator_plan_takes_the_grid_wherever_the_rows_lie_on_one_and_the_speed_picks_only_the_products():
