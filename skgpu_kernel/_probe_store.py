@@ -27,7 +27,7 @@ try:  # POSIX; elsewhere the store is used without a lock
 except ImportError:  # pragma: no cover
     fcntl = None
 
-__all__ = ["cpu_info", "device_identity", "locked_probe_store", "probe_store_path"]
+__all__ = ["device_identity", "locked_probe_store", "probe_store_path"]
 
 _FILE_NAME = "throughput_probes.json"
 
@@ -43,20 +43,15 @@ def probe_store_path():
     return os.path.join(directory, _FILE_NAME)
 
 
-def cpu_info(field):
-    """The first value of ``field`` in ``/proc/cpuinfo`` ("model name", "vendor_id"), or "" where there is none."""
+def _cpu_model():
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.split(":", 1)[0].strip() == field:
+                if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return ""
-
-
-def _cpu_model():
-    return cpu_info("model name") or platform.processor() or platform.machine()
+    return platform.processor() or platform.machine()
 
 
 def device_identity(device):

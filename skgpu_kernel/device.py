@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._probe_store import cpu_info, device_identity, locked_probe_store
+from ._probe_store import device_identity, locked_probe_store
 from ._warnings import warn_user
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "available_memory",
     "batch_limit",
     "column_block_size",
-    "cpu_vendor",
     "cuda_int8_shape",
     "default_memory_budget",
     "exact_gram_row_block",
@@ -289,11 +288,6 @@ def exact_gram_row_block(n_centers):
     Their float64 blocks then add at most an eighth to the factor they fill.
     """
     return max(math.ceil(n_centers / 8), 1)
-
-
-def cpu_vendor():
-    """The CPU's vendor as the processor reports it ("GenuineIntel", "AuthenticAMD"), or "" where unknown."""
-    return cpu_info("vendor_id")
 
 
 def synchronize(device):

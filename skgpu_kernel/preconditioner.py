@@ -24,7 +24,6 @@ import torch
 
 from ._warnings import warn_user
 from .blockwise import kernel_diagonal_max
-from .linalg import symmetric_eigh
 from .operators import EvaluatedOperator, OperatorBlocks, kernel_matrix, widened
 
 __all__ = [
@@ -79,7 +78,7 @@ def nystrom_eigensystem(kernel, X_subsample, precision=torch.float64):
     gram = kernel_matrix(kernel, sample)
     kernel.require_finite(gram, X_subsample.dtype)
     gram = (gram + gram.T) / (2.0 * s)
-    values, vectors = symmetric_eigh(gram.to(precision))
+    values, vectors = torch.linalg.eigh(gram.to(precision))
     values = torch.flip(values, dims=[0]).to(torch.float64).clamp_min_(0.0)
     vectors = torch.flip(vectors, dims=[1]).to(torch.float64) / math.sqrt(s)
     return values.cpu().numpy(), vectors

@@ -56,7 +56,6 @@ import numpy as np
 import torch
 from sklearn.base import clone
 
-from .linalg import symmetric_eigh
 from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
 from .preconditioner import nystrom_eigensystem
 from .solvers.solution import Solution
@@ -498,7 +497,7 @@ class _CentredBasis:
         target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
         gram -= total * torch.outer(feature_mean, feature_mean)
         cross -= total * torch.outer(feature_mean, target_mean)
-        squares, vectors = _leading(*symmetric_eigh(gram), _RESOLVABLE)
+        squares, vectors = _leading(*torch.linalg.eigh(gram), _RESOLVABLE)
         to_basis = vectors * squares.rsqrt()  # Q = W^{1/2} (Phi - 1 m^T) V S^-1
 
         def basis_blocks():
@@ -526,7 +525,7 @@ class _CentredBasis:
         centred = gram - row_means[:, None] - row_means[None, :] + (w @ row_means) / total
         sqrt_w = w.sqrt()
         centred = sqrt_w[:, None] * centred * sqrt_w[None, :]
-        squares, basis = _leading(*symmetric_eigh((centred + centred.T) / 2.0), _RESOLVABLE)
+        squares, basis = _leading(*torch.linalg.eigh((centred + centred.T) / 2.0), _RESOLVABLE)
         target_mean = (w[:, None] * Y.double()).sum(dim=0) / total
         coordinates = basis.T @ (sqrt_w[:, None] * (Y.double() - target_mean))
 
@@ -560,7 +559,7 @@ class _CentredBasis:
 
 
 def _leading(values, vectors, relative_floor):
-    """The eigenpairs of :func:`~skgpu_kernel.linalg.symmetric_eigh` above ``relative_floor`` of the largest."""
+    """The eigenpairs of ``torch.linalg.eigh`` whose value exceeds ``relative_floor`` of the largest."""
     keep = values > values.max() * relative_floor
     return values[keep], vectors[:, keep]
 
