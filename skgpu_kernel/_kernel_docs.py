@@ -21,19 +21,29 @@ default="gaussian"
         :func:`~skgpu_kernel.kernels.auto_bandwidth`).  ``"auto"`` chooses it with the
         penalty: the bandwidths ``scale * 2 ** (k / 2)`` for ``k`` from -6 to 2 are
         scored by the exact leave-one-out error of the kernel ridge model on a random
-        subsample of at most 1500 rows (every one of them a center; for every
+        subsample of at most ``bandwidth_search_size`` rows (every one a center; for every
         penalty at once, or at the given ``alpha``), starting at the rule and walking
         downhill an octave at a time, then half an octave (five or six of the nine);
         the criterion is the classifier's misclassification rate and the regressor's
         squared error.  With more rows than that, a bandwidth wider than the rule is
         not taken (the subsample's best bandwidth is at least as wide as all rows').
-        It costs about 1 s per bandwidth on a 2-core CPU at 1500 rows (less below);
+        It costs about 0.4 s per bandwidth on a 2-core CPU at 1500 rows (less below);
         ``bandwidth_selection_`` records the grid, the errors and the time.  On the
         classification sets of ``benchmarks/bench_real_data.py`` it chose half an
         octave below the rule on LetterRecognition (test error 0.027 instead of
         0.031) and an octave below on Glass.
     kernel_params : dict, default=None
         Further arguments of a named kernel, e.g. ``{"nu": 2.5}`` for Matern.
+    bandwidth_search_size : int >= 2 or "auto", default="auto"
+        Rows the search of ``bandwidth="auto"`` scores (a seeded random subsample,
+        every row a center): ``"auto"`` takes 1500
+        (:func:`~skgpu_kernel.planning.kernel.plan_bandwidth_search_rows`).  Each
+        bandwidth scored costs an eigendecomposition of this size, so the search's
+        time grows with its cube (a 1500-row eigendecomposition takes about 0.3 s
+        in float64 on a 2-core CPU): more rows buy a search closer to the fit's
+        own rows when a fit is worth the time, fewer a faster one.  With more
+        training rows than this, no bandwidth wider than the scale rule is taken.
+        Ignored where the bandwidth is given.
     alpha : float >= 0, "auto" or "loo", default="auto"
         Ridge penalty of the one model every solver converges to:
         ``f(x) = sum_j a_j k(z_j, x) + b`` minimising ``sum_i w_i (f(x_i) - y_i)^2 +
@@ -59,7 +69,7 @@ default="gaussian"
         misses for noise (Fashion-MNIST: coverage 0.87, and its penalty cost 1.5
         points of accuracy; the tabular sets of ``benchmarks/bench_real_data.py``:
         0.97 to 0.998, where it beat early stopping by up to 7%).  Below that
-        coverage, a fit of at most 1.78 times the 1500 rows that ``bandwidth="auto"``
+        coverage, a fit of at most 1.78 times the rows that ``bandwidth="auto"``
         scored exactly takes the search's ``alpha`` as it is instead
         (``alpha_selection_.carried``; DNA, coverage 0.475: 9% lower test error).  The classifier's
         criterion is the leave-one-out misclassification rate (among the penalties

@@ -43,6 +43,32 @@ from .tables import COLUMN_SCALINGS, as_pandas, fit_table_encoding, is_table, ro
 
 __all__ = ["AdaptiveKernelClassifier", "AdaptiveKernelRegressor"]
 
+# The estimators' parameters the fit reads as they are, under their own names
+# (fields of KernelFitParameters; the others are resolved or renamed in _fit_parameters).
+_FIT_READS = (
+    "kernel",
+    "bandwidth",
+    "kernel_params",
+    "bandwidth_search_size",
+    "solver",
+    "alpha",
+    "early_stopping",
+    "distributed",
+    "batch_size",
+    "subsample_size",
+    "cache_kernel",
+    "projection",
+    "fit_intercept",
+    "validation_fraction",
+    "n_components",
+    "damping",
+    "n_epochs",
+    "tol",
+    "n_iter_no_change",
+    "feature_learning",
+    "feature_learning_iter",
+)
+
 
 class _BaseAdaptiveKernel(BaseEstimator):
     """Shared parameters, fit and decision function of the EigenPro estimators."""
@@ -57,6 +83,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "n_components": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "subsample_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "bandwidth_search_size": [Interval(Integral, 2, None, closed="left"), StrOptions({"auto"})],
         "damping": [Interval(Real, 0, 1, closed="right")],
         "scaling_rule": [StrOptions(set(SCALING_RULES)), ScalingRule],
         "early_stopping": ["boolean", StrOptions({"auto"})],
@@ -88,6 +115,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         bandwidth="auto",
         *,
         kernel_params=None,
+        bandwidth_search_size="auto",
         alpha="auto",
         fit_intercept=True,
         n_epochs=100,
@@ -121,6 +149,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         self.kernel = kernel
         self.bandwidth = bandwidth
         self.kernel_params = kernel_params
+        self.bandwidth_search_size = bandwidth_search_size
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.n_epochs = n_epochs
@@ -285,31 +314,12 @@ class _BaseAdaptiveKernel(BaseEstimator):
 
     def _fit_parameters(self):
         return KernelFitParameters(
-            kernel=self.kernel,
-            bandwidth=self.bandwidth,
-            kernel_params=self.kernel_params,
-            solver=self.solver,
-            alpha=self.alpha,
-            early_stopping=self.early_stopping,
+            **{name: getattr(self, name) for name in _FIT_READS},
             classifier=is_classifier(self),
-            distributed=self.distributed,
-            batch_size=self.batch_size,
-            subsample_size=self.subsample_size,
-            cache_kernel=self.cache_kernel,
-            projection=self.projection,
-            fit_intercept=self.fit_intercept,
-            validation_fraction=self.validation_fraction,
-            n_components=self.n_components,
-            damping=self.damping,
             scaling_rule=resolve_scaling_rule(self.scaling_rule),
-            n_epochs=self.n_epochs,
-            tol=self.tol,
-            n_iter_no_change=self.n_iter_no_change,
             validation_score=self._validation_score,
             name=type(self).__name__,
             cache_dtype=self.kernel_cache_dtype,
-            feature_learning=self.feature_learning,
-            feature_learning_iter=self.feature_learning_iter,
         )
 
     def _resolve_devices(self):
@@ -483,6 +493,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
         bandwidth="auto",
         *,
         kernel_params=None,
+        bandwidth_search_size="auto",
         alpha="auto",
         fit_intercept=True,
         n_epochs=100,
@@ -518,6 +529,7 @@ class AdaptiveKernelClassifier(ClassifierMixin, _BaseAdaptiveKernel):
             kernel,
             bandwidth,
             kernel_params=kernel_params,
+            bandwidth_search_size=bandwidth_search_size,
             alpha=alpha,
             fit_intercept=fit_intercept,
             n_epochs=n_epochs,

@@ -57,6 +57,7 @@ import torch
 from sklearn.base import clone
 
 from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
+from .planning.kernel import BANDWIDTH_SEARCH_ROWS
 from .preconditioner import nystrom_eigensystem
 from .solvers.solution import Solution
 
@@ -78,14 +79,6 @@ __all__ = [
 PENALTY_GRID = np.logspace(-9, 0, 37)
 # Rows scored at most (the caller's cap): the cost grows as rows x s^2.
 LOO_MAX_ROWS = 100_000
-# Rows the bandwidth search scores, every one of them a feature (the caller's cap),
-# so that its criterion is the exact leave-one-out error of the kernel machine on
-# those rows.  A Nystrom model on a subsample of many more rows favours wide
-# bandwidths, whose functions its features can represent: on LetterRecognition
-# (10000 rows, 2000 features) it ranked 1.41 worst of five bandwidths and 2.83 best,
-# where the kernel machine on all 16000 rows had test error 0.0255 at 1.41 and 0.031
-# at 2.83.  Each candidate costs one eigendecomposition of this size.
-BANDWIDTH_SEARCH_ROWS = 1500
 # bandwidth="auto": the candidates, as multiples of the scale rule, half an octave apart.
 # Below the rule because that is where it misses (halving it cut the test error by
 # 10% on a 5000-row and by half on a 46000-row multiclass set; doubling it cost 12%).

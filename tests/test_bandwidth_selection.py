@@ -120,17 +120,37 @@ def test_a_given_alpha_is_the_only_penalty_the_search_scores():
     np.testing.assert_allclose(model.bandwidth_selection_.selection.penalties, [0.5 / 400])
 
 
-def test_beyond_the_searched_rows_no_bandwidth_wider_than_the_rule_is_taken(monkeypatch):
-    from skgpu_kernel.fit import tune
-
-    monkeypatch.setattr(tune, "BANDWIDTH_SEARCH_ROWS", 200)
+def test_beyond_the_searched_rows_no_bandwidth_wider_than_the_rule_is_taken():
     X, y, _ = _kernel_expansion(4.0, seed=6, n=600)  # smooth data: the searched rows prefer a wide kernel
-    model = AdaptiveKernelRegressor(random_state=0).fit(X, y)
+    model = AdaptiveKernelRegressor(bandwidth_search_size=200, random_state=0).fit(X, y)
     selection = model.bandwidth_selection_
     assert selection.selection.n_rows == 200 and selection.bandwidth == selection.scale
     assert np.all(selection.bandwidths <= selection.scale)
     every_row = AdaptiveKernelRegressor(random_state=0).fit(X[:200], y[:200])
     assert every_row.bandwidth_ > every_row.bandwidth_selection_.scale
+
+
+@pytest.mark.parametrize(
+    ("bandwidth_search_size", "n_rows", "searched"),
+    [("auto", 1000, 1000), ("auto", 1600, 1500), (300, 1000, 300), (2000, 1600, 1600)],
+)
+def test_the_search_scores_bandwidth_search_size_rows_or_every_row(bandwidth_search_size, n_rows, searched):
+    X, y, _ = _kernel_expansion(1.0, seed=8, n=n_rows)
+    model = AdaptiveKernelRegressor(
+        bandwidth_search_size=bandwidth_search_size, solver="cg", feature_learning=None, random_state=0
+    )
+    model.fit(X, y)
+    assert model.bandwidth_selection_.selection.n_rows == searched
+    if searched == n_rows:  # every row searched, each a feature: the search's penalty is the criterion's
+        assert model.alpha_ == model.bandwidth_selection_.selection.alpha
+
+
+def test_bandwidth_search_size_is_ignored_where_the_bandwidth_is_given():
+    X, y, _ = _kernel_expansion(1.0, seed=9, n=300)
+    given = AdaptiveKernelRegressor(bandwidth=1.0, bandwidth_search_size=50, random_state=0).fit(X, y)
+    plain = AdaptiveKernelRegressor(bandwidth=1.0, random_state=0).fit(X, y)
+    assert given.bandwidth_selection_ is None
+    np.testing.assert_array_equal(given.predict(X), plain.predict(X))
 
 
 def test_verbose_prints_the_search(capsys):

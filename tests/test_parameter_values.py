@@ -34,6 +34,8 @@ CONTEXT = {
     ("bandwidth", "number"): {},
     ("kernel_params", None): {},
     ("kernel_params", "dict"): {"kernel": "matern"},
+    ("bandwidth_search_size", "auto"): {},
+    ("bandwidth_search_size", "number"): {},
     ("alpha", "auto"): {},
     ("alpha", "loo"): {},
     ("alpha", "number"): {"alpha": 0.1},
@@ -118,6 +120,7 @@ NUMBER = {
     "batch_size": 32,
     "n_components": 20,
     "subsample_size": 100,
+    "bandwidth_search_size": 120,
     "tol": 1e-3,
     "memory_budget": 2**28,
     "n_centers": 60,
@@ -203,3 +206,19 @@ def test_every_documented_value_fits(monkeypatch, capsys, estimator, parameter, 
     assert capsys.readouterr().out  # verbose printed the path's decisions
     assert np.all(np.isfinite(model.predict(X)))
     assert model.fit_check_ is not None and model.fit_check_["passed"], model.fit_check_
+
+
+def test_the_fit_reads_every_parameter_it_has_a_field_for():
+    # A field of KernelFitParameters that the shell does not fill would silently keep its default.
+    import dataclasses
+
+    from skgpu_kernel.kernel_machines import _FIT_READS
+    from skgpu_kernel.planning.parameters import KernelFitParameters
+
+    resolved_or_renamed = {"classifier", "scaling_rule", "validation_score", "name", "cache_dtype"}
+    fields = {field.name for field in dataclasses.fields(KernelFitParameters)}
+    assert set(_FIT_READS) | resolved_or_renamed == fields
+    for estimator in (AdaptiveKernelRegressor, AdaptiveKernelClassifier):
+        assert set(_FIT_READS) <= set(estimator().get_params())
+    parameters = AdaptiveKernelRegressor(bandwidth_search_size=321, feature_learning_iter=3)._fit_parameters()
+    assert parameters.bandwidth_search_size == 321 and parameters.feature_learning_iter == 3

@@ -10,10 +10,9 @@ from sklearn.base import clone
 
 from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import searches_bandwidth
-from ..planning.kernel import auto_subsample_size
+from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
 from ..planning.kernel_policy import carries_subsample_penalty
 from ..regularization import (
-    BANDWIDTH_SEARCH_ROWS,
     LOO_MAX_ROWS,
     PENALTY_GRID,
     ClassCodes,
@@ -82,9 +81,11 @@ def _tuned(request, runtime, plan):
         kernel = clone(kernel).set_params(bandwidth=continued)
     search, selection, scored_rows = None, None, None
     if (searched and continued is None) or policy.alpha is None:
-        scored = LooRows.draw(data, kernel, runtime, parameters, LOO_MAX_ROWS if policy.alpha is None else 0)
+        search_rows = plan_bandwidth_search_rows(parameters.bandwidth_search_size)
+        criterion_rows = LOO_MAX_ROWS if policy.alpha is None else 0
+        scored = LooRows.draw(data, kernel, runtime, parameters, max(criterion_rows, search_rows))
         if searched and continued is None:
-            search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0])
+            search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0], search_rows)
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
             log_fit(runtime, parameters, search.describe())
         if policy.alpha is None:
@@ -165,13 +166,13 @@ class LooRows:
 
     @classmethod
     def draw(cls, data, kernel, runtime, parameters, count):
-        """``max(count, BANDWIDTH_SEARCH_ROWS)`` seeded random rows of ``data``, or all (the first s: the subsample)."""
+        """``count`` seeded random rows of ``data``, or all (the first s: the subsample)."""
         device = runtime.devices[0]
         intercept = target_intercept(parameters.fit_intercept, data.Y, data.weights)
         to_device = DeviceCopier(device, torch.float64, kernel_offset(kernel, data.X))
         # Drawn from a copy of the fit's generator, so that choosing alpha leaves the fit's own
         # draws (validation split, epoch orders) as they would be with alpha given.
-        rows = copy.deepcopy(runtime.rng).permutation(data.X.shape[0])[: max(count, BANDWIDTH_SEARCH_ROWS)]
+        rows = copy.deepcopy(runtime.rng).permutation(data.X.shape[0])[:count]
         w = None if data.equal_weights else torch.as_tensor(data.weights[rows], dtype=torch.float64, device=device)
         classes = None
         if parameters.classifier:
@@ -196,8 +197,8 @@ class LooRows:
         subsample = auto_subsample_size(self.n_rows)
         return select_alpha(kernel, self.X, self.Y, self.weights, subsample, min_coverage, classes=self.classes)
 
-    def search_bandwidth(self, kernel, penalties, n_rows):
-        """:func:`~skgpu_kernel.regularization.select_bandwidth` on the first ``BANDWIDTH_SEARCH_ROWS`` rows.
+    def search_bandwidth(self, kernel, penalties, n_rows, search_rows):
+        """:func:`~skgpu_kernel.regularization.select_bandwidth` on the first ``search_rows`` rows.
 
         Every row searched is a feature, so the criterion is exact for a kernel
         machine on those rows.  Of ``n_rows`` rows in all, the bandwidth best for
@@ -205,7 +206,7 @@ class LooRows:
         more rows resolves finer detail), so a subsample's preference for a bandwidth
         wider than the scale rule is not followed.
         """
-        count = min(self.n_rows, BANDWIDTH_SEARCH_ROWS)
+        count = min(self.n_rows, search_rows)
         searched = self.head(count)
         widest = None if count >= n_rows else 1.0
         return select_bandwidth(

@@ -14,6 +14,7 @@ import torch
 from ..device import column_block_size, rows_within_budget
 from ..operator_facts import OperatorBlocks
 from ._account import MemoryAccount
+from .parameters import planned_for_auto
 
 __all__ = [
     "AGOP_MAX_ROWS",
@@ -355,7 +356,7 @@ def plan_path_bandwidth(bandwidth):
     >>> plan_path_bandwidth("auto"), plan_path_bandwidth("scale"), plan_path_bandwidth(2.0)
     ('scale', 'scale', 2.0)
     """
-    return _planned_for_auto(bandwidth, PATH_BANDWIDTH)
+    return planned_for_auto(bandwidth, PATH_BANDWIDTH)
 
 
 def plan_path_subsample(subsample_size):
@@ -375,9 +376,4 @@ def plan_path_subsample(subsample_size):
     >>> plan_path_subsample("auto"), plan_path_subsample(3000)
     (1000, 3000)
     """
-    return _planned_for_auto(subsample_size, PATH_SUBSAMPLE_SIZE)
-
-
-def _planned_for_auto(value, planned):
-    """``planned`` where the estimator's parameter ``value`` is ``"auto"``, else ``value`` as the user set it."""
-    return planned if isinstance(value, str) and value == "auto" else value
+    return planned_for_auto(subsample_size, PATH_SUBSAMPLE_SIZE)

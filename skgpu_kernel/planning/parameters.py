@@ -11,7 +11,7 @@ planners ``batch_size``, ``subsample_size``, ``cache_kernel``, ``projection`` an
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["KernelFitParameters"]
+__all__ = ["KernelFitParameters", "planned_for_auto"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,9 @@ class KernelFitParameters:
     cache_dtype: str = "auto"
     feature_learning: str | None = None
     feature_learning_iter: int = 5
+    bandwidth_search_size: object = "auto"
+
+
+def planned_for_auto(value, planned):
+    """``planned`` where the estimator's parameter ``value`` is ``"auto"``, else ``value`` as the user set it."""
+    return planned if isinstance(value, str) and value == "auto" else value
