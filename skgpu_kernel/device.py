@@ -347,15 +347,33 @@ def integer_matmul_speedup(device, dtype, rows, inner, columns):
     later fits and processes read it instead of timing the products again.
     """
     key = repr((device_identity(device), ("int8 speedup", str(dtype), rows, inner, columns)))
-    if key not in _INT8_SPEEDUPS:
+    return _measured_once_per_machine(
+        _INT8_SPEEDUPS,
+        key,
+        lambda: _measured_integer_speedup(device, dtype, rows, inner, columns),
+        decode=_stored_rate,
+        encode=float,
+    )
+
+
+def _measured_once_per_machine(memo, key, measure, *, decode, encode, usable=lambda value: True):
+    """``memo[key]``, else the machine's stored record (``decode``), else ``measure()`` stored (``encode``).
+
+    A value that is not ``usable`` (a probe allowed a smaller batch than asked) is
+    measured again; ``decode`` returns None for a record that is not a valid one.
+    The store is read and written under its lock, so that concurrent fits on the
+    machine measure once.
+    """
+    value = memo.get(key)
+    if value is None or not usable(value):
         with locked_probe_store() as store:
-            speedup = _stored_rate(store.get(key)) if store is not None else None
-            if speedup is None:
-                speedup = _measured_integer_speedup(device, dtype, rows, inner, columns)
+            value = decode(store.get(key)) if store is not None else None
+            if value is None or not usable(value):
+                value = measure()
                 if store is not None:
-                    store[key] = speedup
-        _INT8_SPEEDUPS[key] = speedup
-    return _INT8_SPEEDUPS[key]
+                    store[key] = encode(value)
+        memo[key] = value
+    return value
 
 
 # int8 speedups by (device identity, shape), filled from and saved to the probe store.
@@ -495,20 +513,20 @@ def throughput_saturation_batch(run_batch, max_batch, device, cache_key=None, se
         return SaturationBatch(max_batch, {})
     if cache_key is None:
         return _saturation(_probe(run_batch, max_batch, device, settings), max_batch, settings.growth)
-    key = repr((device_identity(device), cache_key))
-    record = _CAPACITY_CACHE.get(key)
-    if record is None or record["ceiling"] < max_batch:
-        with locked_probe_store() as store:
-            record = _decoded(store.get(key)) if store is not None else None
-            if record is None or record["ceiling"] < max_batch:
-                record = {"ceiling": max_batch, "throughputs": _probe(run_batch, max_batch, device, settings)}
-                if store is not None:
-                    store[key] = {
-                        "ceiling": max_batch,
-                        "throughputs": {str(b): r for b, r in record["throughputs"].items()},
-                    }
-        _CAPACITY_CACHE[key] = record
+    record = _measured_once_per_machine(
+        _CAPACITY_CACHE,
+        repr((device_identity(device), cache_key)),
+        lambda: {"ceiling": max_batch, "throughputs": _probe(run_batch, max_batch, device, settings)},
+        decode=_decoded,
+        encode=_encoded,
+        usable=lambda record: record["ceiling"] >= max_batch,
+    )
     return _saturation(record["throughputs"], max_batch, settings.growth)
+
+
+def _encoded(record):
+    """A probe record as JSON stores it (batch sizes as strings)."""
+    return {"ceiling": record["ceiling"], "throughputs": {str(b): r for b, r in record["throughputs"].items()}}
 
 
 def _decoded(stored):

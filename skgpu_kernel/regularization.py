@@ -42,7 +42,7 @@ the smaller squared error (:func:`best_classifier`).
 :func:`select_bandwidth` scores a grid of bandwidths by the same criterion, for
 every penalty at once per bandwidth, on a subsample small enough that each of its
 rows is a feature (the criterion is then the exact leave-one-out error of the
-kernel machine on those rows; see ``BANDWIDTH_SEARCH_ROWS`` for why not a Nystrom
+kernel machine on those rows; see ``planning.kernel.BANDWIDTH_SEARCH_ROWS`` for why not a Nystrom
 model of more rows).
 """
 
@@ -57,13 +57,11 @@ import torch
 from sklearn.base import clone
 
 from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
-from .planning.kernel import BANDWIDTH_SEARCH_ROWS
 from .preconditioner import nystrom_eigensystem
 from .solvers.solution import Solution
 
 __all__ = [
     "BANDWIDTH_FACTORS",
-    "BANDWIDTH_SEARCH_ROWS",
     "LOO_MAX_ROWS",
     "PENALTY_GRID",
     "AlphaSelection",

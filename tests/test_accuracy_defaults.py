@@ -375,9 +375,9 @@ def test_below_the_coverage_the_searchs_exact_penalty_is_carried_over_to_a_few_m
     As it is (``alpha``), to a fit of up to ``PENALTY_CARRY_MAX_RATIO`` times the rows
     the search scored; the fit, penalised, is solved directly.  Beyond, early stopping.
     """
+    from skgpu_kernel.planning.kernel import BANDWIDTH_SEARCH_ROWS
     from skgpu_kernel.planning.kernel_policy import PENALTY_CARRY_MAX_RATIO
     from skgpu_kernel.planning.solver import LOO_MIN_COVERAGE
-    from skgpu_kernel.regularization import BANDWIDTH_SEARCH_ROWS
 
     within = int(PENALTY_CARRY_MAX_RATIO * BANDWIDTH_SEARCH_ROWS)
     X, y = _high_dimensional_problem(n=within)
