@@ -11,6 +11,7 @@ from skgpu_kernel.regularization import (
     BANDWIDTH_FACTORS,
     PENALTY_GRID,
     ClassCodes,
+    _half_octave_towards_the_better_octave,
     select_bandwidth,
 )
 
@@ -38,6 +39,36 @@ def test_auto_lands_within_one_grid_step_of_the_bandwidth_the_data_were_drawn_wi
     assert selection.scale == pytest.approx(auto_bandwidth(X))
     np.testing.assert_allclose(selection.bandwidths, selection.scale * BANDWIDTH_FACTORS)
     assert selection.errors[np.argmin(np.abs(selection.bandwidths - model.bandwidth_))] == np.nanmin(selection.errors)
+
+
+@pytest.mark.parametrize(
+    "best, size, octave_scores, expected",
+    [
+        (4, 9, {2: (0.1,), 6: (0.2,)}, 3),  # the narrower octave scores lower: the narrower half-octave
+        (4, 9, {2: (0.2,), 6: (0.1,)}, 5),
+        (4, 9, {2: (0.1, 0.5), 6: (0.1, 0.4)}, 5),  # a classifier's tie on errors goes to the squared error
+        (4, 9, {2: (0.1,), 6: (0.1,)}, 3),  # an exact tie: the narrower
+        (0, 9, {}, 1),  # the narrowest end: its one neighbour
+        (8, 9, {}, 7),  # the widest end
+        (6, 7, {4: (0.1,)}, 5),  # capped at the rule (``widest=1``): the rule is the end
+    ],
+)
+def test_the_half_octave_step_goes_towards_the_better_octave_neighbour(best, size, octave_scores, expected):
+    assert _half_octave_towards_the_better_octave(octave_scores.__getitem__, best, size) == expected
+
+
+@pytest.mark.parametrize("factor", [0.25, 0.5])
+def test_the_search_scores_one_half_octave_neighbour_of_an_interior_best(factor):
+    X, y, _ = _kernel_expansion(factor, seed=2, n=600)
+    kernel = Gaussian(bandwidth=auto_bandwidth(X))
+    Y = torch.as_tensor(y - y.mean())[:, None]
+    search = select_bandwidth(kernel, torch.as_tensor(X), Y, None, 600)
+    octaves = np.arange(0, len(BANDWIDTH_FACTORS), 2)
+    best_octave = int(octaves[np.nanargmin(search.errors[octaves])])
+    assert 0 < best_octave < len(BANDWIDTH_FACTORS) - 1  # interior: both octave neighbours scored
+    lower, upper = search.errors[best_octave - 2], search.errors[best_octave + 2]
+    towards, away = (best_octave - 1, best_octave + 1) if lower <= upper else (best_octave + 1, best_octave - 1)
+    assert np.isfinite(search.errors[towards]) and np.isnan(search.errors[away])
 
 
 def _brute_force_leave_one_out(phi, codes, weights, penalty, labels=None):
