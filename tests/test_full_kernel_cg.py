@@ -34,7 +34,7 @@ from skgpu_kernel.planning.solver import (
     plan_every_point_cg,
     plan_full_kernel_solver,
 )
-from skgpu_kernel.preconditioner import nystrom_eigensystem
+from skgpu_kernel.preconditioner import nystrom_eigensystem, nystrom_eigenvalues
 from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
 from skgpu_kernel.solvers.full_kernel_cg import solve_full_kernel_cg
 from skgpu_kernel.solvers.solution import Targets
@@ -173,6 +173,33 @@ def test_warm_start_continues_from_the_previous_solution(beyond_factors):
     model.fit(X, Y)
     assert model.solver_ == "cg" and model.n_epochs_ <= 1
     np.testing.assert_allclose(model.predict(X), first, rtol=0, atol=1e-6)
+
+
+def test_the_subsample_spectrum_alone_is_the_full_decompositions():
+    X, _ = _data(300, seed=12)
+    kernel = Gaussian(bandwidth=1.5)
+    X_t = torch.as_tensor(X)
+    values = nystrom_eigenvalues(kernel, X_t)
+    full, _ = nystrom_eigensystem(kernel, X_t)
+    assert values.dtype == np.float64 and np.all(np.diff(values) <= 0) and values.min() >= 0
+    np.testing.assert_allclose(values, full, rtol=0, atol=1e-13 * full[0])
+
+
+def test_cg_on_every_point_decomposes_its_subsample_for_the_spectrum_alone(beyond_factors, monkeypatch):
+    X, Y = _data(500, seed=13)
+    decomposed = []
+    for name in ("eigh", "eigvalsh"):
+        original = getattr(torch.linalg, name)
+
+        def recorded(matrix, *args, _name=name, _original=original, **kwargs):
+            decomposed.append((_name, matrix.shape[-1]))
+            return _original(matrix, *args, **kwargs)
+
+        monkeypatch.setattr(torch.linalg, name, recorded)
+    params = dict(bandwidth=1.5, alpha=0.05, dtype="float64", subsample_size=170, random_state=0)
+    model = AdaptiveKernelRegressor(feature_learning=None, **params).fit(X, Y[:, 0])
+    assert model.solver_ == "cg" and model.subsample_size_ == 170
+    assert ("eigvalsh", 170) in decomposed and ("eigh", 170) not in decomposed
 
 
 def test_the_preconditioner_basis_is_planned_within_the_budget():

@@ -15,7 +15,7 @@ from ..out_of_memory import in_row_blocks
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
-from ..preconditioner import nystrom_eigensystem
+from ..preconditioner import nystrom_eigenvalues
 from ..solvers.centers_cg import solve_centers_cg
 from ..solvers.conjugate_gradients import CGPlan, CGSettings
 from ..solvers.full_kernel_cg import solve_full_kernel_cg
@@ -49,13 +49,14 @@ def run_every_point_cg(context, attempt):
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
-    layout, eigensystem = context.on_subsample(
-        rows.layout(), rows.layout, lambda sized: nystrom_eigensystem(context.kernel, X_dev[: sized.subsample_size])
+    # The subsample's spectrum serves the condition estimate alone: no eigenvectors.
+    layout, eigenvalues = context.on_subsample(
+        rows.layout(), rows.layout, lambda sized: nystrom_eigenvalues(context.kernel, X_dev[: sized.subsample_size])
     )
     cg_plan = plan_every_point_cg(layout)
     weights = context.weights_tensor(data.weights[data.order])
     penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)
-    _check_cg_conditioned(context, shifted_condition(eigensystem[0], penalised, cg_plan.max_components))
+    _check_cg_conditioned(context, shifted_condition(eigenvalues, penalised, cg_plan.max_components))
     operators = rows.build(cg_plan.fit)
     Y = context.to_device(data.Y[data.order], center=False)
     tic = time.perf_counter()
