@@ -7,7 +7,7 @@ read per stage: the cumulative time of the functions that carry each stage out
 the stage ran in the one fit).  Counters go with it: passes over ``X`` (host reads
 of every training row: copies to a device and row gathers), transfers of rows to
 the device, and the sizes and dtypes of the fit's eigendecompositions and Cholesky
-factorisations (``torch.linalg.eigh`` / ``cholesky_ex``), with their seconds.
+factorisations (``torch.linalg.eigh`` / ``eigvalsh`` / ``cholesky_ex``), with their seconds.
 
 ``--tables`` profiles ``bench_tables.py``'s tables instead: the raw DataFrame
 (factors as pandas categories) of split 0's training rows, as that benchmark's
@@ -54,6 +54,7 @@ STAGES = (
     ("feature learning: held-out scoring", "feature_learning.py", "candidate"),
     ("predict after fit (PredictionTensors)", "blockwise.py", "predict"),
     ("eigh (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_eigh>"),
+    ("eigvalsh (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_eigvalsh>"),
     ("cholesky (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_cholesky_ex>"),
 )
 
@@ -112,9 +113,9 @@ class TransferCounter:
 
 
 class FactorizationSizes:
-    """The ``(kind, rows, dtype)`` of every ``torch.linalg.eigh`` and ``cholesky_ex`` a fit makes, and their seconds."""
+    """The ``(kind, rows, dtype)`` of every ``torch.linalg`` decomposition a fit makes, and their seconds."""
 
-    NAMES = ("eigh", "cholesky_ex")
+    NAMES = ("eigh", "eigvalsh", "cholesky_ex")
 
     def __init__(self):
         self.seconds = {}

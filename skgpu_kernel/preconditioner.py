@@ -87,8 +87,9 @@ def nystrom_eigenvalues(kernel, X_subsample):
     For a reader of the spectrum only (a condition estimate): LAPACK then reduces
     ``K_S`` to tridiagonal form and stops at its eigenvalues, without the
     eigenvectors' divide and conquer and back-transformation (2000 points in
-    float64 on the 2-core CPU, with the kernel evaluated: 0.37 s against 0.88 s).  The values agree with the
-    full decomposition's to rounding (relative to ``lambda_1``).
+    float64 on the 2-core CPU, the kernel's evaluation included: 0.3-0.6 s
+    against 0.8-0.9 s).  The values agree with the full decomposition's to
+    rounding (relative to ``lambda_1``).
     """
     values = torch.linalg.eigvalsh(_subsample_gram(kernel, X_subsample))
     return torch.flip(values, dims=[0]).clamp_min_(0.0).cpu().numpy()
