@@ -388,12 +388,18 @@ def _half_octave_towards_the_better_octave(score, best, size):
     the error is a smooth bowl in the log bandwidth around ``best``, its minimum lies
     towards the neighbour that scores lower, so the half-octave point on the other
     side scores worse than ``best`` itself and is not worth its eigendecomposition.
-    At an end of the grid the one neighbour inside it is taken.
+    At an end of the grid the one neighbour inside it is taken; an octave
+    neighbour beyond the grid counts as worse, as in :func:`_walk_octaves`.
     """
     inside = [side for side in (-1, 1) if 0 <= best + side < size]
     if len(inside) == 1:
         return best + inside[0]
-    return best - 1 if score(best - 2) <= score(best + 2) else best + 1
+
+    def octave(side):
+        index = best + 2 * side
+        return score(index) if 0 <= index < size else (math.inf,)
+
+    return best - 1 if octave(-1) <= octave(1) else best + 1
 
 
 def _walk_octaves(score, start, size):

@@ -51,6 +51,7 @@ def test_auto_lands_within_one_grid_step_of_the_bandwidth_the_data_were_drawn_wi
         (0, 9, {}, 1),  # the narrowest end: its one neighbour
         (8, 9, {}, 7),  # the widest end
         (6, 7, {4: (0.1,)}, 5),  # capped at the rule (``widest=1``): the rule is the end
+        (6, 8, {4: (0.1,)}, 5),  # a grid cut half an octave past best: its octave neighbour is beyond it
     ],
 )
 def test_the_half_octave_step_goes_towards_the_better_octave_neighbour(best, size, octave_scores, expected):
