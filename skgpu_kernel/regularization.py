@@ -394,19 +394,21 @@ def _half_octave_towards_the_better_octave(score, best, size):
     inside = [side for side in (-1, 1) if 0 <= best + side < size]
     if len(inside) == 1:
         return best + inside[0]
+    octave = _worst_beyond_the_grid(score, size)
+    return best - 1 if octave(best - 2) <= octave(best + 2) else best + 1
 
-    def octave(side):
-        index = best + 2 * side
-        return score(index) if 0 <= index < size else (math.inf,)
 
-    return best - 1 if octave(-1) <= octave(1) else best + 1
+def _worst_beyond_the_grid(score, size):
+    """``score`` on the grid's indices ``0 .. size - 1``, and worse than every score beyond them (none computed)."""
+    return lambda index: score(index) if 0 <= index < size else (math.inf,)
 
 
 def _walk_octaves(score, start, size):
     """The index of the best octave point (steps of 2 from ``start``), walking downhill from ``start``."""
-    best = min((start - 2, start, start + 2), key=lambda i: score(i) if 0 <= i < size else (math.inf,))
+    score = _worst_beyond_the_grid(score, size)
+    best = min((start - 2, start, start + 2), key=score)
     step = best - start
-    while step and 0 <= best + step < size and score(best + step) < score(best):
+    while step and score(best + step) < score(best):
         best += step
     return best
 
