@@ -8,18 +8,17 @@ EigenPro 2 converged to 0.05% of it).  ``alpha="auto"`` therefore chooses the
 penalty as scikit-learn's ``RidgeCV`` does, by the exact leave-one-out error of a
 linear smoother, on the Nystrom features the preconditioner's subsample defines:
 
-    ``phi(x) = L^-1 K(X_S, x)``   (``L L^T = K_SS + jitter I``, the jitter ``1e-10``
-    of a bound on ``K_SS``'s largest eigenvalue),
+    ``phi(x) = K(x, X_S) U_k Lambda_k^{-1/2}``   (``K_SS = U Lambda U^T``, the k
+    eigenvalues above ``1e-10`` of the largest),
 
-for which ``||beta||^2`` is the RKHS norm of ``f = phi^T beta`` (to the jitter), so that the ridge
+for which ``||beta||^2`` is the RKHS norm of ``f = phi^T beta``, so that the ridge
 problem ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2`` has the same ``alpha`` as
 :class:`sklearn.kernel_ridge.KernelRidge` and as the estimators' ``alpha``.  The
-leave-one-out residuals come from one eigendecomposition of the s x s Gram of the
+leave-one-out residuals come from one eigendecomposition of the k x k Gram of the
 (weighted, centred) features, for every candidate at once (the intercept's leverage
-``w_i / sum(w)`` included, as ``RidgeCV(fit_intercept=True)``): with the Cholesky
-factor, the criterion's one eigendecomposition.  When every row scored is in the
-subsample, the model is kernel ridge on those rows, and the eigendecomposition is
-the centred kernel matrix's.
+``w_i / sum(w)`` included, as ``RidgeCV(fit_intercept=True)``).  When every row
+scored is in the subsample, the model is kernel ridge on those rows, and one
+eigendecomposition of the centred kernel matrix replaces the two.
 
 Everything here is float64 whatever the training dtype.  Features cut at float32's
 resolution (a few hundred of 2000 on the benchmark's tabular sets) leave signal
@@ -58,6 +57,7 @@ import torch
 from sklearn.base import clone
 
 from .operators import kernel_matrix, kernel_matrix_product, symmetrised_product
+from .preconditioner import nystrom_eigensystem
 from .solvers.solution import Solution
 
 __all__ = [
@@ -83,10 +83,8 @@ LOO_MAX_ROWS = 100_000
 BANDWIDTH_FACTORS = 2.0 ** np.arange(-3.0, 1.5, 0.5)
 # Rows of the float64 feature block (ROW_BLOCK x s) scored at once.
 ROW_BLOCK = 4096
-# The Nystrom features' level, relative to the subsample kernel's largest eigenvalue:
-# directions below it are damped (the Cholesky factor's jitter) or, where that factor
-# fails, cut.  float64 resolves these, and the criterion's choice no longer changed
-# below 1e-7 on the benchmark's data sets.
+# Nystrom eigenvalues kept, relative to the largest: float64 resolves these, and the
+# criterion's choice no longer changed below 1e-7 on the benchmark's data sets.
 _RELATIVE_EIGENVALUE_FLOOR = 1e-10
 # Directions of the centred features kept, relative to the largest: float64's
 # eigendecomposition resolves eigenvalues to about n eps of the largest.
@@ -274,12 +272,11 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
     if subsample_size >= rows:
         basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w), 1.0
     else:
-        # Measured before the features' Gram, whose eigendecomposition a failed gate does not need.
-        features = _NystromFeatures(kernel, X, subsample_size)
-        coverage = features.coverage(w)
+        # Measured before the features, whose eigendecomposition a failed gate does not need.
+        coverage = _nystrom_coverage(kernel, X, subsample_size, w)
         if coverage < min_coverage:
             return AlphaSelection(0.0, 0.0, penalties, None, rows, 0, coverage)
-        basis = _CentredBasis.of_features(features, Y, w)
+        basis = _CentredBasis.of_features(_NystromFeatures(kernel, X, subsample_size), Y, w)
     total = float(w.sum())
     errors, misclassified = _loo_errors(basis, Y, w, penalties * total, classes)
     if misclassified is None:
@@ -417,34 +414,17 @@ def _walk_octaves(score, start, size):
 
 
 class _NystromFeatures:
-    """``phi(x) = L^-1 K(X_S, x)`` in float64 (``L L^T = K_SS + jitter I``), evaluated a block of rows at a time.
-
-    ``phi(x)^T phi(z) = K(x, X_S) (K_SS + jitter I)^-1 K(X_S, z)``: the Nystrom
-    kernel of the subsample, its eigendirections below the jitter
-    (``_RELATIVE_EIGENVALUE_FLOOR`` of a bound on ``K_SS``'s largest eigenvalue)
-    damped rather than cut.  One Cholesky factor (a tenth of an
-    eigendecomposition's cost) defines them, so that the criterion's one
-    eigendecomposition is its features' Gram (:meth:`_CentredBasis.of_features`);
-    the same features measure the coverage (:meth:`coverage`).  Where ``K_SS`` plus
-    the jitter is not numerically positive definite even so, the features are
-    ``K(x, X_S) U_k Lambda_k^{-1/2}`` on the eigenvalues above the floor (one
-    eigendecomposition more).
-    """
+    """``phi(x) = K(x, X_S) U_k Lambda_k^{-1/2}`` in float64, evaluated a block of rows at a time."""
 
     def __init__(self, kernel, X, subsample_size):
+        eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size])
+        k = max(int(np.sum(eigenvalues > _RELATIVE_EIGENVALUE_FLOOR * eigenvalues[0])), 1)
+        # eigenvectors are U / sqrt(s) and eigenvalues those of K_SS / s: U Lambda^{-1/2} is their ratio.
+        scale = torch.as_tensor(eigenvalues[:k], dtype=torch.float64, device=X.device).clamp_min(1e-300).rsqrt()
         self.kernel, self.X = kernel, X
         self.centers = X[:subsample_size].double()
-        gram = kernel_matrix(kernel, self.centers)
-        kernel.require_finite(gram, X.dtype)
-        gram = (gram + gram.T) / 2.0
-        jitter = _RELATIVE_EIGENVALUE_FLOOR * float(gram.abs().sum(dim=1).max())  # >= lambda_1 (Gershgorin)
-        identity = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
-        factor, failed = torch.linalg.cholesky_ex(gram + jitter * identity)
-        if failed:
-            self.projection = _eigen_projection(gram)
-        else:  # phi(x)^T = K(x, X_S) L^-T
-            self.projection = torch.linalg.solve_triangular(factor, identity, upper=False).T
-        self.n_features = self.projection.shape[1]
+        self.projection = eigenvectors[:, :k] * scale
+        self.n_features = k
 
     def feature_blocks(self):
         """``(start, stop, phi(X[start:stop]))`` over the rows."""
@@ -456,19 +436,32 @@ class _NystromFeatures:
         """``phi(rows)`` for float64 rows."""
         return kernel_matrix_product(self.kernel, rows, self.centers, self.projection)
 
-    def coverage(self, w):
-        """Weighted share of ``k(x, x)`` the features capture (``||phi(x)||^2``) on one block past the subsample."""
-        start = self.centers.shape[0]
-        rows = self.X[start : start + ROW_BLOCK].double()
-        weights = w[start : start + rows.shape[0]]
-        captured = self.of(rows).pow(2).sum(dim=1)
-        return float((weights * captured).sum() / (weights * self.kernel.diagonal(rows)).sum())
 
+def _nystrom_coverage(kernel, X, subsample_size, w):
+    """Weighted share of ``k(x, x)`` that the Nystrom features capture on one block past the subsample.
 
-def _eigen_projection(gram):
-    """``U_k Lambda_k^{-1/2}`` of the eigenvalues of ``gram`` above ``_RELATIVE_EIGENVALUE_FLOOR`` of the largest."""
-    values, vectors = _leading(*torch.linalg.eigh(gram), _RELATIVE_EIGENVALUE_FLOOR)
-    return vectors * values.rsqrt()
+    ``||phi(x)||^2 = k_S(x)^T K_SS^+ k_S(x)``, evaluated with a Cholesky factor of
+    ``K_SS`` plus ``_RELATIVE_EIGENVALUE_FLOOR`` of a bound on its largest
+    eigenvalue, the level below which the features drop eigendirections; a tenth
+    of the cost of their eigendecomposition.
+    """
+    centers = X[:subsample_size].double()
+    rows = X[subsample_size : subsample_size + ROW_BLOCK].double()
+    gram = kernel_matrix(kernel, centers)
+    kernel.require_finite(gram, X.dtype)
+    jitter = _RELATIVE_EIGENVALUE_FLOOR * float(gram.abs().sum(dim=1).max())  # >= lambda_1 (Gershgorin)
+    factor, failed = torch.linalg.cholesky_ex(
+        (gram + gram.T) / 2.0 + jitter * torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    )
+    if failed:  # not numerically positive definite even so: the features' own count
+        features = _NystromFeatures(kernel, X, subsample_size)
+        captured = features.of(rows).pow(2).sum(dim=1)
+    else:
+        captured = (
+            torch.linalg.solve_triangular(factor, kernel_matrix(kernel, centers, rows), upper=False).pow(2).sum(dim=0)
+        )
+    weights = w[subsample_size : subsample_size + rows.shape[0]]
+    return float((weights * captured).sum() / (weights * kernel.diagonal(rows)).sum())
 
 
 @dataclass(frozen=True)
@@ -530,9 +523,9 @@ class _CentredBasis:
         """Every row a feature: one eigendecomposition of the weighted, centred ``K(X, X)``.
 
         ``Phi Phi^T = K``, so ``Q`` and ``S^2`` are the eigenvectors and eigenvalues of
-        ``W^{1/2} (I - 1 w^T / sum(w)) K (I - w 1^T / sum(w)) W^{1/2}``, with no
-        features' factor or Gram, which the bandwidth search would pay at every
-        candidate.  Only directions below float64's resolution are
+        ``W^{1/2} (I - 1 w^T / sum(w)) K (I - w 1^T / sum(w)) W^{1/2}``: half the work of
+        the Nystrom features' two eigendecompositions, which the bandwidth search
+        pays at every candidate.  Only directions below float64's resolution are
         dropped (no Nystrom floor): the errors are those of kernel ridge on these rows
         (to 7e-7 of a brute-force refit at the smallest penalty, 1e-11 at 1e-4).
         """

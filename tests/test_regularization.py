@@ -37,48 +37,7 @@ def test_leave_one_out_errors_are_ridge_cv_on_the_nystrom_features(subsample_siz
     # (to 1e-4: at the smallest penalties the two differ in which tiny singular values they keep)
     np.testing.assert_allclose(ours / ours.min(), theirs / theirs.min(), rtol=1e-4)
     if subsample_size < X.shape[0]:
-        assert selection.n_features <= features.shape[1] == subsample_size
-
-
-def _jittered_nystrom_kernel(K, s):
-    """``K(X, X_S) (K_SS + jitter I)^-1 K(X_S, X)``, the jitter 1e-10 of the Gershgorin bound on ``K_SS``'s lambda_1."""
-    jitter = 1e-10 * np.abs(K[:s, :s]).sum(axis=1).max()
-    return K[:, :s] @ np.linalg.solve(K[:s, :s] + jitter * np.eye(s), K[:s, :])
-
-
-def test_nystrom_features_are_the_jittered_nystrom_kernel_with_every_subsample_row_a_feature():
-    # One Cholesky factor of K_SS + jitter I defines them: no direction is cut, those
-    # below the jitter are damped.
-    X, _, _ = _data(n=400, seed=3)
-    kernel, X_t, s = Gaussian(bandwidth=1.5), torch.as_tensor(X), 150
-    phi = _NystromFeatures(kernel, X_t, s).of(X_t).numpy()
-    K = kernel(X_t, X_t).numpy()
-    assert phi.shape == (400, s)
-    np.testing.assert_allclose(phi @ phi.T, _jittered_nystrom_kernel(K, s), rtol=0, atol=1e-9)
-
-
-def test_nystrom_features_fall_back_to_the_eigendirections_above_the_floor(monkeypatch):
-    # K_SS + jitter not numerically positive definite: U_k Lambda_k^-1/2 on the
-    # eigenvalues above 1e-10 of the largest (here fewer than the subsample's rows).
-    X, _, _ = _data(n=400, seed=3)
-    kernel, X_t, s = Gaussian(bandwidth=1.5), torch.as_tensor(X), 150
-    cholesky = torch.linalg.cholesky_ex
-    monkeypatch.setattr(torch.linalg, "cholesky_ex", lambda A: (cholesky(A)[0], torch.tensor(1)))
-    phi = _NystromFeatures(kernel, X_t, s).of(X_t).numpy()
-    K = kernel(X_t, X_t).numpy()
-    values, vectors = np.linalg.eigh(K[:s, :s])
-    keep = values > 1e-10 * values.max()
-    reference = K[:, :s] @ (vectors[:, keep] / values[keep]) @ vectors[:, keep].T @ K[:s, :]
-    assert phi.shape[1] == keep.sum() < s
-    np.testing.assert_allclose(phi @ phi.T, reference, rtol=0, atol=1e-9)
-
-
-def test_the_nystrom_criterion_makes_one_eigendecomposition_of_its_features_gram(monkeypatch):
-    X, Y, weights = _data(n=900, seed=6)
-    sizes, eigh = [], torch.linalg.eigh
-    monkeypatch.setattr(torch.linalg, "eigh", lambda A: sizes.append(A.shape[-1]) or eigh(A))
-    select_alpha(Gaussian(bandwidth=1.0), torch.as_tensor(X), torch.as_tensor(Y), torch.as_tensor(weights), 300)
-    assert sizes == [300]
+        assert selection.n_features == features.shape[1] < subsample_size
 
 
 def kernel_features(kernel, X):
