@@ -21,6 +21,7 @@ mean of the per-set ratios at most 1.005; Fashion-MNIST's accuracy at least 0.90
 Usage::
 
     OPENBLAS_CORETYPE=Haswell python benchmarks/paired_splits.py run --out F [--sets DNA] [--tables HMDA] [--resume]
+        [--params "{'subsample_size': 1000}"]
     python benchmarks/paired_splits.py compare before.json after.json [--write benchmarks/RESULTS.md]
 
 Errors do not depend on the machine's load (the fits are deterministic); the
@@ -28,6 +29,7 @@ seconds do: run it alone where they are read.
 """
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -60,8 +62,11 @@ def split_count(name, n_rows):
     return LARGE_SPLITS if n_rows > LARGE_ROWS else SPLITS
 
 
-def real_set_errors(name, splits=None):
-    """``(errors, seconds)`` of ours on ``name``'s seeded splits (``bench_real_data.prepare``'s features)."""
+def real_set_errors(name, splits=None, params=None):
+    """``(errors, seconds)`` of ours on ``name``'s seeded splits (``bench_real_data.prepare``'s features).
+
+    ``params``: estimator parameters added to the defaults.
+    """
     from bench_real_data import _task, fit_and_score, our_estimator, prepare
 
     errors, seconds = [], []
@@ -72,7 +77,8 @@ def real_set_errors(name, splits=None):
         if count is None:
             count = split_count(name, info["n"])
         task = _task(name)
-        error, fit_seconds = fit_and_score(our_estimator(task), X_train, y_train, X_test, y_test, task)
+        model = our_estimator(task, **(params or {}))
+        error, fit_seconds = fit_and_score(model, X_train, y_train, X_test, y_test, task)
         errors.append(float(error))
         seconds.append(float(fit_seconds))
         print(f"{name} split {seed}: error {error:.6g}, fit {fit_seconds:.1f} s", flush=True)
@@ -80,8 +86,11 @@ def real_set_errors(name, splits=None):
     return errors, seconds
 
 
-def table_errors(name, splits=None):
-    """``(errors, seconds)`` of ours on the raw DataFrame of ``bench_tables``'s table ``name``, seeded splits."""
+def table_errors(name, splits=None, params=None):
+    """``(errors, seconds)`` of ours on the raw DataFrame of ``bench_tables``'s table ``name``, seeded splits.
+
+    ``params``: estimator parameters added to the defaults.
+    """
     from bench_real_data import our_estimator
     from bench_tables import TABLES, _scored, load, split_indices
 
@@ -90,7 +99,7 @@ def table_errors(name, splits=None):
     errors, seconds = [], []
     for seed in range(SPLITS if splits is None else splits):
         train, test = split_indices(table, y, seed)
-        model = our_estimator(table.task)
+        model = our_estimator(table.task, **(params or {}))
         scores = _scored(model, frame.iloc[train], y[train], frame.iloc[test], y[test], table.task, probabilities=False)
         errors.append(float(scores.error))
         seconds.append(float(scores.seconds))
@@ -121,7 +130,10 @@ def run(args):
     if args.resume and os.path.exists(args.out):
         with open(args.out) as file:
             record = json.load(file)
+    params = ast.literal_eval(args.params)
     record.update(commit=_commit(), machine=machine_description("cpu"))
+    if params:
+        record["params"] = params
     unknown = sorted(set(args.sets or ()) - set(DATASETS)) + sorted(set(args.tables or ()) - set(TABLES))
     if unknown:
         raise SystemExit(f"unknown sets or tables {unknown}: choose from {', '.join(DATASETS)}; {', '.join(TABLES)}")
@@ -132,7 +144,8 @@ def run(args):
         if key in record["sets"]:
             continue
         tic = time.perf_counter()
-        errors, seconds = table_errors(name, args.splits) if kind == "table" else real_set_errors(name, args.splits)
+        errors_of = table_errors if kind == "table" else real_set_errors
+        errors, seconds = errors_of(name, args.splits, params)
         record["sets"][key] = {"kind": kind, "errors": errors, "seconds": seconds}
         with open(args.out, "w") as file:  # after every set: a stopped run keeps what it finished
             json.dump(record, file, indent=1)
@@ -206,6 +219,7 @@ def main():
     running.add_argument("--tables", nargs="*", help="bench_tables.py's tables (default: every one)")
     running.add_argument("--splits", type=int, default=None, help="splits per set (default: the issue's counts)")
     running.add_argument("--resume", action="store_true", help="keep the sets --out already holds")
+    running.add_argument("--params", default="{}", help="estimator parameters for every fit (dict literal)")
     comparing = commands.add_parser("compare", help="pair two records split by split")
     comparing.add_argument("before")
     comparing.add_argument("after")

@@ -34,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_real_data import _task, our_estimator, prepare
 
+# The torch.linalg decompositions whose calls, sizes and seconds the profile counts.
+DECOMPOSITIONS = ("eigh", "eigvalsh", "cholesky_ex")
+
 # (stage, module path fragment, function name): the functions whose cumulative time is the stage's.
 STAGES = (
     ("whole fit", "kernel_machines.py", "fit"),
@@ -53,9 +56,10 @@ STAGES = (
     ("feature learning: AGOP", "feature_learning.py", "_input_space_agop"),
     ("feature learning: held-out scoring", "feature_learning.py", "candidate"),
     ("predict after fit (PredictionTensors)", "blockwise.py", "predict"),
-    ("eigh (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_eigh>"),
-    ("eigvalsh (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_eigvalsh>"),
-    ("cholesky (torch.linalg)", "~", "<built-in method torch._C._linalg.linalg_cholesky_ex>"),
+    *(
+        (f"{name.removesuffix('_ex')} (torch.linalg)", "~", f"<built-in method torch._C._linalg.linalg_{name}>")
+        for name in DECOMPOSITIONS
+    ),
 )
 
 
@@ -115,7 +119,7 @@ class TransferCounter:
 class FactorizationSizes:
     """The ``(kind, rows, dtype)`` of every ``torch.linalg`` decomposition a fit makes, and their seconds."""
 
-    NAMES = ("eigh", "eigvalsh", "cholesky_ex")
+    NAMES = DECOMPOSITIONS
 
     def __init__(self):
         self.seconds = {}
