@@ -126,6 +126,13 @@ class AlphaSelection:
         The exact criterion's ``alpha`` on ``n_rows`` rows, carried over as it is to a
         fit of more rows (``carried_to``); ``coverage`` is then that of the
         Nystrom features of every row, which was too low for their criterion.
+    nystrom_eigenvalues : ndarray or None
+        The eigenvalues of ``K_S / s`` on the criterion's Nystrom subsample (its
+        first ``s`` rows scored), descending, float64, as
+        :func:`~skgpu_kernel.preconditioner.nystrom_eigenvalues` gives them: a fit
+        of this kernel on these rows' features reads them instead of decomposing a
+        subsample of its own (CG's condition estimate).  None where the criterion
+        had no subsample (every row a feature) or did not reach its features.
     """
 
     alpha: float
@@ -138,6 +145,7 @@ class AlphaSelection:
     loo_misclassification: np.ndarray | None = None
     solution: Solution | None = None
     carried: bool = False
+    nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def scored(self):
@@ -169,6 +177,13 @@ class AlphaSelection:
     def without_solution(self):
         """This selection without its solution (what a fitted estimator keeps of it)."""
         return dataclasses.replace(self, solution=None)
+
+    def penalty_alone(self):
+        """This selection without the facts of the kernel on the rows scored: its solution and spectrum.
+
+        What a fit of other features (or of a kernel with another bandwidth) keeps of it.
+        """
+        return dataclasses.replace(self, solution=None, nystrom_eigenvalues=None)
 
 
 @dataclass(frozen=True)
@@ -269,6 +284,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
     rows = X.shape[0]
     penalties = np.asarray(penalties, dtype=np.float64)
     w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights.double()
+    eigenvalues = None
     if subsample_size >= rows:
         basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w), 1.0
     else:
@@ -276,7 +292,8 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         coverage = _nystrom_coverage(kernel, X, subsample_size, w)
         if coverage < min_coverage:
             return AlphaSelection(0.0, 0.0, penalties, None, rows, 0, coverage)
-        basis = _CentredBasis.of_features(_NystromFeatures(kernel, X, subsample_size), Y, w)
+        features = _NystromFeatures(kernel, X, subsample_size)
+        basis, eigenvalues = _CentredBasis.of_features(features, Y, w), features.eigenvalues
     total = float(w.sum())
     errors, misclassified = _loo_errors(basis, Y, w, penalties * total, classes)
     if misclassified is None:
@@ -294,6 +311,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         coverage,
         None if misclassified is None else misclassified / total,
         solution=basis.solution(penalty * total),
+        nystrom_eigenvalues=eigenvalues,
     )
 
 
@@ -425,6 +443,7 @@ class _NystromFeatures:
         self.centers = X[:subsample_size].double()
         self.projection = eigenvectors[:, :k] * scale
         self.n_features = k
+        self.eigenvalues = eigenvalues
 
     def feature_blocks(self):
         """``(start, stop, phi(X[start:stop]))`` over the rows."""

@@ -6,6 +6,8 @@ scikit-learn's ``KernelRidge`` on the same data.  The estimator-level tests lowe
 takes (beyond 10000 rows).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,10 @@ from skgpu_kernel.cg_preconditioner import (
     shifted_nystrom_preconditioner,
     shifted_rpcholesky_preconditioner,
 )
+from skgpu_kernel.fit import tune
+from skgpu_kernel.fit.prepare import _tuned_spectrum
+from skgpu_kernel.fit.resolve import FitPlan
+from skgpu_kernel.fit.tune import applied_tuning
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator
 from skgpu_kernel.planning import solver as planning_solver
@@ -35,6 +41,7 @@ from skgpu_kernel.planning.solver import (
     plan_full_kernel_solver,
 )
 from skgpu_kernel.preconditioner import nystrom_eigensystem, nystrom_eigenvalues
+from skgpu_kernel.regularization import AlphaSelection
 from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
 from skgpu_kernel.solvers.full_kernel_cg import solve_full_kernel_cg
 from skgpu_kernel.solvers.solution import Targets
@@ -313,3 +320,73 @@ def test_rpcholesky_preconditioned_cg_reaches_the_exact_solution_in_fewer_iterat
     assert result.converged and baseline.converged
     torch.testing.assert_close(K @ result.coef, K @ exact, rtol=0, atol=1e-7)
     assert result.n_steps < baseline.n_steps
+
+
+@pytest.fixture
+def decompositions(monkeypatch):
+    """``(name, size)`` of every ``torch.linalg.eigh`` and ``eigvalsh`` the test runs."""
+    decomposed = []
+    for name in ("eigh", "eigvalsh"):
+        original = getattr(torch.linalg, name)
+
+        def recorded(matrix, *args, _name=name, _original=original, **kwargs):
+            decomposed.append((_name, matrix.shape[-1]))
+            return _original(matrix, *args, **kwargs)
+
+        monkeypatch.setattr(torch.linalg, name, recorded)
+    return decomposed
+
+
+@pytest.fixture
+def criterion_subsample(monkeypatch):
+    """The penalty's criterion takes 150 of its rows as its Nystrom subsample (2000 by default)."""
+    monkeypatch.setattr(tune, "auto_subsample_size", lambda n_rows: min(n_rows, 150))
+
+
+@pytest.mark.parametrize("feature_learning", [None, "auto"])
+def test_cg_on_every_point_reads_the_penalty_criterions_spectrum(
+    beyond_factors, criterion_subsample, decompositions, feature_learning
+):
+    # The criterion decomposes a subsample of the kernel it scored; a CG fit of that kernel with as many
+    # subsample rows estimates its condition from those eigenvalues, without a decomposition of its own
+    # (the plain model on the held-out split and the refit on every row, with feature learning).
+    X, Y = _data(500, seed=14)
+    y = (Y[:, 0] > 0).astype(int)
+    params = dict(subsample_size=150, solver="cg", random_state=0, feature_learning=feature_learning)
+    model = AdaptiveKernelClassifier(**params).fit(X, y)
+    assert model.solver_ == "cg" and model.alpha_selection_.n_features > 0
+    assert ("eigh", 150) in decompositions and ("eigvalsh", 150) not in decompositions
+    assert model.alpha_selection_.nystrom_eigenvalues.shape == (150,)
+
+
+def test_cg_on_every_point_decomposes_its_own_subsample_where_the_criterions_is_of_another_size(
+    beyond_factors, criterion_subsample, decompositions
+):
+    X, Y = _data(500, seed=14)
+    params = dict(subsample_size=170, solver="cg", random_state=0, feature_learning=None)
+    model = AdaptiveKernelRegressor(**params).fit(X, Y[:, 0])
+    assert model.solver_ == "cg" and model.alpha_selection_.nystrom_eigenvalues.shape == (150,)
+    assert ("eigh", 150) in decompositions and ("eigvalsh", 170) in decompositions
+
+
+def test_the_criterions_spectrum_serves_only_the_kernel_it_scored():
+    spectrum = np.array([1.0, 0.5])
+    selection = AlphaSelection(0.1, 0.01, np.array([0.01]), np.array([1.0]), 10, 2, nystrom_eigenvalues=spectrum)
+    kernel = Gaussian(bandwidth=1.0)
+    tuned = FitPlan(kernel, 1.0, None, None, False, tuned=True, alpha_selection=selection, by_rule=False, n_rows=20)
+    assert _tuned_spectrum(tuned, kernel) is spectrum
+    assert _tuned_spectrum(tuned, Gaussian(bandwidth=1.0)) is None  # the rule's, on the training rows
+    assert tuned.pinned().alpha_selection.nystrom_eigenvalues is None  # other features, X L
+    assert tuned.pinned().alpha_selection.penalty == selection.penalty
+
+    class Policy:
+        alpha = None
+
+        def with_alpha(self, alpha):
+            return self
+
+    by_rule = dataclasses.replace(tuned, by_rule=True)
+    for bandwidth, kept in [(1.0, True), (0.9, False)]:  # the rule's bandwidth on the subset's rows
+        resolved = FitPlan(Gaussian(bandwidth=bandwidth), bandwidth, None, Policy(), False)
+        applied = applied_tuning(by_rule, resolved)
+        assert (applied.alpha_selection.nystrom_eigenvalues is spectrum) == kept

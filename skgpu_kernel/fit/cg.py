@@ -38,9 +38,10 @@ def run_every_point_cg(context, attempt):
 
     It keeps (or evaluates) ``K(X, X)`` as EigenPro 2 does, in the same memory
     layout (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`), and reads it
-    once per iteration.  EigenPro's Nystrom subsample estimates the preconditioned
-    system's condition (beyond :data:`CG_MAX_CONDITION` it asks the driver for
-    EigenPro 2); the preconditioner is built from a randomly pivoted Cholesky
+    once per iteration.  A Nystrom subsample's spectrum, the tune stage's where it
+    has one of this kernel (:func:`_subsample_spectrum`), estimates the
+    preconditioned system's condition (beyond :data:`CG_MAX_CONDITION` it asks the
+    driver for EigenPro 2); the preconditioner is built from a randomly pivoted Cholesky
     factor of ``K`` (:func:`shifted_rpcholesky_preconditioner`).  Up to
     :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
     solved directly instead.
@@ -49,9 +50,8 @@ def run_every_point_cg(context, attempt):
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
-    # The subsample's spectrum serves the condition estimate alone: no eigenvectors.
     layout, eigenvalues = context.on_subsample(
-        rows.layout(), rows.layout, lambda sized: nystrom_eigenvalues(context.kernel, X_dev[: sized.subsample_size])
+        rows.layout(), rows.layout, lambda sized: _subsample_spectrum(context, X_dev, sized.subsample_size)
     )
     cg_plan = plan_every_point_cg(layout)
     weights = context.weights_tensor(data.weights[data.order])
@@ -91,6 +91,19 @@ def run_every_point_cg(context, attempt):
     operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
     outcome = KernelFitResult(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
     return dataclasses.replace(outcome, operator=rows.operator_plan)
+
+
+def _subsample_spectrum(context, X_dev, size):
+    """The eigenvalues of ``K_S / s`` on ``size`` rows, for the condition estimate alone (no eigenvectors).
+
+    The tune stage's where it decomposed as many rows of this kernel (another seeded
+    draw of the rows, an estimate of the same spectrum), else those of the first
+    ``size`` rows here.
+    """
+    tuned = context.prepared.nystrom_eigenvalues
+    if tuned is not None and tuned.shape[0] == size:
+        return tuned
+    return nystrom_eigenvalues(context.kernel, X_dev[:size])
 
 
 def _check_cg_conditioned(context, condition):

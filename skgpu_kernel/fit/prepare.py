@@ -265,6 +265,12 @@ class PreparedFit:
     parameters : KernelFitParameters
         The estimator's parameters (planning, preconditioner, scaling rule, epochs,
         stopping, name).
+    nystrom_eigenvalues : ndarray or None
+        The tune stage's spectrum of ``kernel`` (``K_S / s`` on ``s`` of the rows it
+        scored, of which these rows are all or a subset:
+        :attr:`~skgpu_kernel.regularization.AlphaSelection.nystrom_eigenvalues`),
+        for a solver that reads a spectrum alone; None where the tune stage had none
+        of this kernel.
     """
 
     X: object
@@ -288,6 +294,7 @@ class PreparedFit:
     alpha: float
     validation_score: Callable
     parameters: object
+    nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     def of_data(self, indices):
         """``indices`` into the training rows as indices into the fit's rows."""
@@ -341,4 +348,13 @@ def prepare(request, runtime, plan):
         alpha=policy.alpha,
         validation_score=_with_intercept(parameters.validation_score, intercept),
         parameters=parameters,
+        nystrom_eigenvalues=_tuned_spectrum(plan, kernel),
     )
+
+
+def _tuned_spectrum(plan, kernel):
+    """The tune stage's Nystrom eigenvalues where ``kernel`` is the one it scored, else None."""
+    selection = plan.alpha_selection
+    if selection is None or kernel is not plan.kernel:  # the rule's bandwidth on the training rows
+        return None
+    return selection.nystrom_eigenvalues

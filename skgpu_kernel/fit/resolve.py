@@ -103,9 +103,9 @@ class FitPlan:
         """This plan with its tuned bandwidth kept on any rows, the rule's included (the learning path's).
 
         The path fits other features (``X L``) with it: the criterion's solution, a
-        model of the rows tuned on, is dropped.
+        model of the rows tuned on, and its spectrum, of the kernel on them, are dropped.
         """
-        selection = self.alpha_selection and self.alpha_selection.without_solution()
+        selection = self.alpha_selection and self.alpha_selection.penalty_alone()
         return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
 
 

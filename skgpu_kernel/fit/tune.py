@@ -69,6 +69,9 @@ def applied_tuning(tuned, resolved):
         policy = policy.with_alpha(alpha)
     kernel = resolved.kernel if tuned.by_rule else tuned.kernel
     tuning = {name: getattr(tuned, name) for name in TUNING_FIELDS}
+    if selection is not None and tuned.by_rule and resolved.bandwidth != tuned.bandwidth:
+        # The rule's bandwidth on these rows is another kernel than the one the criterion scored.
+        tuning["alpha_selection"] = selection.penalty_alone()
     return dataclasses.replace(resolved, kernel=kernel, policy=policy, **tuning)
 
 
