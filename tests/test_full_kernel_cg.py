@@ -192,8 +192,9 @@ def test_the_subsample_spectrum_alone_is_the_full_decompositions():
     np.testing.assert_allclose(values, full, rtol=0, atol=1e-13 * full[0])
 
 
-def test_cg_on_every_point_decomposes_its_subsample_for_the_spectrum_alone(beyond_factors, monkeypatch):
-    X, Y = _data(500, seed=13)
+@pytest.fixture
+def decompositions(monkeypatch):
+    """``(name, size)`` of every ``torch.linalg.eigh`` and ``eigvalsh`` the test runs."""
     decomposed = []
     for name in ("eigh", "eigvalsh"):
         original = getattr(torch.linalg, name)
@@ -203,10 +204,15 @@ def test_cg_on_every_point_decomposes_its_subsample_for_the_spectrum_alone(beyon
             return _original(matrix, *args, **kwargs)
 
         monkeypatch.setattr(torch.linalg, name, recorded)
+    return decomposed
+
+
+def test_cg_on_every_point_decomposes_its_subsample_for_the_spectrum_alone(beyond_factors, decompositions):
+    X, Y = _data(500, seed=13)
     params = dict(bandwidth=1.5, alpha=0.05, dtype="float64", subsample_size=170, random_state=0)
     model = AdaptiveKernelRegressor(feature_learning=None, **params).fit(X, Y[:, 0])
     assert model.solver_ == "cg" and model.subsample_size_ == 170
-    assert ("eigvalsh", 170) in decomposed and ("eigh", 170) not in decomposed
+    assert ("eigvalsh", 170) in decompositions and ("eigh", 170) not in decompositions
 
 
 def test_the_preconditioner_basis_is_planned_within_the_budget():
@@ -320,21 +326,6 @@ def test_rpcholesky_preconditioned_cg_reaches_the_exact_solution_in_fewer_iterat
     assert result.converged and baseline.converged
     torch.testing.assert_close(K @ result.coef, K @ exact, rtol=0, atol=1e-7)
     assert result.n_steps < baseline.n_steps
-
-
-@pytest.fixture
-def decompositions(monkeypatch):
-    """``(name, size)`` of every ``torch.linalg.eigh`` and ``eigvalsh`` the test runs."""
-    decomposed = []
-    for name in ("eigh", "eigvalsh"):
-        original = getattr(torch.linalg, name)
-
-        def recorded(matrix, *args, _name=name, _original=original, **kwargs):
-            decomposed.append((_name, matrix.shape[-1]))
-            return _original(matrix, *args, **kwargs)
-
-        monkeypatch.setattr(torch.linalg, name, recorded)
-    return decomposed
 
 
 @pytest.fixture
