@@ -129,7 +129,7 @@ class AlphaSelection:
     nystrom_eigenvalues : ndarray or None
         The eigenvalues of ``K_S / s`` on the criterion's Nystrom subsample (its
         first ``s`` rows scored), descending, float64, as
-        :func:`~skgpu_kernel.preconditioner.nystrom_eigenvalues` gives them: a fit
+        ``preconditioner.nystrom_eigenvalues`` gives them: a fit
         of this kernel on these rows' features reads them instead of decomposing a
         subsample of its own (CG's condition estimate).  None where the criterion
         had no subsample (every row a feature) or did not reach its features.
