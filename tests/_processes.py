@@ -37,9 +37,14 @@ def child_processes(pid=None):
 
 
 def session_processes(session):
-    """Pids of the live processes of ``session`` (zombies and persistent helpers left out)."""
+    """Pids of the live processes of ``session`` (zombies, exiting processes and persistent helpers left out)."""
     table = _process_table()
-    return [pid for pid, state, _, sid, cmdline in table if sid == session and state != "Z" and _ours(cmdline)]
+    # A process that is exiting releases its memory, and with it its command line,
+    # before it becomes a zombie: multiprocessing's resource tracker does so as the
+    # parent that owns it exits, exactly when a test looks for leftovers.
+    return [
+        pid for pid, state, _, sid, cmdline in table if sid == session and state != "Z" and cmdline and _ours(cmdline)
+    ]
 
 
 def wait_for_no_children(seconds=10.0):

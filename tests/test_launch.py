@@ -212,19 +212,23 @@ def test_timeout_terminates_workers():
     _assert_no_workers_left()
 
 
-# Makes the parent linger in the second worker's start(), after that worker came to life:
-# the moment a heavily loaded machine can stretch, where Ctrl-C once left a worker
-# unknown to the cleanup (and the parent waiting for it at exit).
+# Makes the parent linger right after the second worker's start(), once that worker
+# came to life: the moment a heavily loaded machine can stretch, where Ctrl-C once left
+# a worker unknown to the cleanup (and the parent waiting for it at exit).  Inside
+# start() a Ctrl-C is held back until start() returns (tested below), so the stretch
+# follows it.
 _SLOW_SECOND_START = """
-import time
-from multiprocessing.context import SpawnProcess
-original_start, started = SpawnProcess.start, []
-def start(self):
-    original_start(self)
-    started.append(self)
-    if len(started) == 2:
+import contextlib, time
+from skgpu_kernel.parallel import launch
+original_held_back, starts = launch._interrupt_held_back, []
+@contextlib.contextmanager
+def _held_back_then_slow():
+    with original_held_back():
+        yield
+    starts.append(None)
+    if len(starts) == 2:
         time.sleep(120)
-SpawnProcess.start = start
+launch._interrupt_held_back = _held_back_then_slow
 """
 
 
@@ -252,9 +256,8 @@ def _launch_sleeping_run(directory, prelude="", new_session=False):
     )
 
 
-def _start_sleeping_run(directory, prelude=""):
-    """A Python process running two sleeping workers, and the workers' pids once they run."""
-    process = _launch_sleeping_run(directory, prelude)
+def _worker_pids(process, directory):
+    """The pids that the two workers of ``process`` wrote to ``directory``, once both did."""
     paths = [directory / f"{rank}.pid" for rank in range(2)]
     deadline = time.monotonic() + BOUND_SECONDS
     try:
@@ -266,7 +269,13 @@ def _start_sleeping_run(directory, prelude=""):
         process.kill()
         process.communicate()
         raise
-    pids = [int(path.read_text()) for path in paths]
+    return [int(path.read_text()) for path in paths]
+
+
+def _start_sleeping_run(directory, prelude=""):
+    """A Python process running two sleeping workers, and the workers' pids once they run."""
+    process = _launch_sleeping_run(directory, prelude)
+    pids = _worker_pids(process, directory)
     assert all(_alive(pid) for pid in pids)
     return process, pids
 
@@ -285,6 +294,64 @@ def test_keyboard_interrupt_stops_workers(tmp_path, prelude):
     assert "KeyboardInterrupt" in stderr
     # Terminated and reaped by the interrupted process before it exited.
     assert not any(_alive(pid) for pid in pids)
+
+
+# A helper thread of the parent takes the SIGINT once both workers run, as the kernel
+# may choose any thread of a process for a signal sent to it (here the store's or
+# torch's): Python's handler then only sets a flag, and the main thread's wait for
+# its workers is not interrupted (the rare 20 s hang of the random-moments test).
+_INTERRUPT_ON_ANOTHER_THREAD = """
+import os, threading, time
+def _interrupt_this_thread_once_workers_run(directory={directory!r}):
+    while sum(name.endswith(".pid") for name in os.listdir(directory)) < 2:
+        time.sleep(0.05)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+threading.Thread(target=_interrupt_this_thread_once_workers_run, daemon=True).start()
+"""
+
+
+def test_keyboard_interrupt_taken_by_another_thread_stops_workers(tmp_path):
+    process = _launch_sleeping_run(tmp_path, _INTERRUPT_ON_ANOTHER_THREAD.format(directory=str(tmp_path)))
+    try:
+        pids = _worker_pids(process, tmp_path)  # the interrupt follows at once
+        # The workers sleep 60 s: a parent that waits for them misses this bound.
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "KeyboardInterrupt" in stderr
+    assert not any(_alive(pid) for pid in pids)
+
+
+# Ctrl-C inside the second worker's start(), after that worker received its work but
+# before multiprocessing gave its Process object the pid: without care the cleanup
+# does not know the worker, which runs on until it notices its parent is gone.
+_INTERRUPT_INSIDE_SECOND_START = """
+from multiprocessing import popen_spawn_posix
+original_launch, launched = popen_spawn_posix.Popen._launch, []
+def _launch(self, process_obj):
+    original_launch(self, process_obj)
+    launched.append(self)
+    if len(launched) == 2:
+        signal.raise_signal(signal.SIGINT)
+popen_spawn_posix.Popen._launch = _launch
+"""
+
+
+def test_keyboard_interrupt_inside_start_leaves_no_worker(tmp_path):
+    process = _launch_sleeping_run(tmp_path, _INTERRUPT_INSIDE_SECOND_START, new_session=True)
+    try:
+        process.wait(timeout=BOUND_SECONDS)
+        # At the parent's exit: its workers were stopped and reaped before it ended.
+        left = session_processes(process.pid)
+        _, stderr = process.communicate(timeout=BOUND_SECONDS)
+    finally:
+        if process.poll() is None or session_processes(process.pid):
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert "KeyboardInterrupt" in stderr
+    assert left == []
 
 
 @pytest.mark.slow

@@ -57,6 +57,13 @@ _KILL_GRACE_SECONDS = 3.0
 # noticed within this delay, at no measurable cost.
 _ORPHAN_POLL_SECONDS = 1.0
 
+# Longest single wait of the parent for its workers' reports.  The kernel may hand a
+# SIGINT sent to this process to any of its threads (the store's, torch's); Python's
+# handler then only sets a flag, which the main thread acts on once its wait returns
+# (a Ctrl-C sent to the parent alone once waited for the workers to end).  Five
+# wake-ups a second cost nothing measurable.
+_SIGNAL_CHECK_SECONDS = 0.2
+
 # Exit code of a worker that stops because its parent died.
 _ORPHAN_EXIT_CODE = 70
 
@@ -379,8 +386,9 @@ def run_distributed(worker, payload, devices, timeout=600.0):
     Whatever happens (success, a failing worker, a timeout, ``KeyboardInterrupt``),
     no worker process outlives the call: workers still running are sent SIGTERM,
     then SIGKILL after a short grace period, and are joined; the store and the
-    result channels are closed.  A spawned worker whose parent dies (SIGKILL) exits
-    by itself within a second.
+    result channels are closed.  A Ctrl-C while a worker is being started takes
+    effect once its ``start()`` returns, so that the cleanup knows that worker.  A
+    spawned worker whose parent dies (SIGKILL) exits by itself within a second.
 
     Inside ``torchrun``, every rank must call ``run_distributed`` the same number of
     times in the same order (as for any collective): the n-th call gets the same
@@ -632,7 +640,8 @@ def _collect(processes, readers, deadline, timeout):
         for rank in pending:
             owners[readers[rank]] = rank
             owners[processes[rank].sentinel] = rank
-        ready = {owners[obj] for obj in _wait_for(list(owners), remaining)}
+        wait_seconds = _SIGNAL_CHECK_SECONDS if remaining is None else min(remaining, _SIGNAL_CHECK_SECONDS)
+        ready = {owners[obj] for obj in _wait_for(list(owners), wait_seconds)}
         failures = {}
         for rank in sorted(ready):
             report = _receive(rank, processes[rank], readers[rank])
@@ -712,6 +721,31 @@ def _shutdown(processes, readers, graceful):
                 reader.close()
 
 
+@contextlib.contextmanager
+def _interrupt_held_back():
+    """Raise a Ctrl-C that arrives inside the block only once the block has ended.
+
+    ``Process.start()`` learns its child's pid only when the child already runs with
+    its work: a KeyboardInterrupt in between would lose the pid, and the cleanup could
+    not stop that worker.  ``start()`` takes milliseconds (longer only while a large
+    pickled payload is written to the child).  Python runs signal handlers in the
+    main thread only, so elsewhere, and where SIGINT is ignored or left to the
+    system, nothing is changed.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            previous(*received[0])
+
+
 def _start_workers(context, devices, group, processes, readers):
     """Start one worker per device, appending each process and its result channel as it goes.
 
@@ -736,7 +770,8 @@ def _start_workers(context, devices, group, processes, readers):
             # (the rare hang of a Ctrl-C'd parallel fit under load).
             processes.append(process)
             try:
-                process.start()
+                with _interrupt_held_back():
+                    process.start()
             except (pickle.PicklingError, AttributeError, TypeError) as exc:
                 # The arguments are pickled before the child exists: nothing started.
                 raise TypeError(
