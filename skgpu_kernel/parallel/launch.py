@@ -764,10 +764,10 @@ def _start_workers(context, devices, group, processes, readers):
                 args=(rank, device, group, writer),
                 name=f"skgpu_kernel-worker-{rank}",
             )
-            # Registered before it starts: a worker whose start() was interrupted by
-            # Ctrl-C after the child came to life would otherwise escape _shutdown,
-            # and multiprocessing's exit handler would wait for it to finish on its own
-            # (the rare hang of a Ctrl-C'd parallel fit under load).
+            # Registered before it starts: the Ctrl-C held back during start() is
+            # raised as start() returns, and a start() that fails after the child came
+            # to life raises too; a worker not yet in the list would escape _shutdown,
+            # and multiprocessing's exit handler would wait for it to finish on its own.
             processes.append(process)
             try:
                 with _interrupt_held_back():
