@@ -323,7 +323,17 @@ ALPHA_CASES = [
     # Weights act only through a penalty: the classifier's is always scored.
     ("auto", False, "eigenpro", True, True, ("loo", 0.0)),
     ("auto", False, "eigenpro", False, True, ("loo", 0.95)),
+    # CG on every point (asked for) needs a penalty: always scored, whatever the coverage.
+    ("auto", False, "cg", False, False, ("loo", 0.0)),
+    ("auto", False, "auto", False, False, ("loo", 0.95)),
+    (0.5, False, "cg", False, False, ("given", 0.5)),
 ]
+
+
+@pytest.mark.parametrize("alpha", [0, 0.0, -1.0])
+def test_cg_on_every_point_without_a_penalty_is_refused(alpha):
+    with pytest.raises(ValueError, match=r"solver='cg' .* needs alpha > 0; got alpha="):
+        plan_alpha(alpha, False, "cg")
 
 
 @pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "weighted", "expected"), ALPHA_CASES)

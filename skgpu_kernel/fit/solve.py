@@ -22,9 +22,9 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
 from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
-from ..solvers.fit_check import check_fit
+from ..solvers.fit_check import HeldOutRows, check_fit
 from ..solvers.solution import Solution
-from .attempts import Attempt, FallbackNeeded, safer_attempt
+from .attempts import Attempt, Fallback, FallbackNeeded, safer_attempt
 from .cg import run_centers_cg, run_every_point_cg
 from .context import AttemptContext
 from .direct import run_direct
@@ -32,6 +32,7 @@ from .eigenpro import run_eigenpro2, run_eigenpro3
 from .finish import KernelFitResult, finished_model, fit_result
 from .prepare import kernel_offset, prepare, target_intercept
 from .request import log_fit
+from .tune import criterion_alpha
 
 
 def solve(request, runtime, plan):
@@ -139,15 +140,19 @@ def run_solver(solver, prepared, runtime):
         if fallback is None:
             check = _last_check(outcome, prepared, runtime)
             outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
-            if check is None or check.passed:
+            if check is not None and interpolation_failed(attempt, prepared, check):
+                fallback = _penalised_refit(attempt, prepared, runtime, check)
+            elif check is None or check.passed:
                 return _as_run(outcome, attempt, record)
-            why = (
-                f"the model's squared error on {check.n_rows} training rows, {check.model_loss:.4g}, is above the "
-                f"trivial predictor's, {check.trivial_loss:.4g}"
-            )
-            fallback = safer_attempt(attempt, outcome, prepared, runtime.dtype, why)
-            if fallback is None:
-                return _as_run(_trivial_model(outcome, attempts), attempt, record)
+            else:
+                where = "held-out" if check.held_out else "training"
+                why = (
+                    f"the model's {check.score} on {check.n_rows} {where} rows, {check.model_loss:.4g}, is above the "
+                    f"trivial predictor's, {check.trivial_loss:.4g}"
+                )
+                fallback = safer_attempt(attempt, outcome, prepared, runtime.dtype, why)
+                if fallback is None:
+                    return _as_run(_trivial_model(outcome, attempts), attempt, record)
         _warn_of(fallback, attempt, prepared.parameters.solver)
         attempt = attempt.after(fallback)
 
@@ -166,30 +171,61 @@ def _warn_of(fallback, attempt, requested):
 
 
 def _last_check(outcome, prepared, runtime):
-    """The last check of the attempt's model on its training rows, or None where it is not run.
+    """The last check of the attempt's model, on the fit's held-out rows where it has some, or None where not run.
 
-    The rows are taken from the fit's one copy on the device where it holds one.
-    Not under a process group: the ranks would have to agree on a fallback, and
-    each holds the same model (its coefficients agreed every epoch).
+    Held-out rows (the early-stopping split) are scored with the task's score
+    against the training rows' trivial predictor; without them, the training
+    rows.  The rows are taken from the fit's one copy on the device where it holds
+    one.  Not under a process group: the ranks would have to agree on a fallback,
+    and each holds the same model (its coefficients agreed every epoch).
     """
     if runtime.group is not None or outcome.device_cache is None or prepared.X.shape[0] < 2:
         return None
     tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, prepared.offset)
-
     n_targets = prepared.Y.shape[1] - prepared.joint_intercept  # the ones column is no target
+    rows, held_out = prepared, None
+    if prepared.validation is not None and prepared.validation.X.shape[0] > 0:
+        rows = prepared.validation
+        labels = rows.stratify if prepared.parameters.classifier else None
+        held_out = HeldOutRows(np.zeros(n_targets), labels=labels, shift=prepared.intercept[:n_targets])
 
     def predict(indices):
-        rows = to_device(rows_taken(prepared.X, prepared.X_device, indices))
-        return tensors.predict_on_device(prepared.kernel, rows, runtime.budget)[:, :n_targets]
+        taken = to_device(rows_taken(rows.X, rows.X_device, indices))
+        return tensors.predict_on_device(prepared.kernel, taken, runtime.budget)[:, :n_targets]
 
-    check = check_fit(predict, prepared.Y[:, :n_targets], prepared.weights)
-    if runtime.log is not None:
-        verdict = "passed" if check.passed else "FAILED"
-        runtime.log(
-            f"[{prepared.parameters.name}] last check {verdict}: squared error {check.model_loss:.4g} against the "
-            f"trivial predictor's {check.trivial_loss:.4g} on {check.n_rows} training rows ({check.seconds:.2f} s)"
-        )
+    targets = prepared.Y[:, :n_targets] if held_out is None else rows.Y - prepared.intercept
+    check = check_fit(predict, targets, rows.weights, held_out)
+    log_fit(runtime, prepared.parameters, check.describe())
     return check
+
+
+def interpolation_failed(attempt, prepared, check):
+    """Whether an unpenalised fit's held-out rows say that interpolation did not pay: a penalised refit is due.
+
+    Where ``alpha="auto"`` resolved to 0 (the criterion's gate did not trust its
+    Nystrom features), early stopping was to regularise.  On noisy labels it does
+    not: an unpenalised kernel model heads for the interpolant, and a flight table
+    of 48,000 rows (24% positives) was worse than the majority class at every
+    epoch.  The model must then be better than the trivial one beyond noise on the
+    held-out rows (:attr:`~skgpu_kernel.solvers.fit_check.FitCheck.better`), else
+    the fit is refit with the criterion's penalty.  Not for a given ``alpha=0``
+    (the user's model) nor for a model on centers (EigenPro 3's SGD has no penalty).
+    """
+    auto = isinstance(prepared.parameters.alpha, str)
+    unpenalised = attempt.alpha == 0 and attempt.solver == "eigenpro" and prepared.centers is None
+    return auto and unpenalised and check.held_out and not check.better
+
+
+def _penalised_refit(attempt, prepared, runtime, check):
+    """The fallback after :func:`interpolation_failed`: EigenPro 2 at the leave-one-out criterion's ``alpha``."""
+    alpha = criterion_alpha(prepared, runtime)
+    reason = (
+        f"unpenalised, the model's {check.score} on {check.n_rows} held-out rows ({check.model_loss:.4g}) is not "
+        f"better than the trivial predictor's ({check.trivial_loss:.4g}) beyond noise: refit with the criterion's "
+        f"alpha {alpha:.3g}"
+    )
+    log_fit(runtime, prepared.parameters, reason)
+    return Fallback(reason, alpha=alpha)
 
 
 def _trivial_model(outcome, attempts):

@@ -11,7 +11,7 @@ from sklearn.base import clone
 from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import searches_bandwidth
 from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
-from ..planning.kernel_policy import carries_subsample_penalty
+from ..planning.kernel_policy import PENALISED_REFIT_ROWS, carries_subsample_penalty
 from ..regularization import (
     LOO_MAX_ROWS,
     PENALTY_GRID,
@@ -222,3 +222,33 @@ class LooRows:
             penalties=penalties,
             widest=widest,
         )
+
+
+def criterion_alpha(prepared, runtime):
+    """The leave-one-out criterion's ``alpha`` on the prepared fit's own training rows, whatever its coverage.
+
+    The penalty of the refit that replaces an unpenalised fit whose held-out rows
+    showed that interpolation did not pay (:func:`~skgpu_kernel.fit.solve.run_solver`).
+    Its gate had found the Nystrom features too far from the kernel to trust the
+    criterion over early stopping; once early stopping has failed, the criterion's
+    penalty is the one left.  It scores the first
+    :data:`~skgpu_kernel.planning.kernel_policy.PENALISED_REFIT_ROWS` rows of the fit's
+    shuffle (already seeded: no draw), every one a feature (the exact criterion), with
+    their centred targets, and returns ``alpha`` for those rows, kept as it is for
+    the fit's rows, as the tune stage keeps its own (:class:`LooRows`).
+    """
+    rows = prepared.order[:PENALISED_REFIT_ROWS]
+    device = runtime.devices[0]
+    to_device = DeviceCopier(device, torch.float64, prepared.offset)
+    X = to_device(rows_taken(prepared.X, prepared.X_device, rows))
+    n_targets = prepared.Y.shape[1] - prepared.joint_intercept
+    Y = to_device(prepared.Y[rows, :n_targets], center=False)
+    weights = prepared.weights[rows]
+    w = None if np.all(weights == weights[0]) else torch.as_tensor(weights, dtype=torch.float64, device=device)
+    classes = None
+    if prepared.parameters.classifier:
+        intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
+        codes = Y + intercept
+        labels = (codes[:, 0] > 0).long() if codes.shape[1] == 1 else codes.argmax(dim=1)
+        classes = ClassCodes(labels, intercept)
+    return LooRows(X, Y, w, classes, rows).select_alpha(prepared.kernel).alpha

@@ -134,7 +134,8 @@ def plan_kernel_fit(problem, budget, parameters):
             "centers (with every training point a center, the model is trained on one device)."
         )
     solver = _centers_solver(problem, budget, parameters) if uses_centers else "eigenpro"
-    alpha_mode, value = plan_alpha(parameters.alpha, uses_centers, solver, parameters.classifier, problem.weighted)
+    asked = solver if uses_centers else parameters.solver
+    alpha_mode, value = plan_alpha(parameters.alpha, uses_centers, asked, parameters.classifier, problem.weighted)
     policy = KernelFitPolicy(problem, budget, parameters, solver, alpha_mode)
     if alpha_mode == "loo":
         return dataclasses.replace(policy, loo_min_coverage=value)
@@ -155,6 +156,13 @@ def _centers_solver(problem, budget, parameters):
     return solver
 
 
+# The rows the leave-one-out criterion scores, every one a feature, for the penalty of
+# the refit that replaces an unpenalised fit whose held-out rows showed that
+# interpolation did not pay (skgpu_kernel.fit.solve.interpolation_failed).  The tune
+# stage's criterion on up to LOO_MAX_ROWS rows cost 1.9 s a refit on a 3000-row
+# noisy-label table (6 refits along feature learning's path: 11.5 s of a 17.9 s fit);
+# 1500 exact rows are the bandwidth search's size.
+PENALISED_REFIT_ROWS = 1500
 # How a fit without an iterative solver gets its model (plan_direct_solve's answers).
 DIRECT_FROM_TUNING = "tuning"
 DIRECT_FACTORED = "factored"

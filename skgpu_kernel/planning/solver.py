@@ -358,7 +358,9 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
     uses_centers : bool
         ``n_centers`` or ``centers`` given.
     solver : str
-        The solver resolved so far (with centers: ``"cg"`` or ``"eigenpro"``).
+        The solver resolved so far (with centers: ``"cg"`` or ``"eigenpro"``); with a
+        center at every point, the one the user asked for (``"auto"``, ``"cg"`` or
+        ``"eigenpro"``).
     classifier : bool, default=False
         A classifier asks.
     weighted : bool, default=False
@@ -367,11 +369,25 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
     Returns
     -------
     tuple
+
+    Raises
+    ------
+    ValueError
+        ``solver="cg"`` with a center at every point and ``alpha <= 0``: CG on
+        every point solves ``(K + alpha W^-1) a = y``, which needs a penalty.
     """
     if not isinstance(alpha, str):
+        if not uses_centers and solver == "cg" and alpha <= 0:
+            raise ValueError(
+                f"solver='cg' with a center at every training point solves the penalised system "
+                f"(K + alpha W^-1) a = y, which needs alpha > 0; got alpha={alpha}. Set alpha='auto' (the "
+                "leave-one-out criterion chooses it), a positive alpha, or solver='eigenpro' (an unpenalised "
+                "fit regularised by early stopping)."
+            )
         return "given", float(alpha)
-    if uses_centers:
-        # EigenPro 3's SGD has no penalty (early stopping regularises); CG needs one.
+    if uses_centers or solver == "cg":
+        # EigenPro 3's SGD has no penalty (early stopping regularises); CG, on centers or
+        # on every point, needs one: the criterion is always scored for it.
         return ("loo", 0.0) if solver == "cg" else ("zero", None)
     if alpha == "loo" or (classifier and weighted):
         # An interpolating (or early-stopped) classifier fits every training label

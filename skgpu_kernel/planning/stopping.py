@@ -54,11 +54,13 @@ __all__ = [
     "CG_TOL",
     "FIT_CHECK_ROWS",
     "FIT_CHECK_STANDARD_ERRORS",
+    "HELD_OUT_CHECK_ROWS",
     "MONITORS",
     "NEVER",
     "CGStoppingPlan",
     "DivergenceRule",
     "StoppingPlan",
+    "better_than_trivial",
     "fit_check_rows",
     "plan_cg_stopping",
     "plan_divergence",
@@ -331,22 +333,32 @@ def plan_divergence(measure):
 # included); 1024 halve that, and the mean of 1024 paired differences still tells a
 # model worse than the mean from one no better than it.
 FIT_CHECK_ROWS = 1024
-# Worse than the trivial predictor "beyond noise": the mean of the paired differences
-# of the two squared errors is above this many of its standard errors.
+# Where the fit holds rows out (its early-stopping split), the last check scores at most
+# this many of them instead: an unpenalised model fits its own rows, so only rows it did
+# not fit can show it worse than the trivial one.  The held-out share is 10% by default,
+# so 4096 rows are at most one epoch's 4096 / (9 * 4096) ~ 11% of its products, and a
+# paired difference of misclassifications between model and prior has a standard error
+# of about sqrt(share of rows they disagree on / 4096), under a point at 40% disagreement.
+HELD_OUT_CHECK_ROWS = 4096
+# Worse (or better) than the trivial predictor "beyond noise": the mean of the paired
+# differences of the two errors is above (below minus) this many of its standard errors.
 FIT_CHECK_STANDARD_ERRORS = 2.0
 
 
-def fit_check_rows(n_rows):
-    """The training rows the last check scores: at most ``FIT_CHECK_ROWS``, evenly spaced.
+def fit_check_rows(n_rows, limit=FIT_CHECK_ROWS):
+    """The rows the last check scores: at most ``limit``, evenly spaced.
+
+    ``limit`` is ``FIT_CHECK_ROWS`` for training rows, ``HELD_OUT_CHECK_ROWS`` for
+    held-out ones.
 
     Examples
     --------
-    >>> fit_check_rows(5).tolist(), fit_check_rows(10_000).size
-    ([0, 1, 2, 3, 4], 1024)
+    >>> fit_check_rows(5).tolist(), fit_check_rows(10_000).size, fit_check_rows(10_000, HELD_OUT_CHECK_ROWS).size
+    ([0, 1, 2, 3, 4], 1024, 4096)
     """
-    if n_rows <= FIT_CHECK_ROWS:
+    if n_rows <= limit:
         return np.arange(n_rows)
-    return np.linspace(0, n_rows - 1, FIT_CHECK_ROWS).astype(np.int64)
+    return np.linspace(0, n_rows - 1, limit).astype(np.int64)
 
 
 def worse_than_trivial(mean_difference, standard_error):
@@ -358,3 +370,14 @@ def worse_than_trivial(mean_difference, standard_error):
     (True, False, False)
     """
     return mean_difference > 0 and mean_difference > FIT_CHECK_STANDARD_ERRORS * standard_error
+
+
+def better_than_trivial(mean_difference, standard_error):
+    """Whether paired differences (model's error minus the trivial one's) say the model is better beyond noise.
+
+    Examples
+    --------
+    >>> better_than_trivial(-1.0, 0.4), better_than_trivial(-1.0, 0.6), better_than_trivial(0.0, 0.0)
+    (True, False, False)
+    """
+    return mean_difference < 0 and -mean_difference > FIT_CHECK_STANDARD_ERRORS * standard_error
