@@ -205,9 +205,7 @@ def check_fit(predict, Y, weights, held_out=None):
     w = np.asarray(weights[rows], dtype=np.float64)
     w = w / max(w.sum(), 1e-300)
     trivial = w @ targets if held_out is None else np.asarray(held_out.trivial, dtype=np.float64)
-    squared = _Paired.of(
-        np.square(predictions - targets).sum(axis=1), np.square(trivial - targets).sum(axis=1), w
-    )
+    squared = _Paired.of(np.square(predictions - targets).sum(axis=1), np.square(trivial - targets).sum(axis=1), w)
     if held_out is None or held_out.labels is None:
         return FitCheck(
             n_rows=int(rows.size),
