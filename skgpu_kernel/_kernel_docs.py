@@ -393,12 +393,17 @@ COMMON_ATTRIBUTES = """
         (Out of memory while predicting, the row block is halved too and a
         ``RuntimeWarning`` says so: predicting changes no fitted attribute.)
     fit_check_ : dict or None
-        The last check of the fitted model: its weighted squared error on at most
-        1024 evenly spaced training rows against the trivial predictor's (the
-        rows' weighted mean), ``{"n_rows", "model_loss", "trivial_loss",
-        "standard_error", "seconds", "passed"}``; a model worse than the trivial
-        one by more than two standard errors is refitted (``fit_attempts_``).  None
-        under a process group (``distributed=True``).
+        The last check of the fitted model against the trivial predictor: on at
+        most 4096 evenly spaced rows of the early-stopping split where the fit has
+        one (``"held_out"``; a classifier's ``"score"`` is then its
+        misclassification, with the squared error of its codes in
+        ``"squared_error"``), else the weighted squared error on at most 1024
+        training rows; ``{"n_rows", "held_out", "score", "model_loss",
+        "trivial_loss", "standard_error", "seconds", "passed", "better"}``.  A
+        model worse than the trivial one by more than two standard errors is
+        refitted (``fit_attempts_``), and so is an unpenalised ``alpha="auto"``
+        model not better than it beyond noise (with the criterion's penalty).
+        None under a process group (``distributed=True``).
     alpha_selection_ : AlphaSelection or None
         With ``alpha="auto"`` or ``"loo"`` and a solver that takes a penalty: the
         leave-one-out errors of the candidate penalties behind ``alpha_`` and the
