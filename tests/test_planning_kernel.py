@@ -24,6 +24,7 @@ from skgpu_kernel.planning.kernel import (
     operating_batch,
     temporary_centers_for,
 )
+from skgpu_kernel.planning.kernel_policy import plan_kernel_fit
 from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.solver import (
     FULL_KERNEL_CG_MAX_ROWS,
@@ -323,8 +324,9 @@ ALPHA_CASES = [
     # Weights act only through a penalty: the classifier's is always scored.
     ("auto", False, "eigenpro", True, True, ("loo", 0.0)),
     ("auto", False, "eigenpro", False, True, ("loo", 0.95)),
-    # CG on every point (asked for) needs a penalty: always scored, whatever the coverage.
-    ("auto", False, "cg", False, False, ("loo", 0.0)),
+    # CG on every point (asked for) is planned as the default; the policy's
+    # needs_penalty takes the criterion's alpha below the coverage bound.
+    ("auto", False, "cg", False, False, ("loo", 0.95)),
     ("auto", False, "auto", False, False, ("loo", 0.95)),
     (0.5, False, "cg", False, False, ("given", 0.5)),
 ]
@@ -339,6 +341,24 @@ def test_cg_on_every_point_without_a_penalty_is_refused(alpha):
 @pytest.mark.parametrize(("alpha", "uses_centers", "solver", "classifier", "weighted", "expected"), ALPHA_CASES)
 def test_alpha_plan_table(alpha, uses_centers, solver, classifier, weighted, expected):
     assert plan_alpha(alpha, uses_centers, solver, classifier, weighted) == expected
+
+
+# (n_centers, solver asked, alpha) -> the policy's alpha mode, its coverage bound, needs_penalty
+PENALTY_NEED_CASES = [
+    (None, "auto", "auto", ("loo", 0.95, False)),  # early stopping regularises below the bound
+    (None, "eigenpro", "auto", ("loo", 0.95, False)),
+    (None, "cg", "auto", ("loo", 0.95, True)),  # CG on every point: the criterion's alpha below it too
+    (None, "cg", 0.5, ("given", 0.0, True)),
+    (500, "cg", "auto", ("loo", 0.0, True)),  # CG on centers: always scored
+    (500, "eigenpro", "auto", ("zero", 0.0, False)),
+]
+
+
+@pytest.mark.parametrize(("n_centers", "solver", "alpha", "expected"), PENALTY_NEED_CASES)
+def test_which_fits_need_a_penalty_whatever_the_criterion_coverage(n_centers, solver, alpha, expected):
+    problem = KernelProblem(5_000, 8, 1, 4, 0, n_centers=n_centers)
+    policy = plan_kernel_fit(problem, 10**10, KernelFitParameters(solver=solver, alpha=alpha))
+    assert (policy.alpha_mode, policy.loo_min_coverage, policy.needs_penalty) == expected
 
 
 # EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in

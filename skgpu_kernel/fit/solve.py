@@ -22,7 +22,7 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
 from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
-from ..solvers.fit_check import HeldOutRows, check_fit
+from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
 from .attempts import Attempt, Fallback, FallbackNeeded, safer_attempt
 from .cg import run_centers_cg, run_every_point_cg
@@ -183,18 +183,21 @@ def _last_check(outcome, prepared, runtime):
         return None
     tensors, to_device = outcome.device_cache, DeviceCopier(runtime.devices[0], runtime.dtype, prepared.offset)
     n_targets = prepared.Y.shape[1] - prepared.joint_intercept  # the ones column is no target
-    rows, held_out = prepared, None
-    if prepared.validation is not None and prepared.validation.X.shape[0] > 0:
-        rows = prepared.validation
-        labels = rows.stratify if prepared.parameters.classifier else None
-        held_out = HeldOutRows(np.zeros(n_targets), labels=labels, shift=prepared.intercept[:n_targets])
+    held_out = prepared.validation is not None and prepared.validation.X.shape[0] > 0
+    rows = prepared.validation if held_out else prepared
+    # Held out, targets and predictions are scored with the intercept, whose codes a classifier's classes are read from.
+    shift = prepared.intercept[:n_targets] if held_out else 0.0
 
     def predict(indices):
         taken = to_device(rows_taken(rows.X, rows.X_device, indices))
-        return tensors.predict_on_device(prepared.kernel, taken, runtime.budget)[:, :n_targets]
+        predictions = tensors.predict_on_device(prepared.kernel, taken, runtime.budget)[:, :n_targets]
+        return predictions.detach().cpu().double().numpy() + shift
 
-    targets = prepared.Y[:, :n_targets] if held_out is None else rows.Y - prepared.intercept
-    check = check_fit(predict, targets, rows.weights, held_out)
+    if held_out:
+        labels = rows.stratify if prepared.parameters.classifier else None
+        check = check_fit(predict, rows.Y, rows.weights, trivial=shift, labels=labels)
+    else:
+        check = check_fit(predict, prepared.Y[:, :n_targets], prepared.weights)
     log_fit(runtime, prepared.parameters, check.describe())
     return check
 

@@ -97,7 +97,8 @@ def _tuned(request, runtime, plan):
             exact = search is not None and search.selection.n_rows == scored.n_rows <= auto_subsample_size(
                 scored.n_rows
             )
-            selection = search.selection if exact else scored.select_alpha(kernel, policy.loo_min_coverage)
+            min_coverage = 0.0 if policy.needs_penalty else policy.loo_min_coverage
+            selection = search.selection if exact else scored.select_alpha(kernel, min_coverage)
             selection = _gated(selection, search, policy, data)
             policy = policy.with_alpha(selection.alpha)
             scored_rows = scored.indices
@@ -121,12 +122,17 @@ def _gated(selection, search, policy, data):
     Below the policy's coverage the Nystrom criterion is not trusted; the bandwidth
     search's exact ``alpha`` on a subsample is carried over, as it is, to every row where
     :func:`~skgpu_kernel.planning.kernel_policy.carries_subsample_penalty` says so,
-    and otherwise the fit has no penalty (early stopping regularises).
+    and otherwise the fit has no penalty (early stopping regularises), unless CG
+    solves it (:attr:`~skgpu_kernel.planning.kernel_policy.KernelFitPolicy.needs_penalty`):
+    then the criterion's own ``alpha``, scored whatever its coverage.
     """
     gated = selection.gated(policy.loo_min_coverage)
-    if gated.scored or search is None or not carries_subsample_penalty(search.selection.n_rows, data.X.shape[0]):
+    if gated.scored:
         return gated
-    return search.selection.carried_to(gated.coverage)
+    if search is not None and carries_subsample_penalty(search.selection.n_rows, data.X.shape[0]):
+        return search.selection.carried_to(gated.coverage)
+    # CG's system needs a penalty: the criterion's own, below the coverage it is trusted at.
+    return selection if policy.needs_penalty else gated
 
 
 def _search_penalties(policy, data):

@@ -84,6 +84,17 @@ class KernelFitPolicy:
     def streamed(self):
         return self.problem.streamed
 
+    @property
+    def needs_penalty(self):
+        """Whether CG solves the fit, whose system ``(K + alpha W^-1) a = y`` needs ``alpha > 0``.
+
+        Where the criterion's coverage is below ``loo_min_coverage`` (a fit that
+        early stopping would otherwise regularise), CG takes the criterion's
+        ``alpha`` all the same: on centers the bound is 0 anyway; on every point
+        (``solver="cg"`` asked for) a fit at ``alpha`` 0 would divide by it.
+        """
+        return self.solver == "cg" or self.parameters.solver == "cg"
+
     def with_alpha(self, alpha):
         """The policy once ``alpha`` is known: the solver and the held-out split settled."""
         solver = self.solver

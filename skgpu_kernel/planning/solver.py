@@ -385,9 +385,9 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
                 "fit regularised by early stopping)."
             )
         return "given", float(alpha)
-    if uses_centers or solver == "cg":
-        # EigenPro 3's SGD has no penalty (early stopping regularises); CG, on centers or
-        # on every point, needs one: the criterion is always scored for it.
+    if uses_centers:
+        # EigenPro 3's SGD has no penalty (early stopping regularises); CG needs one.
+        # (CG on every point too: KernelFitPolicy.needs_penalty.)
         return ("loo", 0.0) if solver == "cg" else ("zero", None)
     if alpha == "loo" or (classifier and weighted):
         # An interpolating (or early-stopped) classifier fits every training label

@@ -19,6 +19,7 @@ unpenalised fit is not, interpolation did not pay and the driver refits with a
 penalty.  The cost is one prediction of those rows against the model's centers.
 """
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -34,29 +35,7 @@ from ..planning.stopping import (
     worse_than_trivial,
 )
 
-__all__ = ["FitCheck", "HeldOutRows", "check_fit"]
-
-
-@dataclass(frozen=True)
-class HeldOutRows:
-    """What the check compares on rows the model did not fit.
-
-    Attributes
-    ----------
-    trivial : ndarray of shape (l,)
-        The trivial prediction of the targets as scored (the training rows' weighted
-        mean, the class prior of a classifier's codes), not the held-out rows' own.
-    labels : ndarray of shape (m,) or None
-        A classifier's class indices of the rows: the check then scores
-        misclassifications first.
-    shift : ndarray of shape (l,) or None
-        Added to predictions (and to ``trivial``) before their classes are read: the
-        intercept the targets as scored are centred by.
-    """
-
-    trivial: np.ndarray
-    labels: np.ndarray | None = None
-    shift: np.ndarray | None = None
+__all__ = ["FitCheck", "check_fit"]
 
 
 @dataclass(frozen=True)
@@ -130,37 +109,7 @@ class FitCheck:
         )
 
 
-@dataclass(frozen=True)
-class _Paired:
-    """Weighted means of two errors row by row, and the standard error of their mean difference."""
-
-    model: float
-    trivial: float
-    difference: float
-    standard_error: float
-
-    @classmethod
-    def of(cls, model_errors, trivial_errors, w):
-        differences = model_errors - trivial_errors
-        mean_difference = float(w @ differences)
-        if not np.all(np.isfinite(model_errors)):
-            return cls(math.inf, float(w @ trivial_errors), math.inf, 0.0)
-        # The weighted mean's standard error with Kish's effective number of rows.
-        effective = 1.0 / max(float(np.square(w).sum()), 1e-300)
-        spread = float(w @ np.square(differences - mean_difference))
-        standard_error = math.sqrt(spread / max(effective - 1.0, 1.0))
-        return cls(float(w @ model_errors), float(w @ trivial_errors), mean_difference, standard_error)
-
-    @property
-    def worse(self):
-        return worse_than_trivial(self.difference, self.standard_error)
-
-    @property
-    def better(self):
-        return better_than_trivial(self.difference, self.standard_error)
-
-
-def check_fit(predict, Y, weights, held_out=None):
+def check_fit(predict, Y, weights, trivial=None, labels=None):
     """Score the model ``predict(indices) -> predictions`` on a bounded sample of the rows of ``(Y, weights)``.
 
     Parameters
@@ -170,12 +119,15 @@ def check_fit(predict, Y, weights, held_out=None):
         tensor or array of shape (m, l)) for an ndarray of row indices.
     Y : ndarray of shape (n, l)
         The targets of the rows scored: the training rows the model was fitted to,
-        or rows it did not fit (``held_out``).
+        or rows it did not fit (``trivial`` given).
     weights : ndarray of shape (n,)
-    held_out : HeldOutRows or None, default=None
-        Given, the rows are held out: the trivial prediction is the one it names,
-        and a classifier's misclassifications are scored.  None: training rows, whose
-        weighted mean is the trivial prediction.
+    trivial : ndarray of shape (l,) or None, default=None
+        Given, the rows are held out and this is the trivial prediction (the
+        training rows' weighted mean, a classifier's prior codes), not the rows' own
+        mean.  None: training rows, whose weighted mean is the trivial prediction.
+    labels : ndarray of shape (n,) or None, default=None
+        A classifier's class indices of the rows (its codes: ``+-1`` in one column,
+        1 the positive class, else one-hot): misclassifications are scored first.
 
     Returns
     -------
@@ -190,13 +142,14 @@ def check_fit(predict, Y, weights, held_out=None):
     >>> check_fit(lambda rows: -10 * Y[rows], Y, np.ones(10)).passed
     False
     >>> codes = np.where(np.arange(10) < 3, 1.0, -1.0)[:, None]
-    >>> prior = HeldOutRows(np.array([-0.4]), labels=(codes[:, 0] > 0).astype(int))
-    >>> check = check_fit(lambda rows: codes[rows], codes, np.ones(10), prior)
+    >>> labels = (codes[:, 0] > 0).astype(int)
+    >>> check = check_fit(lambda rows: codes[rows], codes, np.ones(10), np.array([-0.4]), labels)
     >>> check.score, check.model_loss, round(check.trivial_loss, 6), check.better
     ('misclassification', 0.0, 0.3, True)
     """
     tic = time.perf_counter()
-    rows = fit_check_rows(Y.shape[0], FIT_CHECK_ROWS if held_out is None else HELD_OUT_CHECK_ROWS)
+    held_out = trivial is not None
+    rows = fit_check_rows(Y.shape[0], HELD_OUT_CHECK_ROWS if held_out else FIT_CHECK_ROWS)
     predictions = predict(rows)
     if isinstance(predictions, torch.Tensor):
         predictions = predictions.detach().cpu().double().numpy()
@@ -204,37 +157,54 @@ def check_fit(predict, Y, weights, held_out=None):
     predictions = np.asarray(predictions, dtype=np.float64).reshape(targets.shape)
     w = np.asarray(weights[rows], dtype=np.float64)
     w = w / max(w.sum(), 1e-300)
-    trivial = w @ targets if held_out is None else np.asarray(held_out.trivial, dtype=np.float64)
-    squared = _Paired.of(np.square(predictions - targets).sum(axis=1), np.square(trivial - targets).sum(axis=1), w)
-    if held_out is None or held_out.labels is None:
-        return FitCheck(
-            n_rows=int(rows.size),
-            model_loss=squared.model,
-            trivial_loss=squared.trivial,
-            standard_error=squared.standard_error,
-            seconds=time.perf_counter() - tic,
-            passed=not squared.worse,
-            held_out=held_out is not None,
-            better=squared.better,
-        )
-    labels = np.asarray(held_out.labels)[rows]
-    shift = 0.0 if held_out.shift is None else np.asarray(held_out.shift, dtype=np.float64)
-    misclassified = _Paired.of(
-        (_classes(predictions + shift) != labels).astype(np.float64),
-        (_classes((trivial + shift)[None, :]) != labels).astype(np.float64),
-        w,
+    trivial = np.asarray(trivial, dtype=np.float64) if held_out else w @ targets
+    scored = {"n_rows": int(rows.size), "held_out": held_out}
+    check = _paired_check(
+        np.square(predictions - targets).sum(axis=1), np.square(trivial - targets).sum(axis=1), w, **scored
     )
+    if labels is not None:
+        taken = np.asarray(labels)[rows]
+        misclassified = _paired_check(
+            (_classes(predictions) != taken).astype(np.float64),
+            (_classes(trivial[None, :]) != taken).astype(np.float64),
+            w,
+            score="misclassification",
+            **scored,
+        )
+        check = dataclasses.replace(
+            misclassified,
+            passed=misclassified.passed and check.passed,
+            better=misclassified.better or check.better,
+            squared_error=(check.model_loss, check.trivial_loss, check.standard_error),
+        )
+    return dataclasses.replace(check, seconds=time.perf_counter() - tic)
+
+
+def _paired_check(model_errors, trivial_errors, w, **scored):
+    """The check of two errors row by row: their weighted means, and the standard error of their mean difference."""
+    if not np.all(np.isfinite(model_errors)):
+        return FitCheck(
+            model_loss=math.inf,
+            trivial_loss=float(w @ trivial_errors),
+            standard_error=0.0,
+            seconds=0.0,
+            passed=False,
+            **scored,
+        )
+    differences = model_errors - trivial_errors
+    mean_difference = float(w @ differences)
+    # The weighted mean's standard error with Kish's effective number of rows.
+    effective = 1.0 / max(float(np.square(w).sum()), 1e-300)
+    spread = float(w @ np.square(differences - mean_difference))
+    standard_error = math.sqrt(spread / max(effective - 1.0, 1.0))
     return FitCheck(
-        n_rows=int(rows.size),
-        model_loss=misclassified.model,
-        trivial_loss=misclassified.trivial,
-        standard_error=misclassified.standard_error,
-        seconds=time.perf_counter() - tic,
-        passed=not (misclassified.worse or squared.worse),
-        held_out=True,
-        score="misclassification",
-        better=misclassified.better or squared.better,
-        squared_error=(squared.model, squared.trivial, squared.standard_error),
+        model_loss=float(w @ model_errors),
+        trivial_loss=float(w @ trivial_errors),
+        standard_error=standard_error,
+        seconds=0.0,
+        passed=not worse_than_trivial(mean_difference, standard_error),
+        better=better_than_trivial(mean_difference, standard_error),
+        **scored,
     )
 
 
