@@ -129,7 +129,16 @@ from typing import NamedTuple
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 import numpy as np
-from _common import FitCheckClock, in_child, machine_description, matmul_peak_gflops, peak_rss_gb, publish
+from _common import (
+    FitCheckClock,
+    describe_margin,
+    in_child,
+    machine_description,
+    margin_over_trivial,
+    matmul_peak_gflops,
+    peak_rss_gb,
+    publish,
+)
 
 
 class Source(NamedTuple):
@@ -329,7 +338,9 @@ def run_ours(name, max_train, device, params):
         fit_seconds = time.perf_counter() - tic
     diverged = [w for w in caught if issubclass(w.category, RuntimeWarning) and "diverg" in str(w.message).lower()]
     other = sorted({f"{w.category.__name__}: {str(w.message)[:80]}" for w in caught if w not in diverged})
-    error = _error(task, y_test, model.predict(X_test))
+    predicted = model.predict(X_test)
+    error = _error(task, y_test, predicted)
+    margin = describe_margin(margin_over_trivial(task, y_train, y_test, predicted), getattr(model, "fit_check_", None))
     notes = _our_notes(model, X_train.shape[0]) + f", {checks.describe(fit_seconds)}"
     if other:
         notes += f"; other warnings: {'; '.join(other[:2])}"
@@ -339,6 +350,7 @@ def run_ours(name, max_train, device, params):
         "peak_gb": peak_rss_gb(),
         "diverged": len(diverged),
         "notes": notes,
+        "margin": margin,
         "device": model.device_,
         "info": info,
     }
@@ -898,10 +910,12 @@ def table(results, references=()):
     lines = [
         "| data set | n (train / test, features) | method | fit s | test error | error / best baseline | "
         "fit / Nystroem | diverged warnings | peak RSS GB | meets target | notes |"
-        + "".join(f" error / {label} | fit / {label} |" for _, label in references),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|" + "---:|---:|" * len(references),
+        + "".join(f" error / {label} | fit / {label} |" for _, label in references)
+        + " margin over trivial, test rows |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|" + "---:|---:|" * len(references) + "---|",
     ]
-    no_ratios = " - | - |" * len(references)
+    # Rows without ratios or a margin (failed, omitted, baselines) end in dashes.
+    no_ratios = " - | - |" * len(references) + " - |"
     summary = []
     for name, (n, _, rows) in results.items():
         baseline_errors = [
@@ -944,7 +958,10 @@ def table(results, references=()):
                     meets += " (not judged: " + ", ".join(unjudged) + ")"
                 if missed:
                     summary.append(f"{name} / {method}: " + ", ".join(missed))
-            ratios = "".join(_ratios(row, reference) for reference in reference_rows) if kind == "ours" else no_ratios
+            ratios = no_ratios
+            if kind == "ours":
+                ratios = "".join(_ratios(row, reference) for reference in reference_rows)
+                ratios += f" {row.get('margin', '-')} |"
             lines.append(
                 f"| {name} | {size} | {method} | {row['fit_seconds']:.1f} | {metric} {row['error']:.4g} | "
                 f"{_fmt(error_ratio, '.3f')} | {_fmt(time_ratio, '.2f')} | {diverged} | {row['peak_gb']:.2f} | "

@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_description, publish
+from _common import FitCheckClock, machine_description, margin_over_trivial, publish
 
 # The split counts of issue 65's bound: sets under SMALL_ROWS rows get SMALL_SPLITS, sets over
 # LARGE_ROWS rows LARGE_SPLITS, the others and the tables SPLITS.
@@ -63,13 +63,13 @@ def split_count(name, n_rows):
 
 
 def real_set_errors(name, splits=None, params=None):
-    """``(errors, seconds)`` of ours on ``name``'s seeded splits (``bench_real_data.prepare``'s features).
+    """The :class:`SplitRecord` of ours on ``name``'s seeded splits (``bench_real_data.prepare``'s features).
 
     ``params``: estimator parameters added to the defaults.
     """
     from bench_real_data import _task, fit_and_score, our_estimator, prepare
 
-    errors, seconds = [], []
+    splits_run = SplitRecord()
     count = splits
     seed = 0
     while count is None or seed < count:
@@ -78,16 +78,17 @@ def real_set_errors(name, splits=None, params=None):
             count = split_count(name, info["n"])
         task = _task(name)
         model = our_estimator(task, **(params or {}))
-        error, fit_seconds = fit_and_score(model, X_train, y_train, X_test, y_test, task)
-        errors.append(float(error))
-        seconds.append(float(fit_seconds))
+        with FitCheckClock() as checks:
+            error, fit_seconds = fit_and_score(model, X_train, y_train, X_test, y_test, task)
+        margin = margin_over_trivial(task, y_train, y_test, model.predict(X_test))
+        splits_run.add(error, fit_seconds, _check_facts(model, margin, checks.seconds / fit_seconds))
         print(f"{name} split {seed}: error {error:.6g}, fit {fit_seconds:.1f} s", flush=True)
         seed += 1
-    return errors, seconds
+    return splits_run
 
 
 def table_errors(name, splits=None, params=None):
-    """``(errors, seconds)`` of ours on the raw DataFrame of ``bench_tables``'s table ``name``, seeded splits.
+    """The :class:`SplitRecord` of ours on the raw DataFrame of ``bench_tables``'s table ``name``, seeded splits.
 
     ``params``: estimator parameters added to the defaults.
     """
@@ -96,15 +97,36 @@ def table_errors(name, splits=None, params=None):
 
     table = TABLES[name]
     frame, y = load(table)
-    errors, seconds = [], []
+    splits_run = SplitRecord()
     for seed in range(SPLITS if splits is None else splits):
         train, test = split_indices(table, y, seed)
         model = our_estimator(table.task, **(params or {}))
         scores = _scored(model, frame.iloc[train], y[train], frame.iloc[test], y[test], table.task, probabilities=False)
-        errors.append(float(scores.error))
-        seconds.append(float(scores.seconds))
+        facts = _check_facts(model, scores.margin, scores.check_seconds / scores.seconds)
+        splits_run.add(scores.error, scores.seconds, facts)
         print(f"{name} split {seed}: error {scores.error:.6g}, fit {scores.seconds:.1f} s", flush=True)
-    return errors, seconds
+    return splits_run
+
+
+class SplitRecord:
+    """What a set's splits recorded: test errors, fit seconds, and each split's last-check facts."""
+
+    def __init__(self):
+        self.errors, self.seconds, self.checks = [], [], []
+
+    def add(self, error, seconds, check):
+        self.errors.append(float(error))
+        self.seconds.append(float(seconds))
+        self.checks.append(check)
+
+
+def _check_facts(model, margin, share):
+    """A split's margin over the trivial model on its test rows, the fit's own last check and its share of the fit."""
+    check = getattr(model, "fit_check_", None) or {}
+    kept = ("held_out", "score", "model_loss", "trivial_loss", "standard_error")
+    own = {key: check[key] for key in kept if key in check}
+    attempts = [[entry["solver"], float(entry["alpha"])] for entry in getattr(model, "fit_attempts_", None) or []]
+    return {"test_margin": margin, "own_check": own, "check_share": float(share), "attempts": attempts}
 
 
 def _commit():
@@ -145,11 +167,16 @@ def run(args):
             continue
         tic = time.perf_counter()
         errors_of = table_errors if kind == "table" else real_set_errors
-        errors, seconds = errors_of(name, args.splits, params)
-        record["sets"][key] = {"kind": kind, "errors": errors, "seconds": seconds}
+        splits_run = errors_of(name, args.splits, params)
+        record["sets"][key] = {
+            "kind": kind,
+            "errors": splits_run.errors,
+            "seconds": splits_run.seconds,
+            "checks": splits_run.checks,
+        }
         with open(args.out, "w") as file:  # after every set: a stopped run keeps what it finished
             json.dump(record, file, indent=1)
-        print(f"== {name}: {len(errors)} splits in {time.perf_counter() - tic:.0f} s", flush=True)
+        print(f"== {name}: {len(splits_run.errors)} splits in {time.perf_counter() - tic:.0f} s", flush=True)
 
 
 def paired(before, after):
@@ -203,11 +230,41 @@ def compare(args):
         + (", ".join(worse) if worse else "none")
         + "."
     )
+    lines += check_lines(after)
     fashion = after["sets"].get("FashionMNIST")
     if fashion is not None:
         accuracy = 1.0 - fashion["errors"][0]
         lines.append(f"Fashion-MNIST test accuracy after: {accuracy:.4f} (bound {FASHION_MIN_ACCURACY}).")
     publish("\n".join(lines), args.write)
+
+
+def check_lines(record):
+    """Per set of ``record``: the smallest test-row margin over the trivial model, the fit's own check, its cost."""
+    rows = [(name, entry["checks"]) for name, entry in record["sets"].items() if entry.get("checks")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| set | smallest margin over trivial, test rows (± SE) | splits below trivial beyond 2 SE | own check "
+        "(rows, score, smallest margin) | check / fit (largest split) |",
+        "|---|---|---:|---|---:|",
+    ]
+    below_sets = []
+    for name, checks in rows:
+        smallest = min(checks, key=lambda check: check["test_margin"]["margin"])["test_margin"]
+        below = sum(check["test_margin"]["margin"] < -2 * check["test_margin"]["standard_error"] for check in checks)
+        if below:
+            below_sets.append(name)
+        own = [check["own_check"] for check in checks if check["own_check"]]
+        where = sorted({("held-out" if o["held_out"] else "training") + " " + o["score"] for o in own})
+        own_margin = min((o["trivial_loss"] - o["model_loss"] for o in own), default=float("nan"))
+        share = max(check["check_share"] for check in checks)
+        lines.append(
+            f"| {name} | {smallest['margin']:+.4g} ± {smallest['standard_error']:.2g} | {below} | "
+            f"{', '.join(where) or '-'}; {own_margin:+.4g} | {share:.2%} |"
+        )
+    lines += ["", "Sets with a split below the trivial model beyond noise: " + (", ".join(below_sets) or "none") + "."]
+    return lines
 
 
 def main():
