@@ -20,8 +20,11 @@ from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.stopping import (
     CG_RESIDUAL_CEILING,
     FIT_CHECK_ROWS,
+    HELD_OUT_CHECK_ROWS,
+    HELD_OUT_CHECK_SHARE,
     DivergenceRule,
     fit_check_rows,
+    held_out_check_limit,
     plan_cg_stopping,
     plan_divergence,
     worse_than_trivial,
@@ -127,6 +130,32 @@ def test_the_last_check_scores_evenly_spaced_rows_without_a_draw():
     assert good.passed and good.n_rows == 500 and good.model_loss < 0.05 * good.trivial_loss
     nan = fit_check.check_fit(lambda rows: np.full((rows.size, 2), np.nan), Y, np.ones(500))
     assert not nan.passed and nan.model_loss == math.inf
+
+
+@pytest.mark.parametrize(
+    ("n_fitted", "limit"),
+    [
+        (10, FIT_CHECK_ROWS),
+        (HELD_OUT_CHECK_SHARE * FIT_CHECK_ROWS, FIT_CHECK_ROWS),
+        (HELD_OUT_CHECK_SHARE * (FIT_CHECK_ROWS + 1) - 1, FIT_CHECK_ROWS),
+        (HELD_OUT_CHECK_SHARE * (FIT_CHECK_ROWS + 1), FIT_CHECK_ROWS + 1),
+        (52_200, 1631),
+        (HELD_OUT_CHECK_SHARE * HELD_OUT_CHECK_ROWS, HELD_OUT_CHECK_ROWS),
+        (10**7, HELD_OUT_CHECK_ROWS),
+    ],
+)
+def test_the_held_out_check_scores_one_in_32_training_rows_within_its_bounds(n_fitted, limit):
+    """Its cost is at most 1/32 of one pass of the fit over its rows' kernel rows (issue 77: 4096 rows were 6%)."""
+    assert held_out_check_limit(n_fitted) == limit
+    Y = np.arange(5000.0)[:, None]
+    scored = []
+
+    def predict(rows):
+        scored.append(rows.size)
+        return Y[rows]
+
+    check = fit_check.check_fit(predict, Y, np.ones(5000), trivial=np.zeros(1), limit=limit)
+    assert scored == [min(limit, 5000)] and check.n_rows == min(limit, 5000) and check.held_out
 
 
 def test_weights_enter_the_last_check():

@@ -22,6 +22,7 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
 from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
+from ..planning.stopping import held_out_check_limit
 from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
 from .attempts import Attempt, Fallback, FallbackNeeded, safer_attempt
@@ -195,7 +196,8 @@ def _last_check(outcome, prepared, runtime):
 
     if held_out:
         labels = rows.stratify if prepared.parameters.classifier else None
-        check = check_fit(predict, rows.Y, rows.weights, trivial=shift, labels=labels)
+        limit = held_out_check_limit(prepared.X.shape[0])
+        check = check_fit(predict, rows.Y, rows.weights, trivial=shift, labels=labels, limit=limit)
     else:
         check = check_fit(predict, prepared.Y[:, :n_targets], prepared.weights)
     log_fit(runtime, prepared.parameters, check.describe())

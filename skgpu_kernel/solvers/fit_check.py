@@ -2,7 +2,7 @@
 
 Every model a solver returns is scored against the trivial predictor.  Where the fit
 held rows out (its early-stopping split), the check scores at most
-:data:`~skgpu_kernel.planning.stopping.HELD_OUT_CHECK_ROWS` of them with the task's
+:func:`~skgpu_kernel.planning.stopping.held_out_check_limit` of them with the task's
 own score: a classifier's misclassifications against the class prior's (the majority
 class), and the squared error of its codes against the prior's codes; a regressor's
 squared error against the training rows' weighted mean.  An unpenalised kernel model
@@ -109,7 +109,7 @@ class FitCheck:
         )
 
 
-def check_fit(predict, Y, weights, trivial=None, labels=None):
+def check_fit(predict, Y, weights, trivial=None, labels=None, limit=None):
     """Score the model ``predict(indices) -> predictions`` on a bounded sample of the rows of ``(Y, weights)``.
 
     Parameters
@@ -128,6 +128,10 @@ def check_fit(predict, Y, weights, trivial=None, labels=None):
     labels : ndarray of shape (n,) or None, default=None
         A classifier's class indices of the rows (its codes: ``+-1`` in one column,
         1 the positive class, else one-hot): misclassifications are scored first.
+    limit : int or None, default=None
+        The most rows scored (evenly spaced).  None: ``FIT_CHECK_ROWS`` for training
+        rows, ``HELD_OUT_CHECK_ROWS`` for held-out ones; a fit passes
+        :func:`~skgpu_kernel.planning.stopping.held_out_check_limit` of its training rows.
 
     Returns
     -------
@@ -149,7 +153,9 @@ def check_fit(predict, Y, weights, trivial=None, labels=None):
     """
     tic = time.perf_counter()
     held_out = trivial is not None
-    rows = fit_check_rows(Y.shape[0], HELD_OUT_CHECK_ROWS if held_out else FIT_CHECK_ROWS)
+    if limit is None:
+        limit = HELD_OUT_CHECK_ROWS if held_out else FIT_CHECK_ROWS
+    rows = fit_check_rows(Y.shape[0], limit)
     predictions = predict(rows)
     if isinstance(predictions, torch.Tensor):
         predictions = predictions.detach().cpu().double().numpy()
