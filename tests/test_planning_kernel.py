@@ -32,7 +32,9 @@ from skgpu_kernel.planning.solver import (
     plan_auto_centers,
     plan_centers_solver,
     plan_full_kernel_solver,
+    refit_with_penalty,
 )
+from skgpu_kernel.solvers.fit_check import FitCheck
 
 CPU = torch.device("cpu")
 MB = 10**6
@@ -359,6 +361,29 @@ def test_which_fits_need_a_penalty_whatever_the_criterion_coverage(n_centers, so
     problem = KernelProblem(5_000, 8, 1, 4, 0, n_centers=n_centers)
     policy = plan_kernel_fit(problem, 10**10, KernelFitParameters(solver=solver, alpha=alpha))
     assert (policy.alpha_mode, policy.loo_min_coverage, policy.needs_penalty) == expected
+
+
+# (alpha asked, the attempt's alpha and solver, on centers, held-out check, better beyond noise) -> refit
+PENALISED_REFIT_CASES = [
+    ("auto", 0.0, "eigenpro", False, True, False, True),  # interpolation did not pay
+    ("auto", 0.0, "eigenpro", False, True, True, False),  # it paid
+    ("auto", 0.0, "eigenpro", False, False, False, False),  # training rows cannot tell
+    ("loo", 0.0, "eigenpro", False, True, False, True),
+    (0.0, 0.0, "eigenpro", False, True, False, False),  # the user's alpha=0
+    ("auto", 0.5, "eigenpro", False, True, False, False),  # already penalised
+    ("auto", 0.0, "eigenpro", True, True, False, False),  # EigenPro 3 on centers has no penalty
+    ("auto", 0.0, "cg", False, True, False, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("alpha", "attempt_alpha", "solver", "on_centers", "held_out", "better", "refit"), PENALISED_REFIT_CASES
+)
+def test_an_unpenalised_fit_not_better_than_trivial_on_held_out_rows_is_refit_with_a_penalty(
+    alpha, attempt_alpha, solver, on_centers, held_out, better, refit
+):
+    check = FitCheck(300, 0.24, 0.24, 0.01, 0.0, True, held_out=held_out, better=better)
+    assert refit_with_penalty(alpha, attempt_alpha, solver, on_centers, check) is refit
 
 
 # EigenPro 2's kernel cache.  n = 20000, d = 20, one output: K(X, X) is 800 MB in

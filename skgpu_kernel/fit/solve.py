@@ -22,6 +22,7 @@ from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
 from ..out_of_memory import MemoryEvents
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
+from ..planning.solver import refit_with_penalty
 from ..planning.stopping import held_out_check_limit
 from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
@@ -141,7 +142,9 @@ def run_solver(solver, prepared, runtime):
         if fallback is None:
             check = _last_check(outcome, prepared, runtime)
             outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
-            if check is not None and interpolation_failed(attempt, prepared, check):
+            if check is not None and refit_with_penalty(
+                prepared.parameters.alpha, attempt.alpha, attempt.solver, prepared.centers is not None, check
+            ):
                 fallback = _penalised_refit(attempt, prepared, runtime, check)
             elif check is None or check.passed:
                 return _as_run(outcome, attempt, record)
@@ -204,25 +207,8 @@ def _last_check(outcome, prepared, runtime):
     return check
 
 
-def interpolation_failed(attempt, prepared, check):
-    """Whether an unpenalised fit's held-out rows say that interpolation did not pay: a penalised refit is due.
-
-    Where ``alpha="auto"`` resolved to 0 (the criterion's gate did not trust its
-    Nystrom features), early stopping was to regularise.  On noisy labels it does
-    not: an unpenalised kernel model heads for the interpolant, and a flight table
-    of 48,000 rows (24% positives) was worse than the majority class at every
-    epoch.  The model must then be better than the trivial one beyond noise on the
-    held-out rows (:attr:`~skgpu_kernel.solvers.fit_check.FitCheck.better`), else
-    the fit is refit with the criterion's penalty.  Not for a given ``alpha=0``
-    (the user's model) nor for a model on centers (EigenPro 3's SGD has no penalty).
-    """
-    auto = isinstance(prepared.parameters.alpha, str)
-    unpenalised = attempt.alpha == 0 and attempt.solver == "eigenpro" and prepared.centers is None
-    return auto and unpenalised and check.held_out and not check.better
-
-
 def _penalised_refit(attempt, prepared, runtime, check):
-    """The fallback after :func:`interpolation_failed`: EigenPro 2 at the leave-one-out criterion's ``alpha``."""
+    """The fallback :func:`~skgpu_kernel.planning.solver.refit_with_penalty` asks for: the criterion's ``alpha``."""
     alpha = criterion_alpha(prepared, runtime)
     reason = (
         f"unpenalised, the model's {check.score} on {check.n_rows} held-out rows ({check.model_loss:.4g}) is not "

@@ -30,6 +30,7 @@ __all__ = [
     "plan_centers_solver",
     "plan_every_point_cg",
     "plan_full_kernel_solver",
+    "refit_with_penalty",
 ]
 
 # The conjugate-gradient solver for centers keeps two p x p float64 factors (the
@@ -397,3 +398,50 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
     # Elsewhere the criterion is trusted only where its Nystrom model is close to the
     # kernel; below that coverage EigenPro 2's early stopping regularises.
     return "loo", LOO_MIN_COVERAGE
+
+
+def refit_with_penalty(alpha, attempt_alpha, attempt_solver, on_centers, check):
+    """Whether an unpenalised fit's last check says that interpolation did not pay: refit with a penalty.
+
+    Where ``alpha="auto"`` resolved to 0 (:func:`plan_alpha`'s gate did not trust
+    the criterion's Nystrom features), EigenPro 2's early stopping was to
+    regularise.  On noisy labels it does not: an unpenalised kernel model heads
+    for the interpolant, and a flight table of 48,000 rows (24% positives) was
+    worse than the majority class at every epoch.  The model must then be better
+    than the trivial one beyond noise on its held-out rows, else it is refit at
+    the exact leave-one-out criterion's ``alpha`` on every point (the same
+    centers, cache and solver; issue 77 measured fewer centers with the
+    criterion's ``alpha`` instead, on generated noisy-label tables: not better
+    beyond noise, and a new operator to build).  Not for a given ``alpha`` (0
+    included: the user's model) nor for a model on centers (EigenPro 3's SGD has
+    no penalty).
+
+    Parameters
+    ----------
+    alpha : float, "auto" or "loo"
+        The estimator's parameter.
+    attempt_alpha : float
+        The penalty the attempt ran with.
+    attempt_solver : str
+    on_centers : bool
+        The model is on centers (not every training point).
+    check : FitCheck
+        The attempt's last check (:func:`~skgpu_kernel.solvers.fit_check.check_fit`):
+        its ``held_out`` and ``better``.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> not_better = SimpleNamespace(held_out=True, better=False)
+    >>> refit_with_penalty("auto", 0.0, "eigenpro", False, not_better)
+    True
+    >>> refit_with_penalty(0.0, 0.0, "eigenpro", False, not_better)  # the user's alpha=0
+    False
+    """
+    if not isinstance(alpha, str) or attempt_alpha != 0 or attempt_solver != "eigenpro" or on_centers:
+        return False
+    return check.held_out and not check.better
