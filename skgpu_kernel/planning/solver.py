@@ -403,7 +403,7 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
 def refit_with_penalty(alpha, attempt_alpha, attempt_solver, on_centers, check):
     """Whether an unpenalised fit's last check says that interpolation did not pay: refit with a penalty.
 
-    Where ``alpha="auto"`` resolved to 0 (:func:`plan_alpha`'s gate did not trust
+    Where ``alpha="auto"`` resolved to 0 (``plan_alpha``'s gate did not trust
     the criterion's Nystrom features), EigenPro 2's early stopping was to
     regularise.  On noisy labels it does not: an unpenalised kernel model heads
     for the interpolant, and a flight table of 48,000 rows (24% positives) was
@@ -426,7 +426,7 @@ def refit_with_penalty(alpha, attempt_alpha, attempt_solver, on_centers, check):
     on_centers : bool
         The model is on centers (not every training point).
     check : FitCheck
-        The attempt's last check (:func:`~skgpu_kernel.solvers.fit_check.check_fit`):
+        The attempt's last check (``skgpu_kernel.solvers.fit_check.check_fit``):
         its ``held_out`` and ``better``.
 
     Returns

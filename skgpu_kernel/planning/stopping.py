@@ -373,8 +373,8 @@ def fit_check_rows(n_rows, limit=FIT_CHECK_ROWS):
 def held_out_check_limit(n_fitted):
     """The most held-out rows the last check of a fit on ``n_fitted`` training rows scores.
 
-    One in :data:`HELD_OUT_CHECK_SHARE` of the training rows, at least
-    :data:`FIT_CHECK_ROWS` and at most :data:`HELD_OUT_CHECK_ROWS`.
+    One in ``HELD_OUT_CHECK_SHARE`` (32) of the training rows, at least
+    ``FIT_CHECK_ROWS`` (1024) and at most ``HELD_OUT_CHECK_ROWS`` (4096).
 
     Examples
     --------
