@@ -17,6 +17,7 @@ import scipy.sparse
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context, clone
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils._tags import TransformerTags
@@ -25,6 +26,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
+from ._warnings import warn_user
 from .blockwise import linear_predict
 from .buffer import as_row_source, is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -115,7 +117,7 @@ class _BaseBufferedSGD(BaseEstimator):
         batch_size="auto",
         buffer_size="auto",
         n_rounds=1,
-        n_epochs=10,
+        n_epochs=1000,
         shuffle=True,
         prefetch=True,
         tol=1e-3,
@@ -172,6 +174,13 @@ class _BaseBufferedSGD(BaseEstimator):
             fit = fit_bmgd_model(bmgd_input, runtime, settings, continuation)
         finally:
             data.source.close()
+        if not fit.result.converged:
+            warn_user(
+                f"{type(self).__name__} ran its n_epochs={self.n_epochs} passes before the stopping rule was met "
+                f"(tol={self.tol}, n_iter_no_change={self.n_iter_no_change}): the model may not have converged. "
+                "Increase n_epochs.",
+                ConvergenceWarning,
+            )
         self._store_fit(runtime, settings.scaling_rule, fit, (targets, output_dtype(data.source.dtype), continuing))
         return self
 
@@ -377,8 +386,10 @@ default="optimal"
         Rounds ``R`` of mini-batch passes over each buffer before the next one.  R > 1
         reuses loaded data when reading is the bottleneck, at the price of a bias of
         order of the step size that vanishes with a decaying step.
-    n_epochs : int, default=10
-        Passes over the data by ``fit``, and the horizon of decaying schedules.
+    n_epochs : int, default=1000
+        The most passes over the data by ``fit`` (the stopping rule, ``tol``, ends
+        it sooner; a fit that runs them all before the rule is met warns with a
+        ``ConvergenceWarning``), and the horizon of decaying schedules.
     shuffle : bool, default=True
         Shuffle the order of row chunks each pass and the rows of a buffer each round.
     prefetch : bool, default=True
@@ -389,8 +400,17 @@ default="optimal"
         loss as a fraction of the first pass's, has not improved by more than
         ``tol`` for ``n_iter_no_change`` passes: the rule of every estimator of the
         package (:mod:`skgpu_kernel.planning.stopping`), free of the targets' scale.
-        Parallel workers judge it after every pass on the workers' mean loss
-        (AdaptiveSGD: at the first merge of each pass).  None disables.
+        At EigenPro's analytic step (the default ``"optimal"`` and ``"eigenpro"``,
+        without a decay of their own), each of the first 7 such plateaus halves the
+        step instead, and the next one stops the fit (at 1/128 of the peak): at a
+        constant step SGD on data the model cannot interpolate wanders around the
+        optimum at a distance that grows with the step
+        (``skgpu_kernel.planning.sgd.plateaus_to_anneal``).  Other rules keep
+        their own schedule and stop at the first plateau.  Parallel workers judge
+        it after every pass on the workers' mean loss (AdaptiveSGD: at the first
+        merge of each pass) and halve the step together.  ``partial_fit`` never
+        judges it (one pass per call): its step follows the rule alone.  None
+        disables it.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the rows (random blocks of rows, so that
         reads stay sequential) and keep the coefficients of the best validation score.
@@ -547,7 +567,7 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
         batch_size="auto",
         buffer_size="auto",
         n_rounds=1,
-        n_epochs=10,
+        n_epochs=1000,
         shuffle=True,
         prefetch=True,
         tol=1e-3,
@@ -738,7 +758,7 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         batch_size="auto",
         buffer_size="auto",
         n_rounds=1,
-        n_epochs=10,
+        n_epochs=1000,
         shuffle=True,
         prefetch=True,
         tol=1e-3,

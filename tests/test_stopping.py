@@ -16,6 +16,7 @@ import pytest
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
 from skgpu_kernel.fit import eigenpro as eigenpro_attempts
 from skgpu_kernel.parallel import Parle
+from skgpu_kernel.planning import sgd as planning_sgd
 from skgpu_kernel.planning import stopping
 from skgpu_kernel.planning.stopping import StoppingPlan, plan_stopping
 from skgpu_kernel.solvers import bmgd_fit
@@ -30,15 +31,20 @@ def _problem(n=800, seed=0):
     return X, y
 
 
-def _documented_stop(losses, reference):
-    """The first epoch (from 1) after which ``PATIENCE`` epochs passed without a relative gain above ``TOL``."""
-    best, without = -math.inf, 0
+def _documented_stop(losses, reference, anneal=0):
+    """The epoch (from 1) closing plateau ``anneal + 1``: ``PATIENCE`` epochs without a relative gain above ``TOL``.
+
+    Each of the first ``anneal`` plateaus starts the count again (the loop halved its step).
+    """
+    best, without, plateaus = -math.inf, 0, 0
     for epoch, loss in enumerate(losses, start=1):
         value = -loss / max(reference, 1e-300)
         without = 0 if value > best + TOL else without + 1
         best = max(best, value)
         if without >= PATIENCE:
-            return epoch
+            if plateaus == anneal:
+                return epoch
+            plateaus, without = plateaus + 1, 0
     return None
 
 
@@ -89,12 +95,33 @@ FITS = [
 
 @pytest.mark.parametrize("fit", FITS)
 def test_every_loop_stops_where_the_documented_rule_says(fit, plans):
+    """The kernel loops stop at the first plateau; BMGD at EigenPro's step halves it at each of the first 7."""
     X, y = _problem()
     n_epochs, losses, reference = fit(X, y)
-    assert plans and all(plan == StoppingPlan("train_loss", TOL, PATIENCE) for plan in plans), plans
-    expected = _documented_stop(losses, reference)
+    anneal = plans[0].anneal if plans else None
+    assert anneal in (0, planning_sgd.ANNEALED_PLATEAUS)
+    assert plans and all(plan == StoppingPlan("train_loss", TOL, PATIENCE, anneal) for plan in plans), plans
+    expected = _documented_stop(losses, reference, anneal)
     assert expected is not None and expected < MAX_EPOCHS, "the rule should stop this fit early"
     assert n_epochs == expected == len(losses)
+
+
+@pytest.mark.parametrize("parallel", [None, pytest.param(Parle(n_workers=2), marks=pytest.mark.slow)])
+def test_bmgd_at_the_analytic_step_halves_it_at_each_plateau_then_stops(parallel):
+    """Issue 78: at a constant step the iterate wanders around the optimum; each plateau halves the step."""
+    X, y = _problem()
+    model = BufferedSGDRegressor(alpha=0.0, batch_size=32, random_state=0, parallel=parallel)
+    model.set_params(tol=TOL, n_iter_no_change=PATIENCE, n_epochs=MAX_EPOCHS).fit(X, y)
+    key = "workers_train_loss" if parallel is not None else "train_loss"
+    losses = [record[key] for record in model.history_]
+    rates = np.array([record["learning_rate"] for record in model.history_])
+    plateau_ends = [_documented_stop(losses, losses[0], k) for k in range(planning_sgd.ANNEALED_PLATEAUS)]
+    assert None not in plateau_ends
+    assert model.n_iter_ == _documented_stop(losses, losses[0], planning_sgd.ANNEALED_PLATEAUS) < MAX_EPOCHS
+    # The epoch after each plateau runs at half the step of the one before (the rule's own step is constant).
+    for end in plateau_ends:
+        assert rates[end] == pytest.approx(rates[end - 1] / stopping.ANNEAL_FACTOR, rel=1e-9)
+    assert rates[-1] == pytest.approx(rates[0] / stopping.ANNEAL_FACTOR**planning_sgd.ANNEALED_PLATEAUS, rel=1e-9)
 
 
 def test_tol_does_not_depend_on_the_scale_of_the_targets():
@@ -119,7 +146,7 @@ def test_data_parallel_and_adaptive_sgd_stop_on_tol():
     X, y = _problem()
     n_epochs, losses, reference = _bmgd(X, y, DataParallel(n_workers=2))
     # The workers' losses are all-reduced: the record is the shared model's.
-    assert n_epochs == _documented_stop(losses, reference) < MAX_EPOCHS
+    assert n_epochs == _documented_stop(losses, reference, planning_sgd.ANNEALED_PLATEAUS) < MAX_EPOCHS
     adaptive = BufferedSGDRegressor(alpha=0.0, batch_size=32, tol=TOL, n_iter_no_change=PATIENCE, random_state=0)
     adaptive.set_params(n_epochs=MAX_EPOCHS, parallel=AdaptiveSGD(n_workers=2)).fit(X, y)
     assert adaptive.n_iter_ < MAX_EPOCHS

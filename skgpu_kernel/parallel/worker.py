@@ -263,6 +263,7 @@ def _drive(context, job, steps):
             history.append(steps.close(period, step, rate, clock.seconds()))
             if steps.stops(stopping, history[-1]):
                 break
+            steps.step_factor = stopping.step_factor
     steps.finish()
     return SGDResult(
         n_epochs=steps.passes_run(history),
@@ -272,6 +273,7 @@ def _drive(context, job, steps):
         io_wait_seconds=0.0,
         seconds=sum(record["seconds"] for record in history),
         history=history,
+        converged=stopping.met or not stopping.judges,
     )
 
 
@@ -288,6 +290,7 @@ class _PassSteps:
         )
         self.prefetcher, self.buffers_per_pass, self.share = _shard_passes(context, job, *data)
         self.passes_closed = 0
+        self.step_factor = 1.0  # the stopping rule's annealing (every rank judges the same records)
 
     def opened(self):
         return self.prefetcher
@@ -332,7 +335,7 @@ class DataParallelSteps(_PassSteps):
             flat, coef_gradient, intercept_gradient, loss_sum, count
         )
         global_batch = round(float(count))
-        rate = run.rule(step, replace(run.context, batch_size=global_batch))
+        rate = self.step_factor * run.rule(step, replace(run.context, batch_size=global_batch))
         apply_gradient(
             coef, self.intercept, coef_gradient, intercept_gradient, global_batch, rate, run.alpha, run.fit_intercept
         )
@@ -370,7 +373,7 @@ class ParleSteps(_PassSteps):
         loss_sum, coef_gradient, intercept_gradient = self.gradient(inner[0], inner[1], batch)
         # Averaging the replicas' steps is one step on the samples of all workers:
         # the rule sees that combined batch, as DataParallel's does.
-        rate = run.rule(step, replace(self.schedule, batch_size=m * self.world))
+        rate = self.step_factor * run.rule(step, replace(self.schedule, batch_size=m * self.world))
         gradients = [coef_gradient / m + run.alpha * inner[0], intercept_gradient / m]
         if not run.fit_intercept:
             gradients[1] = torch.zeros_like(gradients[1])
@@ -440,6 +443,7 @@ class AdaptiveSteps:
         self.epochs_before = job.run.start_step * world * job.run.batch_size / self.claims.n_train
         self.cursor = f"adaptive_sgd_cursor_{job.seed}_{job.first_pass}"
         self.pending, self.epochs_judged = None, 0
+        self.step_factor = 1.0  # the stopping rule's annealing (every rank judges the same records)
 
     def opened(self):
         return contextlib.nullcontext()
@@ -472,7 +476,8 @@ class AdaptiveSteps:
         # counted in this worker's own updates.
         steps_per_epoch = self.claims.n_train / (self.context.world_size * self.merges.batch)
         schedule = replace(run.context, batch_size=m, steps_per_epoch=steps_per_epoch)
-        rate = run.rule(int((self.epochs_before + start / self.claims.n_train) * steps_per_epoch), schedule)
+        position = int((self.epochs_before + start / self.claims.n_train) * steps_per_epoch)
+        rate = self.step_factor * run.rule(position, schedule)
         loss_sum, coef_gradient, intercept_gradient = self.gradient(self.coef, self.intercept, batch)
         apply_gradient(
             self.coef, self.intercept, coef_gradient, intercept_gradient, m, rate, run.alpha, run.fit_intercept

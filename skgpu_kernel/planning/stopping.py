@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "ANNEAL_FACTOR",
     "BEST_ITERATE_SLACK",
     "CG_RESIDUAL_CEILING",
     "CG_RESIDUAL_PATIENCE",
@@ -83,21 +84,35 @@ class StoppingPlan:
     tol : float or None
         None never stops early (a validation score still picks the best epoch).
     n_iter_no_change : int
+    anneal : int, default=0
+        Plateaus (``n_iter_no_change`` epochs without a gain above ``tol``) at which
+        the loop divides its step by ``ANNEAL_FACTOR`` and goes on, before the next
+        plateau stops it: at a constant step SGD on data it cannot interpolate
+        reaches a noise floor that scales with the step, not the optimum.
     """
 
     monitor: str
     tol: float | None
     n_iter_no_change: int
+    anneal: int = 0
 
     def describe(self):
         """One line for ``verbose``."""
         if self.monitor == "none" or self.tol is None:
             return "no early stop" + (", best validation score kept" if self.monitor == "validation_score" else "")
         quantity = "validation score" if self.monitor == "validation_score" else "relative training loss"
-        return f"stop when the {quantity} gains no more than {self.tol:g} in {self.n_iter_no_change} epochs"
+        line = f"stop when the {quantity} gains no more than {self.tol:g} in {self.n_iter_no_change} epochs"
+        if self.anneal:
+            line += f" after the step has been divided by {ANNEAL_FACTOR:g} at each of {self.anneal} such plateaus"
+        return line
 
 
-def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True):
+# A plateau of a loop whose plan anneals divides its step by this factor (scikit-learn's
+# learning_rate="adaptive" divides by 5 too).
+ANNEAL_FACTOR = 2.0
+
+
+def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True, anneal=0):
     """The stopping plan of a loop.
 
     Parameters
@@ -110,6 +125,10 @@ def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True):
         Without held-out rows, stop on the relative training loss (False: only
         the loop's own convergence test stops it, as for conjugate gradients on
         float64 blocks, whose residual reaches its tolerance).
+    anneal : int, default=0
+        Plateaus that divide the loop's step instead of stopping it
+        (:attr:`StoppingPlan.anneal`; the linear SGD models' rule:
+        ``skgpu_kernel.planning.sgd.plateaus_to_anneal``).
 
     Returns
     -------
@@ -128,7 +147,7 @@ def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True):
         monitor = "train_loss"
     else:
         monitor = "none"
-    return StoppingPlan(monitor, tol, n_iter_no_change)
+    return StoppingPlan(monitor, tol, n_iter_no_change, anneal if monitor != "none" and tol is not None else 0)
 
 
 # The plan of a loop that runs every epoch (the loops' default).

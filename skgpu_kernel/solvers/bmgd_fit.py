@@ -42,6 +42,7 @@ from ..planning.sgd import (
     ThroughputProbe,
     plan_bmgd,
     plan_buffers,
+    plateaus_to_anneal,
     sample_ranges,
     step_spectrum,
     validation_split,
@@ -394,6 +395,7 @@ def _sgd_run(rows, plan, settings, start_step):
     """How the loop steps and stops: ``partial_fit`` takes one pass and never stops early."""
     validation = rows.validation_ranges is not None
     tol = None if settings.incremental else settings.tol
+    anneal = plateaus_to_anneal(settings.scaling_rule)
     return SGDRun(
         loss=rows.loss,
         rule=settings.scaling_rule,
@@ -404,7 +406,7 @@ def _sgd_run(rows, plan, settings, start_step):
         fit_intercept=settings.fit_intercept,
         shuffle=settings.shuffle,
         start_step=start_step,
-        stopping=plan_stopping(tol, settings.n_iter_no_change, validation),
+        stopping=plan_stopping(tol, settings.n_iter_no_change, validation, anneal=anneal),
     )
 
 

@@ -39,7 +39,7 @@ import torch
 from .._warnings import warn_user
 from ..device import synchronize
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
-from ..planning.stopping import plan_divergence
+from ..planning.stopping import ANNEAL_FACTOR, plan_divergence
 
 __all__ = [
     "CORE_KEYS",
@@ -79,20 +79,48 @@ class Stopping:
         never = -math.inf if plan.monitor == "validation_score" else math.inf
         self._rule = EarlyStopping(never if plan.tol is None else plan.tol, plan.n_iter_no_change)
         self.reference = None
+        # The loop multiplies its step by this: divided by ANNEAL_FACTOR at each annealing plateau.
+        self.step_factor = 1.0
+        self.annealed = 0
+        # The rule stopped the loop (False: it ran its last epoch first).
+        self.met = False
+
+    @property
+    def judges(self):
+        """Whether the rule can stop the loop at all (a monitor and a ``tol``)."""
+        return self.plan.monitor != "none" and self.plan.tol is not None
 
     def should_stop(self, record, state=None, log=None, reference_loss=None):
         """Judge an epoch's record; whether the loop stops now.
 
         ``state`` (coefficient tensors) is copied when its validation score is the
-        best so far; ``reference_loss`` is the zero model's loss, where known.
+        best so far; ``reference_loss`` is the zero model's loss, where known.  A
+        plateau of a plan that anneals divides :attr:`step_factor` instead of
+        stopping, ``plan.anneal`` times.
         """
         if self.plan.monitor == "validation_score":
-            return self._rule.should_stop(record["validation_score"], state, log)
-        if self.plan.monitor == "none":
+            plateau = self._rule.should_stop(record["validation_score"], state, None)
+        elif self.plan.monitor == "none":
             return False
-        if self.reference is None:
-            self.reference = max(record["train_loss"] if reference_loss is None else reference_loss, 1e-300)
-        return self._rule.should_stop(-record["train_loss"] / self.reference, None, log)
+        else:
+            if self.reference is None:
+                self.reference = max(record["train_loss"] if reference_loss is None else reference_loss, 1e-300)
+            plateau = self._rule.should_stop(-record["train_loss"] / self.reference, None, None)
+        if plateau and self.annealed < self.plan.anneal:
+            self.annealed += 1
+            self.step_factor /= ANNEAL_FACTOR
+            self._rule.epochs_without_gain = 0
+            if log is not None:
+                log(
+                    f"plateau: no gain above tol={self.plan.tol:g} for {self.plan.n_iter_no_change} epochs; "
+                    f"step divided by {ANNEAL_FACTOR:g} ({self.annealed} of {self.plan.anneal})"
+                )
+            return False
+        if plateau:
+            self.met = True
+            if log is not None:
+                log(f"early stopping: no gain above tol={self.plan.tol:g} for {self.plan.n_iter_no_change} epochs")
+        return plateau
 
     def restore_best(self, state):
         """Put the coefficients of the best validation score back (no-op without validation)."""

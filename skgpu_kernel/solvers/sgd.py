@@ -96,7 +96,8 @@ class SGDResult:
     """What a run of :func:`fit_buffered_sgd` did and measured.
 
     ``batch_size`` is the mini-batch the run ended with: the planned one, or less
-    after out-of-memory errors halved it.
+    after out-of-memory errors halved it.  ``converged`` is False where the
+    stopping rule could stop the run and its last epoch came first.
     """
 
     n_epochs: int
@@ -106,6 +107,7 @@ class SGDResult:
     io_wait_seconds: float
     seconds: float
     history: list = field(default_factory=list)
+    converged: bool = True
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
             epoch + 1,
             progress.step,
             penalised_loss(loss_sum, n_seen, coef, run.alpha),
-            run.learning_rate(progress.step - 1, progress.batch_size),
+            progress.learning_rate(run, progress.step - 1),
             seconds,
             None if validation is None else float(validation(coef, intercept)),
             io_wait_seconds=io_wait,
@@ -245,13 +247,15 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
             log(format_record(record, run.n_epochs))
         if stopping.should_stop(record, (coef, intercept), log):
             break
+        progress.step_factor = stopping.step_factor
     stopping.restore_best((coef, intercept))
     steps = progress.step - run.start_step
     return SGDResult(
         n_epochs=len(history),
         n_steps=steps,
         batch_size=progress.batch_size,
-        learning_rate=run.learning_rate(progress.step - 1, progress.batch_size) if steps else math.nan,
+        learning_rate=progress.learning_rate(run, progress.step - 1) if steps else math.nan,
+        converged=stopping.met or not stopping.judges,
         io_wait_seconds=total_io_wait,
         seconds=time.perf_counter() - started,
         history=history,
@@ -260,10 +264,15 @@ def fit_buffered_sgd(coef, intercept, open_pass, run, generator, validation=None
 
 @dataclass
 class _Progress:
-    """Where a run stands: the index of its next update and its mini-batch (halved on out-of-memory)."""
+    """Where a run stands: its next update, its mini-batch (halved on out-of-memory), its annealed step factor."""
 
     step: int
     batch_size: int
+    step_factor: float = 1.0
+
+    def learning_rate(self, run, step, batch_size=None):
+        """The rule's rate for update ``step`` (on this batch, or ``batch_size`` rows) times the step factor."""
+        return self.step_factor * run.learning_rate(step, self.batch_size if batch_size is None else batch_size)
 
 
 def _train_pass(coef, intercept, buffers, run, generator, progress, log):
@@ -279,7 +288,7 @@ def _train_pass(coef, intercept, buffers, run, generator, progress, log):
                 # before its in-place update, so a step that fails left the model as it was.
                 try:
                     batch = _batch_rows(buffer, order, start, start + progress.batch_size)
-                    rate = run.learning_rate(progress.step, batch[0].shape[0])
+                    rate = progress.learning_rate(run, progress.step, batch[0].shape[0])
                     batch_loss = _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
                 except (torch.OutOfMemoryError, RuntimeError) as error:
                     progress.batch_size = halved_batch(error, progress.batch_size, device)
