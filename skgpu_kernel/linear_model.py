@@ -8,6 +8,7 @@ fitted attributes.
 """
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
@@ -26,7 +27,6 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._validation import check_representable, check_sample_weight, class_weighted, output_dtype
-from ._warnings import warn_user
 from .blockwise import linear_predict
 from .buffer import as_row_source, is_out_of_core
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
@@ -158,6 +158,11 @@ class _BaseBufferedSGD(BaseEstimator):
     # --- fit: validate -> fit_bmgd_model -> store -----------------------------------
 
     def _fit(self, X, y, sample_weight, *, incremental, classes=None):
+        if incremental and self.early_stopping:
+            raise ValueError(
+                "partial_fit does not support early_stopping=True: each call is one pass, with no epochs to "
+                "stop and no rows to hold out. Set early_stopping=False, or call fit."
+            )
         continuing = incremental and hasattr(self, "coef_")
         data = self._open_data(X, y, sample_weight, reset=not continuing)
         try:
@@ -175,11 +180,13 @@ class _BaseBufferedSGD(BaseEstimator):
         finally:
             data.source.close()
         if not fit.result.converged:
-            warn_user(
+            # stacklevel 4: the user's line, above fit's _fit_context wrapper, fit and _fit.
+            warnings.warn(
                 f"{type(self).__name__} ran its n_epochs={self.n_epochs} passes before the stopping rule was met "
                 f"(tol={self.tol}, n_iter_no_change={self.n_iter_no_change}): the model may not have converged. "
                 "Increase n_epochs.",
                 ConvergenceWarning,
+                stacklevel=4,
             )
         self._store_fit(runtime, settings.scaling_rule, fit, (targets, output_dtype(data.source.dtype), continuing))
         return self
@@ -413,7 +420,10 @@ default="optimal"
         disables it.
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the rows (random blocks of rows, so that
-        reads stay sequential) and keep the coefficients of the best validation score.
+        reads stay sequential) and keep the coefficients of the best validation score
+        (R^2 or accuracy, weighted by the held-out rows' ``sample_weight``, times
+        ``class_weight`` for the classifier; held-out rows whose weights are all 0
+        are refused).  ``fit`` only: ``partial_fit`` refuses it.
     validation_fraction : float in (0, 1), default=0.1
     n_iter_no_change : int, default=5
     warm_start : bool, default=False
@@ -636,7 +646,9 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
 
         The first call resolves the batch size, buffer size and spectrum; later calls
         keep them, and one epoch of the schedule is the number of updates of the
-        first call.  Early stopping and ``tol`` do not apply.
+        first call.  ``tol`` does not apply (the step follows the rule alone), and
+        ``early_stopping=True`` is refused (a ``ValueError``), as scikit-learn's
+        ``SGDRegressor.partial_fit`` refuses it: one pass has no epochs to stop.
 
         Parameters
         ----------
@@ -677,9 +689,13 @@ class BufferedSGDRegressor(RegressorMixin, _BaseBufferedSGD):
         return _Targets(targets, targets.shape[1], single=single)
 
     @staticmethod
-    def _validation_score(scores, targets):
-        residual = ((scores - targets) ** 2).sum()
-        total = ((targets - targets.mean(dim=0)) ** 2).sum()
+    def _validation_score(scores, targets, weights=None):
+        """The held-out rows' R^2 (weighted by their ``sample_weight``, as ``r2_score``'s)."""
+        weights = torch.ones_like(targets[:, 0]) if weights is None else weights
+        weights = weights[:, None]
+        mean = (weights * targets).sum(dim=0) / weights.sum()
+        residual = (weights * (scores - targets) ** 2).sum()
+        total = (weights * (targets - mean) ** 2).sum()
         return float(1.0 - residual / total) if float(total) > 0 else -float(residual)
 
     def __sklearn_tags__(self):
@@ -885,9 +901,14 @@ class BufferedSGDClassifier(ClassifierMixin, _BaseBufferedSGD):
         return dataclasses.replace(data, weights=None if np.all(weights == 1.0) else weights)
 
     @staticmethod
-    def _validation_score(scores, labels):
+    def _validation_score(scores, labels, weights=None):
+        """The held-out rows' accuracy (weighted by their ``sample_weight``, as ``accuracy_score``'s)."""
         predicted = (scores[:, 0] > 0).long() if scores.shape[1] == 1 else scores.argmax(dim=1)
-        return float((predicted == labels).double().mean())
+        correct = (predicted == labels).double()
+        if weights is None:
+            return float(correct.mean())
+        weights = weights.double()
+        return float((weights * correct).sum() / weights.sum())
 
     def decision_function(self, X):
         """Scores: shape (n_samples,) for two classes (positive means ``classes_[1]``), else per class.

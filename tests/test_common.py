@@ -79,14 +79,6 @@ _SGD_WEIGHT_REASON = (
     "not leaving out a weighted row (the copies stay); tests/test_regularization.py checks "
     "its weighted criterion against RidgeCV's."
 )
-_CLASS_WEIGHT_EPOCHS_REASON = (
-    "check_class_weight_classifiers fits 50 unscaled rows (std 20) with class weights 1000 and 1e-4 and "
-    "raises max_iter to 1000 on estimators that have it; BMGD's passes are n_epochs, so it runs its default "
-    "10 (stopped by tol), where the step bounded by the largest weighted curvature moves the intercept too "
-    "little (0.54 of the predictions are class 0, 0.87 needed). With n_epochs=1000 and tol=None, the "
-    "check's own budget, it passes: tests/test_class_weight.py runs it so, and checks that class_weight "
-    "gives exactly the model of the equivalent sample_weight."
-)
 _KERNEL_WEIGHT_REASON = (
     "The kernel machines meet it where the fit makes no choice from the data: with a fixed bandwidth and "
     "alpha the regressor passes this very check (tests/test_table_contract.py runs it), a weight of 0 being "
@@ -114,7 +106,6 @@ EXPECTED_FAILED_CHECKS = {
     "BufferedSGDClassifier": {
         "check_sample_weight_equivalence_on_dense_data": _SGD_WEIGHT_REASON,
         "check_sample_weight_equivalence_on_sparse_data": _SGD_WEIGHT_REASON,
-        "check_class_weight_classifiers": _CLASS_WEIGHT_EPOCHS_REASON,
     },
 }
 

@@ -259,7 +259,7 @@ def _drive(context, job, steps):
                 step += 1
                 if callback is not None:
                     callback(context.rank, step)
-            check_finite_loss(period.loss_total, step, rate)
+            check_finite_loss(period.loss_total, step, rate, run.alpha)
             history.append(steps.close(period, step, rate, clock.seconds()))
             if steps.stops(stopping, history[-1]):
                 break

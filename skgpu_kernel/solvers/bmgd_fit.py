@@ -199,7 +199,8 @@ class BMGDTraining:
     passes_done : int
         Passes of earlier calls (the chunk orders continue from there).
     validation_score : callable
-        ``validation_score(scores, targets) -> float``, larger is better.
+        ``validation_score(scores, targets, weights) -> float``, larger is better
+        (``weights``: the held-out rows' ``sample_weight``, or None).
     log : callable or None
         Receives progress lines.
     """
@@ -254,16 +255,28 @@ class InProcessRunner:
         try:
             validation = None
             if training.validation_ranges is not None:
-                X_val, T_val = read_rows(training.layout, training.validation_ranges, n_sources=2)
+                X_val, T_val, *W_val = read_rows(training.layout, training.validation_ranges)
+                weights = _validation_weights(W_val[0] if W_val else None)
 
                 def validation(coef, intercept):
-                    return training.validation_score(linear_scores(X_val, coef, intercept), T_val)
+                    return training.validation_score(linear_scores(X_val, coef, intercept), T_val, weights)
 
             coef, intercept = training.coef, training.intercept
             result = fit_buffered_sgd(coef, intercept, opened.open, run, training.generator, validation, training.log)
         finally:
             opened.close()
         return SGDOutcome(result, coef, intercept, {"parallel_": None})
+
+
+def _validation_weights(weights):
+    """The held-out rows' ``sample_weight`` (None: all equal), refused when they are all zero."""
+    if weights is not None and not float(weights.sum()) > 0:
+        raise ValueError(
+            "Every row early_stopping held out for validation has sample_weight 0, so its validation score is "
+            "undefined. Give those rows weight, set another random_state or validation_fraction, or set "
+            "early_stopping=False."
+        )
+    return weights
 
 
 @dataclass(frozen=True)

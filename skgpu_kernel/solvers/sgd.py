@@ -161,14 +161,27 @@ def _batch_rows(buffer, order, start, stop):
     )
 
 
-def check_finite_loss(loss_sum, step, rate):
-    """Raise when the accumulated training loss is no longer finite (a diverging step)."""
-    if not torch.isfinite(loss_sum):
+def check_finite_loss(loss_sum, step, rate, alpha=0.0):
+    """Raise when the accumulated training loss is no longer finite (a diverging step).
+
+    Where ``rate * alpha`` is above 1 the penalty's shrinkage alone overshoots (each
+    update multiplies the coefficients by ``1 - rate * alpha``), so the message
+    names both.
+    """
+    if torch.isfinite(loss_sum):
+        return
+    if rate * alpha > 1.0:
         raise ValueError(
-            f"The training loss became non-finite at update {step} with learning rate "
-            f"{rate:.4g}: the step size is too large for this data. Lower the "
-            "scaling rule's base_lr (or its scale), or standardise the features."
+            f"The training loss became non-finite at update {step}: the learning rate {rate:.4g} times the "
+            f"penalty alpha={alpha:.4g} is {rate * alpha:.4g}, above 1, so each update's shrinkage "
+            "1 - rate * alpha overshoots zero. Lower alpha, or lower the step (the scaling rule's base_lr or "
+            "scale)."
         )
+    raise ValueError(
+        f"The training loss became non-finite at update {step} with learning rate "
+        f"{rate:.4g}: the step size is too large for this data. Lower the "
+        "scaling rule's base_lr (or its scale), or standardise the features."
+    )
 
 
 def _row_range(X, start, stop):
@@ -299,7 +312,7 @@ def _train_pass(coef, intercept, buffers, run, generator, progress, log):
                 start += batch[0].shape[0]
                 progress.step += 1
             n_seen += rows
-            check_finite_loss(loss_sum, progress.step, rate)
+            check_finite_loss(loss_sum, progress.step, rate, run.alpha)
     return loss_sum, n_seen
 
 
