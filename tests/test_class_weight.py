@@ -183,7 +183,7 @@ def test_balanced_on_an_npy_file(tmp_path):
 
 
 def test_scikit_learns_class_weight_check_with_its_epoch_budget():
-    """scikit-learn's check with its budget of 1000 passes, every one run (tol=None); test_common.py runs it with the defaults."""
+    """scikit-learn's check with its budget of 1000 passes, every one run (tol=None); test_common.py: the defaults."""
     from sklearn.utils.estimator_checks import check_class_weight_classifiers
 
     check_class_weight_classifiers(
