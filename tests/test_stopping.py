@@ -18,7 +18,10 @@ from skgpu_kernel.fit import eigenpro as eigenpro_attempts
 from skgpu_kernel.parallel import Parle
 from skgpu_kernel.planning import sgd as planning_sgd
 from skgpu_kernel.planning import stopping
+from skgpu_kernel.planning.sgd import plateaus_to_anneal
 from skgpu_kernel.planning.stopping import StoppingPlan, plan_stopping
+from skgpu_kernel.scaling import ConstantRule, EigenProRule
+from skgpu_kernel.scaling_rules import resolve_scaling_rule
 from skgpu_kernel.solvers import bmgd_fit
 
 TOL, PATIENCE, MAX_EPOCHS = 2e-3, 2, 60
@@ -151,3 +154,30 @@ def test_data_parallel_and_adaptive_sgd_stop_on_tol():
     adaptive.set_params(n_epochs=MAX_EPOCHS, parallel=AdaptiveSGD(n_workers=2)).fit(X, y)
     assert adaptive.n_iter_ < MAX_EPOCHS
     assert math.ceil(adaptive.history_[-1]["epoch"]) == adaptive.n_iter_
+
+
+# (scaling rule, plateaus that halve the step before one stops the fit)
+ANNEAL_CASES = [
+    ("optimal", planning_sgd.ANNEALED_PLATEAUS),  # the default: EigenPro's optimal step, no decay
+    ("eigenpro", planning_sgd.ANNEALED_PLATEAUS),
+    (EigenProRule(step="optimal", scale=0.5), planning_sgd.ANNEALED_PLATEAUS),
+    (EigenProRule(step="optimal", decay="polynomial"), 0),  # the user's decay
+    (EigenProRule(decay="step"), 0),
+    ("constant", 0),  # the user's schedules
+    (ConstantRule(0.01), 0),
+    ("linear", 0),
+    ("sqrt", 0),
+    ("legw", 0),
+]
+
+
+@pytest.mark.parametrize(("rule", "anneal"), ANNEAL_CASES)
+def test_only_the_analytic_step_without_a_decay_is_halved_at_plateaus(rule, anneal):
+    assert plateaus_to_anneal(resolve_scaling_rule(rule)) == anneal
+
+
+@pytest.mark.parametrize(
+    ("tol", "validation", "anneal"), [(1e-3, False, 7), (1e-3, True, 7), (None, False, 0), (None, True, 0)]
+)
+def test_a_plan_that_cannot_stop_has_nothing_to_anneal(tol, validation, anneal):
+    assert plan_stopping(tol, 5, validation, anneal=7).anneal == anneal
