@@ -98,7 +98,7 @@ def run_batch_probe(X_path, y_path, device):
     """The batch ``"auto"`` resolves to on this data, shared by our variants (one pass, not timed)."""
     from skgpu_kernel import BufferedSGDRegressor
 
-    model = BufferedSGDRegressor(n_epochs=1, random_state=0, device=device)
+    model = BufferedSGDRegressor(n_epochs=1, tol=None, random_state=0, device=device)
     model.fit(X_path, np.load(y_path))
     return model.batch_size_, model.critical_batch_size_, model.throughput_probe_
 
