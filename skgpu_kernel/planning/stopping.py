@@ -127,7 +127,7 @@ def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True, anneal=
         float64 blocks, whose residual reaches its tolerance).
     anneal : int, default=0
         Plateaus that divide the loop's step instead of stopping it
-        (:attr:`StoppingPlan.anneal`; the linear SGD models' rule:
+        (``StoppingPlan.anneal``; the linear SGD models' rule:
         ``skgpu_kernel.planning.sgd.plateaus_to_anneal``).
 
     Returns
