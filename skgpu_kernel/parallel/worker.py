@@ -273,7 +273,7 @@ def _drive(context, job, steps):
         io_wait_seconds=0.0,
         seconds=sum(record["seconds"] for record in history),
         history=history,
-        converged=stopping.met or not stopping.judges,
+        converged=stopping.converged,
     )
 
 

@@ -41,6 +41,7 @@ returns its best iterate by that measure, and the driver decides what to try
 next (``skgpu_kernel.fit.solve.run_solver``).
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -96,9 +97,14 @@ class StoppingPlan:
     n_iter_no_change: int
     anneal: int = 0
 
+    @property
+    def judges(self):
+        """Whether the rule can stop the loop at all: a monitored quantity and a ``tol``."""
+        return self.monitor != "none" and self.tol is not None
+
     def describe(self):
         """One line for ``verbose``."""
-        if self.monitor == "none" or self.tol is None:
+        if not self.judges:
             return "no early stop" + (", best validation score kept" if self.monitor == "validation_score" else "")
         quantity = "validation score" if self.monitor == "validation_score" else "relative training loss"
         line = f"stop when the {quantity} gains no more than {self.tol:g} in {self.n_iter_no_change} epochs"
@@ -150,7 +156,8 @@ def plan_stopping(tol, n_iter_no_change, validation, on_train_loss=True, anneal=
         monitor = "train_loss"
     else:
         monitor = "none"
-    return StoppingPlan(monitor, tol, n_iter_no_change, anneal if monitor != "none" and tol is not None else 0)
+    plan = StoppingPlan(monitor, tol, n_iter_no_change)
+    return dataclasses.replace(plan, anneal=anneal) if plan.judges else plan
 
 
 # The plan of a loop that runs every epoch (the loops' default).

@@ -256,7 +256,7 @@ class InProcessRunner:
             validation = None
             if training.validation_ranges is not None:
                 X_val, T_val, *W_val = read_rows(training.layout, training.validation_ranges)
-                weights = _validation_weights(W_val[0] if W_val else None)
+                weights = W_val[0] if W_val else None
 
                 def validation(coef, intercept):
                     return training.validation_score(linear_scores(X_val, coef, intercept), T_val, weights)
@@ -266,17 +266,6 @@ class InProcessRunner:
         finally:
             opened.close()
         return SGDOutcome(result, coef, intercept, {"parallel_": None})
-
-
-def _validation_weights(weights):
-    """The held-out rows' ``sample_weight`` (None: all equal), refused when they are all zero."""
-    if weights is not None and not float(weights.sum()) > 0:
-        raise ValueError(
-            "Every row early_stopping held out for validation has sample_weight 0, so its validation score is "
-            "undefined. Give those rows weight, set another random_state or validation_fraction, or set "
-            "early_stopping=False."
-        )
-    return weights
 
 
 @dataclass(frozen=True)
@@ -357,6 +346,7 @@ def _open_rows(data, runtime, settings, rng):
     segments, validation_ranges = [(0, n_rows)], None
     if settings.early_stopping and not settings.incremental:
         segments, validation_ranges = validation_split(n_rows, settings.validation_fraction, rng)
+        _check_validation_weights(data.weights, validation_ranges)
     dtype = runtime.dtype
     sources = [data.source, as_row_source(data.targets, "y")]
     dtypes = [dtype, dtype if data.targets.dtype.kind == "f" else torch.int64]
@@ -373,6 +363,18 @@ def _open_rows(data, runtime, settings, rng):
     )
     layout = PassLayout(sources, dtypes, runtime.device, segments, data.check_finite, runtime.prefetch)
     return _Rows(layout, validation_ranges, problem, make_loss(settings.loss, data.n_outputs, settings.epsilon))
+
+
+def _check_validation_weights(weights, validation_ranges):
+    """Refuse held-out rows whose ``sample_weight`` are all zero (their validation score is undefined)."""
+    if weights is None:
+        return
+    if not sum(float(weights[start:stop].sum()) for start, stop in validation_ranges) > 0:
+        raise ValueError(
+            "Every row early_stopping held out for validation has sample_weight 0, so its validation score is "
+            "undefined. Give those rows weight, set another random_state or validation_fraction, or set "
+            "early_stopping=False."
+        )
 
 
 def _plan(rows, runtime, settings, randomness):

@@ -79,16 +79,19 @@ class Stopping:
         never = -math.inf if plan.monitor == "validation_score" else math.inf
         self._rule = EarlyStopping(never if plan.tol is None else plan.tol, plan.n_iter_no_change)
         self.reference = None
-        # The loop multiplies its step by this: divided by ANNEAL_FACTOR at each annealing plateau.
-        self.step_factor = 1.0
         self.annealed = 0
         # The rule stopped the loop (False: it ran its last epoch first).
         self.met = False
 
     @property
-    def judges(self):
-        """Whether the rule can stop the loop at all (a monitor and a ``tol``)."""
-        return self.plan.monitor != "none" and self.plan.tol is not None
+    def step_factor(self):
+        """What the loop multiplies its step by: divided by ``ANNEAL_FACTOR`` at each annealing plateau."""
+        return ANNEAL_FACTOR**-self.annealed
+
+    @property
+    def converged(self):
+        """The rule stopped the loop, or had nothing to judge (False: the last epoch came first)."""
+        return self.met or not self.plan.judges
 
     def should_stop(self, record, state=None, log=None, reference_loss=None):
         """Judge an epoch's record; whether the loop stops now.
@@ -108,7 +111,6 @@ class Stopping:
             plateau = self._rule.should_stop(-record["train_loss"] / self.reference, None, None)
         if plateau and self.annealed < self.plan.anneal:
             self.annealed += 1
-            self.step_factor /= ANNEAL_FACTOR
             self._rule.epochs_without_gain = 0
             if log is not None:
                 log(
