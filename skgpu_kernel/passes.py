@@ -13,9 +13,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .buffer import BufferPrefetcher, plan_passes
+from .buffer import BufferPrefetcher, map_ranges, plan_pass, plan_passes
 
-__all__ = ["PassLayout", "ResidentPasses", "StreamedPasses", "check_finite_rows", "open_passes", "read_rows"]
+__all__ = [
+    "OrderedPasses",
+    "PassLayout",
+    "ResidentPasses",
+    "StreamedPasses",
+    "check_finite_rows",
+    "open_passes",
+    "read_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -157,3 +165,42 @@ class ResidentPasses:
 
     def __iter__(self):
         yield self.tensors
+
+
+class OrderedPasses:
+    """Passes over the training rows in their stored order, for full-batch products.
+
+    Rows that fit one buffer are read once and kept; otherwise each pass streams
+    buffers of ``buffer_size`` rows, the same ones in the same order every pass,
+    so that a product's row blocks line up with the rows of the one before.
+
+    Parameters
+    ----------
+    layout : PassLayout
+    buffer_size : int
+    resident : bool
+    """
+
+    def __init__(self, layout, buffer_size, resident):
+        self.layout = layout
+        n_rows = sum(stop - start for start, stop in layout.segments)
+        ranges = plan_pass(n_rows, buffer_size, buffer_size, None, shuffle=False)
+        self.buffers = [map_ranges(layout.segments, buffer) for buffer in ranges]
+        self.resident = _as_buffer(read_rows(layout, layout.segments)) if resident else None
+
+    def __iter__(self):
+        """One pass: ``(X, targets, weights)`` per buffer (``weights`` may be None)."""
+        if self.resident is not None:
+            yield self.resident
+            return
+        layout = self.layout
+        with BufferPrefetcher(layout.sources, self.buffers, layout.device, layout.dtypes, layout.prefetch) as stream:
+            for tensors in stream:
+                if layout.check_finite:
+                    check_finite_rows(tensors[0])
+                yield _as_buffer(tensors)
+
+
+def _as_buffer(tensors):
+    X, targets, *weights = tensors
+    return X, targets, weights[0] if weights else None

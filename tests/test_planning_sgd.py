@@ -7,21 +7,26 @@ must make; every row also checks that the plan's memory account fits the budget.
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from skgpu_kernel.planning.sgd import (
+    POLISH_TOLERANCE,
     PROBE_MAX_BATCH,
     SAMPLE_ROWS,
+    PolishPlan,
     SGDProblem,
     ThroughputProbe,
     plan_bmgd,
     plan_buffers,
+    plan_polish,
     sample_ranges,
     step_spectrum,
     validation_split,
 )
+from skgpu_kernel.scaling import ConstantRule, EigenProRule
 
 MB = 10**6
 
@@ -202,3 +207,59 @@ def test_automatic_sizes_fit_any_budget_of_at_least_three_rows(device, nonzeros_
     buffers = plan_buffers(problem, budget, device)
     plan = plan_bmgd(buffers, (100.0, 3.0), ThroughputProbe(buffers.probe_max_batch, {}))
     assert plan.memory.total <= budget and 1 <= plan.batch_size <= plan.buffer_size <= n
+
+
+# --- the full-batch polish (issue 78) ------------------------------------------------
+
+_POLISHED = {
+    "polish": "auto",
+    "loss": "log_loss",
+    "alpha": 1e-4,
+    "fit_intercept": True,
+    "scaling_rule": EigenProRule(step="optimal"),
+    "early_stopping": False,
+    "incremental": False,
+}
+
+# (what differs from a default fit of 1000 x 10 rows with a 1 GiB budget, polished)
+PLAN_POLISH_CASES = [
+    ({}, True),
+    ({"loss": "squared_error"}, True),
+    ({"scaling_rule": EigenProRule(step="eigenpro")}, True),
+    ({"polish": None}, False),
+    ({"scaling_rule": EigenProRule(step="optimal", decay="polynomial")}, False),  # the user's schedule
+    ({"scaling_rule": ConstantRule(0.01)}, False),
+    ({"loss": "hinge"}, False),  # kinks
+    ({"loss": "huber"}, False),
+    ({"alpha": 0.0}, False),  # no unique optimum, no certificate
+    ({"early_stopping": True}, False),  # the model is chosen by the held-out score
+    ({"incremental": True}, False),  # partial_fit: one pass
+    ({"in_process": False}, False),  # a parallel strategy's model
+    ({"n_train": 10**9}, False),  # three score matrices beyond the budget
+]
+
+
+@pytest.mark.parametrize(("change", "polished"), PLAN_POLISH_CASES, ids=[str(c[0]) for c in PLAN_POLISH_CASES])
+def test_plan_polish_decisions(change, polished):
+    change = dict(change)
+    in_process = change.pop("in_process", True)
+    n_train = change.pop("n_train", 1000)
+    settings = SimpleNamespace(**{**_POLISHED, **change})
+    problem = SGDProblem(n_train, 10, 1, 4)
+    plan = SimpleNamespace(memory=plan_buffers(problem, 2**30, "cpu").memory)
+    result = plan_polish(problem, plan, settings, in_process)
+    assert (result is not None) is polished
+    if polished:
+        assert result == PolishPlan(alpha=settings.alpha, fit_intercept=True, tolerance=POLISH_TOLERANCE)
+
+
+def test_plan_polish_budget_boundary():
+    """The scores of every row must fit beside the buffers: one row more than the budget refuses."""
+    settings = SimpleNamespace(**_POLISHED)
+    problem = SGDProblem(10_000, 10, 3, 4, weighted=True)
+    memory = plan_buffers(problem, 2**24, "cpu").memory
+    per_row = 3 * 3 * 4 + 8 * 3 + 8
+    fitting = SimpleNamespace(memory=dataclasses.replace(memory, budget=memory.total + 10_000 * per_row))
+    short = SimpleNamespace(memory=dataclasses.replace(memory, budget=memory.total + 10_000 * per_row - 1))
+    assert plan_polish(problem, fitting, settings, True) is not None
+    assert plan_polish(problem, short, settings, True) is None

@@ -14,6 +14,7 @@ the iterate wandered around the optimum (R^2 0.14 where the optimum's is 0.65 on
 scikit-learn's noisy case): these fail at fb9c1a1.
 """
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -205,13 +206,27 @@ def test_100000_rows_from_a_memory_mapped_file_reach_the_optimum(tmp_path, loss)
 def test_a_fit_that_runs_out_of_passes_before_the_stopping_rule_warns():
     X, y, _, _ = _noisy_least_squares(1000, 0)
     with pytest.warns(ConvergenceWarning, match="n_epochs=2 passes before the stopping rule"):
-        model = BufferedSGDRegressor(n_epochs=2, random_state=0).fit(X, y)
-    assert model.n_iter_ == 2
+        model = BufferedSGDRegressor(n_epochs=2, polish=None, random_state=0).fit(X, y)
+    assert model.n_iter_ == 2 and model.polish_ is None
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        assert BufferedSGDRegressor(random_state=0).fit(X, y).n_iter_ < 1000  # the rule stopped it
-        BufferedSGDRegressor(n_epochs=2, tol=None, random_state=0).fit(X, y)  # no rule to meet
+        assert BufferedSGDRegressor(polish=None, random_state=0).fit(X, y).n_iter_ < 1000  # the rule stopped it
+        BufferedSGDRegressor(n_epochs=2, tol=None, polish=None, random_state=0).fit(X, y)  # no rule to meet
         BufferedSGDRegressor(random_state=0).partial_fit(X, y)  # one pass, never judged
+        # Two passes, then the polish's certificate: the fit converged.
+        assert BufferedSGDRegressor(n_epochs=2, random_state=0).fit(X, y).polish_.converged
+
+
+def test_a_polish_that_stops_above_its_tolerance_warns(monkeypatch):
+    from skgpu_kernel.solvers import bmgd_fit
+
+    planned = bmgd_fit.plan_polish
+    monkeypatch.setattr(bmgd_fit, "plan_polish", lambda *args: dataclasses.replace(planned(*args), max_iter=1))
+    X, y, _, _ = _overlapping_classes(1000, 0)
+    with pytest.warns(ConvergenceWarning, match="full-batch polish stopped after 1 L-BFGS iterations"):
+        model = BufferedSGDClassifier(n_epochs=2, random_state=0).fit(X, y)
+    assert model.polish_.n_iter == 1 and not model.polish_.converged
+    assert model.polish_.excess_bound > 1e-4  # above the planned tolerance
 
 
 @pytest.fixture

@@ -50,6 +50,9 @@ class WorkerRunner:
 
     strategy: object
     devices: list
+    # The strategy's model is its own: a rank of a torchrun group reads its shard
+    # alone, and a polish here would finish another problem than the workers solved.
+    trains_in_process = False
 
     @property
     def description(self):

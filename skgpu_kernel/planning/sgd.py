@@ -9,6 +9,10 @@ Two pure calls, because measuring needs a first decision:
    :func:`step_spectrum`, and the probe's :class:`ThroughputProbe`) and chooses
    the batch and the scaling rule's :class:`~skgpu_kernel.scaling.ScheduleContext`.
 
+Then how the schedule ends: :func:`plateaus_to_anneal` (the plateaus that halve
+the step) and :func:`plan_polish` (whether a full-batch L-BFGS finish follows, its
+:class:`PolishPlan`).
+
 Nothing here allocates a tensor or times anything; the warnings a decision needs
 (a size clamped to the data) are returned in the plans for the caller to issue.
 :func:`sample_ranges` and :func:`validation_split` choose rows with the caller's
@@ -28,14 +32,20 @@ from ._account import MemoryAccount
 __all__ = [
     "CPU_BUFFER_BYTES",
     "MIN_STEPS_PER_PASS",
+    "POLISHED_LOSSES",
+    "POLISH_HISTORY",
+    "POLISH_MAX_ITER",
+    "POLISH_TOLERANCE",
     "PROBE_MAX_BATCH",
     "SAMPLE_ROWS",
     "BMGDPlan",
     "BufferPlan",
+    "PolishPlan",
     "SGDProblem",
     "ThroughputProbe",
     "plan_bmgd",
     "plan_buffers",
+    "plan_polish",
     "plateaus_to_anneal",
     "sample_ranges",
     "step_spectrum",
@@ -59,6 +69,18 @@ PROBE_MAX_BATCH = 2**16
 # RESULTS.md): dividing by 5 at 3 plateaus left the hinge on 100 rows 1.08% above its
 # optimum, halving at 7 plateaus 0.73%; halving at 10 or 14 changed nothing more.
 ANNEALED_PLATEAUS = 7
+# The losses the full-batch polish finishes: twice differentiable, so that
+# quasi-Newton steps converge fast (the hinge and the Huber loss have kinks).
+POLISHED_LOSSES = frozenset({"squared_error", "log_loss"})
+# The polish stops when its gradient certifies an excess objective of at most this
+# share of the objective (a hundredth of the 1% the optimum tests allow): near
+# separation the log loss's optimum is flat, and test predictions only settle on
+# the optimum's once the objective is that close (issue 78, RESULTS.md).
+POLISH_TOLERANCE = 1e-4
+# L-BFGS iterations of the polish (two products with the rows each) and curvature
+# pairs it keeps: 46-270 iterations reached the tolerance on every real table measured.
+POLISH_MAX_ITER = 1000
+POLISH_HISTORY = 10
 # Blocks of validation rows are at most this long, so that reading them stays
 # sequential on disk without making the split coarse.
 _VALIDATION_BLOCK = 1024
@@ -433,3 +455,92 @@ def plateaus_to_anneal(rule):
     0
     """
     return ANNEALED_PLATEAUS if isinstance(rule, EigenProRule) and rule.decay is None else 0
+
+
+@dataclass(frozen=True)
+class PolishPlan:
+    """A full-batch L-BFGS finish of a linear SGD fit on the penalised training objective.
+
+    Attributes
+    ----------
+    alpha : float
+        The L2 penalty (positive: it makes the optimum unique and certifies the stop).
+    fit_intercept : bool
+    tolerance : float
+        Stop once ``||g||^2 <= 2 alpha tolerance f``: by the penalty's strong
+        convexity, the objective ``f`` is then within ``tolerance f`` of the optimum.
+    max_iter : int
+    history : int
+        Curvature pairs kept.
+    """
+
+    alpha: float
+    fit_intercept: bool
+    tolerance: float = POLISH_TOLERANCE
+    max_iter: int = POLISH_MAX_ITER
+    history: int = POLISH_HISTORY
+
+
+def plan_polish(problem, plan, settings, in_process):
+    """Whether a linear SGD fit ends with a full-batch polish, and how.
+
+    SGD at a decaying step reaches the optimum of a well-conditioned problem, but
+    near separation the log loss's curvature vanishes along the directions that
+    separate, and the steps a stochastic gradient can take (bounded by the top
+    eigenvalue) crawl there: on nearly separable tables the annealed default ended
+    1.2-7.8x above the optimum's objective, its test error up to 1.8x the optimum's
+    (issue 78, RESULTS.md).  L-BFGS on the whole training set, from SGD's iterate,
+    reaches the optimum in tens to hundreds of iterations of two passes each.  It
+    runs (``polish="auto"``) where
+
+    * the schedule is the default's (the analytic step that the stopping rule
+      anneals, :func:`plateaus_to_anneal`): another rule is a schedule the user chose;
+    * the loss is in :data:`POLISHED_LOSSES` and ``alpha > 0`` (a unique optimum
+      and a certified stop);
+    * the fit is a ``fit`` call without early stopping (``partial_fit`` takes one
+      pass; early stopping chooses its model by the held-out score, not the objective);
+    * the model is this process's fit of every row (not a parallel strategy's);
+    * three score matrices of every row fit the budget beside the buffers (the
+      rows themselves are read as the SGD passes read them, resident or streamed).
+
+    Parameters
+    ----------
+    problem : SGDProblem
+    plan : BMGDPlan
+        The fit's buffers and their memory within the budget.
+    settings : object
+        The fit's settings: ``polish``, ``loss``, ``alpha``, ``fit_intercept``,
+        ``scaling_rule``, ``early_stopping``, ``incremental``.
+    in_process : bool
+        The runner's model is this process's fit of every row.
+
+    Returns
+    -------
+    PolishPlan or None
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from skgpu_kernel.scaling import EigenProRule
+    >>> settings = SimpleNamespace(polish="auto", loss="log_loss", alpha=1e-4, fit_intercept=True,
+    ...     scaling_rule=EigenProRule(step="optimal"), early_stopping=False, incremental=False)
+    >>> problem = SGDProblem(1000, 10, 1, 4)
+    >>> plan = SimpleNamespace(memory=plan_buffers(problem, 2**30, "cpu").memory)
+    >>> plan_polish(problem, plan, settings, in_process=True).tolerance
+    0.0001
+    >>> plan_polish(problem, plan, settings, in_process=False) is None
+    True
+    """
+    wanted = (
+        settings.polish == "auto"
+        and plateaus_to_anneal(settings.scaling_rule) > 0
+        and settings.loss in POLISHED_LOSSES
+        and settings.alpha > 0
+        and not (settings.early_stopping or settings.incremental)
+        and in_process
+    )
+    # Scores, the direction's scores and their gradient, plus the targets and weights.
+    row_bytes = 3 * problem.n_outputs * problem.itemsize + 8 * problem.n_outputs + 8 * problem.weighted
+    if not wanted or plan.memory.total + problem.n_train * row_bytes > plan.memory.budget:
+        return None
+    return PolishPlan(alpha=float(settings.alpha), fit_intercept=bool(settings.fit_intercept))

@@ -23,6 +23,8 @@ never asks which runner it holds (and imports nothing from
 
 * ``check_settings(settings)``: raises for settings it cannot run;
 * ``description``: what the ``verbose`` line says about it (None: nothing);
+* ``trains_in_process``: whether its model is this process's own fit of every
+  row, which the full-batch polish may finish here;
 * ``train(training)``: the :class:`~skgpu_kernel.solvers.sgd.SGDOutcome` of a
   :class:`BMGDTraining`.
 """
@@ -36,12 +38,13 @@ import torch
 from .._warnings import warn_user
 from ..blockwise import linear_scores
 from ..buffer import as_row_source, map_ranges
-from ..passes import PassLayout, open_passes, read_rows
+from ..passes import OrderedPasses, PassLayout, open_passes, read_rows
 from ..planning.sgd import (
     SGDProblem,
     ThroughputProbe,
     plan_bmgd,
     plan_buffers,
+    plan_polish,
     plateaus_to_anneal,
     sample_ranges,
     step_spectrum,
@@ -50,6 +53,7 @@ from ..planning.sgd import (
 from ..planning.stopping import plan_stopping
 from ..scaling_rules import warn_if_warmup_fills_run
 from .losses import make_loss
+from .polish import PolishResult, polish_linear
 from .sgd import SGDOutcome, SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
 
 __all__ = [
@@ -78,8 +82,9 @@ class BMGDInput:
         Score columns of the model.
     weights : ndarray of shape (n,) or None
         None when every weight is 1.
-    check_finite : bool
-        X was not validated in memory: buffers are checked for NaN as they arrive.
+    out_of_core : bool
+        X is an out-of-core source, not validated in memory: buffers are checked
+        for NaN as they arrive, and the rows are never read whole.
     nonzeros_per_row : float or None
         Sparse X only.
     """
@@ -88,7 +93,7 @@ class BMGDInput:
     targets: np.ndarray
     n_outputs: int
     weights: np.ndarray | None
-    check_finite: bool
+    out_of_core: bool
     nonzeros_per_row: float | None
 
 
@@ -130,6 +135,7 @@ class BMGDSettings:
     validation_score: Callable
     name: str
     incremental: bool = False
+    polish: str | None = "auto"
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,8 @@ class BMGDFit:
     runner_facts : dict
         Fitted attributes only the runner reports, by name
         (:attr:`~skgpu_kernel.solvers.sgd.SGDOutcome.facts`).
+    polish : PolishResult or None
+        The full-batch finish, where it was planned (:func:`~skgpu_kernel.planning.sgd.plan_polish`).
     """
 
     result: SGDResult
@@ -175,6 +183,12 @@ class BMGDFit:
     passes_done: int
     n_steps_total: int
     runner_facts: dict
+    polish: PolishResult | None = None
+
+    @property
+    def converged(self):
+        """The polish's certificate where it ran, else the SGD loop's stopping rule."""
+        return self.result.converged if self.polish is None else self.polish.converged
 
 
 @dataclass(frozen=True)
@@ -228,6 +242,8 @@ class InProcessRunner:
     """
 
     description = None
+    # The model it returns is this process's, on every row: the pipeline may polish it here.
+    trains_in_process = True
 
     def check_settings(self, settings):
         """Accept every setting: one process runs them all.
@@ -320,10 +336,21 @@ def fit_bmgd_model(data, runtime, settings, continuation=None):
         log=runtime.log,
     )
     outcome = runtime.runner.train(training)
+    polish_plan = plan_polish(rows.problem, plan, settings, runtime.runner.trains_in_process)
+    polished = None
+    if polish_plan is not None:
+        passes = OrderedPasses(rows.layout, plan.buffer_size, plan.resident)
+        polished = polish_linear(outcome.coef, outcome.intercept, passes, rows.loss, polish_plan, runtime.log)
     result = outcome.result
-    n_steps_total = start_step + result.n_steps
     return BMGDFit(
-        result, outcome.coef, outcome.intercept, plan, passes_done + result.n_epochs, n_steps_total, outcome.facts
+        result,
+        outcome.coef,
+        outcome.intercept,
+        plan,
+        passes_done + result.n_epochs,
+        start_step + result.n_steps,
+        outcome.facts,
+        polished,
     )
 
 
@@ -361,7 +388,7 @@ def _open_rows(data, runtime, settings, rng):
         nonzeros_per_row=data.nonzeros_per_row,
         weighted=data.weights is not None,
     )
-    layout = PassLayout(sources, dtypes, runtime.device, segments, data.check_finite, runtime.prefetch)
+    layout = PassLayout(sources, dtypes, runtime.device, segments, data.out_of_core, runtime.prefetch)
     return _Rows(layout, validation_ranges, problem, make_loss(settings.loss, data.n_outputs, settings.epsilon))
 
 
