@@ -92,8 +92,7 @@ def open_passes(layout, plan, schedule):
     ResidentPasses or StreamedPasses
     """
     if plan.resident:
-        X, targets, *weights = read_rows(layout, layout.segments)
-        return ResidentPasses((X, targets, weights[0] if weights else None))
+        return ResidentPasses(_as_buffer(read_rows(layout, layout.segments)))
     seed, first_pass, n_passes, shuffle = schedule
     plans = plan_passes(layout.segments, plan.buffer_size, seed, first_pass, n_passes, shuffle)
     buffers = [buffer for plan_ in plans for buffer in plan_]
@@ -137,10 +136,10 @@ class _PassView:
 
     def __iter__(self):
         for _ in range(self.stream.buffers_per_pass):
-            X, targets, *weights = next(self.stream.buffers)
+            buffer = _as_buffer(next(self.stream.buffers))
             if self.stream.check_finite:
-                check_finite_rows(X)
-            yield X, targets, weights[0] if weights else None
+                check_finite_rows(buffer[0])
+            yield buffer
 
 
 class ResidentPasses:
@@ -196,11 +195,13 @@ class OrderedPasses:
         layout = self.layout
         with BufferPrefetcher(layout.sources, self.buffers, layout.device, layout.dtypes, layout.prefetch) as stream:
             for tensors in stream:
+                buffer = _as_buffer(tensors)
                 if layout.check_finite:
-                    check_finite_rows(tensors[0])
-                yield _as_buffer(tensors)
+                    check_finite_rows(buffer[0])
+                yield buffer
 
 
 def _as_buffer(tensors):
+    """``(X, targets, weights)`` of the tensors read from the sources, ``weights`` None without a weight source."""
     X, targets, *weights = tensors
     return X, targets, weights[0] if weights else None

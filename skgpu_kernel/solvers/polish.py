@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..blockwise import linear_scores
+from .sgd import transposed_product
 
 __all__ = ["PolishResult", "polish_linear"]
 
@@ -107,7 +108,7 @@ class _Objective:
         for X, _, _ in self.passes:
             rows = score_gradient[start : start + X.shape[0]]
             start += X.shape[0]
-            block = torch.sparse.mm(X.t(), rows) if X.is_sparse else X.T @ rows
+            block = transposed_product(X, rows)
             product = block if product is None else product.add_(block)
         intercept_gradient = score_gradient.sum(dim=0)
         if not self.plan.fit_intercept:
@@ -175,7 +176,7 @@ def _line_search(objective, point, direction):
         else:
             high = (t, slope if math.isfinite(value) and math.isfinite(slope) else None)
         t = _next_trial(low, high)
-    return best if best is not None and best[2] < point.objective else None
+    return best  # Armijo with a negative slope: every kept trial is below the start
 
 
 def _next_trial(low, high):

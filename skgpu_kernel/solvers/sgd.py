@@ -33,6 +33,7 @@ __all__ = [
     "linear_spectrum",
     "measure_sgd_capacity",
     "penalised_loss",
+    "transposed_product",
 ]
 
 
@@ -191,7 +192,8 @@ def _row_range(X, start, stop):
     return X[start:stop]
 
 
-def _transposed_product(X, gradient):
+def transposed_product(X, gradient):
+    """``X^T G`` for a dense or sparse (COO) ``X``."""
     if X.is_sparse:
         return torch.sparse.mm(X.t(), gradient)
     return X.T @ gradient
@@ -337,7 +339,7 @@ def batch_gradient(loss, coef, intercept, X, targets, weights=None):
     if weights is not None:
         gradient = gradient * weights[:, None]
         values = values * weights
-    return values.sum(), _transposed_product(X, gradient), gradient.sum(dim=0)
+    return values.sum(), transposed_product(X, gradient), gradient.sum(dim=0)
 
 
 class GradientPieces:
@@ -433,7 +435,7 @@ def linear_spectrum(X, weights, fit_intercept, generator, n_iter=30):
         vector /= vector.norm().clamp_min(torch.finfo(X.dtype).tiny)
         scores = linear_scores(X, vector[:d], vector[d])
         weighted = scores * w[:, None] / m
-        image = torch.cat([_transposed_product(X, weighted), weighted.sum(dim=0, keepdim=True) * fit_intercept])
+        image = torch.cat([transposed_product(X, weighted), weighted.sum(dim=0, keepdim=True) * fit_intercept])
         eigenvalue = float((vector * image).sum())
         vector = image
     return beta, eigenvalue
