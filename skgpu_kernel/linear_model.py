@@ -470,14 +470,16 @@ default="optimal"
         0.01% of the optimum's (``||g||^2 <= 2 alpha 10^-4 f``, by the penalty's
         strong convexity).  Near separation the log loss's curvature vanishes along
         the separating directions and stochastic steps crawl there; the polish
-        reaches the optimum in tens to hundreds of iterations (two products with the
-        rows each).  ``"auto"`` polishes where the schedule is the default's
-        (``"optimal"`` or ``"eigenpro"`` without a decay), the loss is the square
-        or log loss, ``alpha > 0``, early stopping is off, and the rows are an
-        in-memory array that fits the memory budget
-        (``skgpu_kernel.planning.sgd.plan_polish``); never for out-of-core sources,
-        ``partial_fit``, the Huber and hinge losses (kinks) or another schedule.
-        With ``parallel=``, the polish runs in this process after the workers.
+        reaches the optimum in tens to hundreds of iterations (two passes over the
+        rows each).  The hinge's kink is rounded by smoothed copies of it, each
+        narrower, in float64, until the rounding's gap is half the tolerance (the
+        certificate adds it).  ``"auto"`` polishes where the schedule is the
+        default's (``"optimal"`` or ``"eigenpro"`` without a decay), ``alpha > 0``,
+        early stopping is off, the model is this process's (not ``parallel=``),
+        and every row's scores fit the memory budget beside the buffers; the rows
+        are read as SGD reads them, in memory or streamed from a file
+        (``skgpu_kernel.planning.sgd.plan_polish``).  Never for ``partial_fit`` or
+        another schedule.
         None: SGD alone.
 """
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from skgpu_kernel.planning.sgd import (
+    POLISH_SMOOTHING,
     POLISH_TOLERANCE,
     PROBE_MAX_BATCH,
     SAMPLE_ROWS,
@@ -229,8 +230,8 @@ PLAN_POLISH_CASES = [
     ({"polish": None}, False),
     ({"scaling_rule": EigenProRule(step="optimal", decay="polynomial")}, False),  # the user's schedule
     ({"scaling_rule": ConstantRule(0.01)}, False),
-    ({"loss": "hinge"}, False),  # kinks
-    ({"loss": "huber"}, False),
+    ({"loss": "hinge"}, True),  # through smoothed copies, in float64
+    ({"loss": "huber"}, True),
     ({"alpha": 0.0}, False),  # no unique optimum, no certificate
     ({"early_stopping": True}, False),  # the model is chosen by the held-out score
     ({"incremental": True}, False),  # partial_fit: one pass
@@ -246,20 +247,25 @@ def test_plan_polish_decisions(change, polished):
     n_train = change.pop("n_train", 1000)
     settings = SimpleNamespace(**{**_POLISHED, **change})
     problem = SGDProblem(n_train, 10, 1, 4)
-    plan = SimpleNamespace(memory=plan_buffers(problem, 2**30, "cpu").memory)
-    result = plan_polish(problem, plan, settings, in_process)
+    result = plan_polish(problem, plan_buffers(problem, 2**30, "cpu"), settings, in_process)
     assert (result is not None) is polished
     if polished:
-        assert result == PolishPlan(alpha=settings.alpha, fit_intercept=True, tolerance=POLISH_TOLERANCE)
+        hinge = settings.loss == "hinge"
+        smoothing = POLISH_SMOOTHING if hinge else None
+        expected = PolishPlan(settings.alpha, True, POLISH_TOLERANCE, smoothing=smoothing, in_float64=hinge)
+        assert result == expected
 
 
-def test_plan_polish_budget_boundary():
-    """The scores of every row must fit beside the buffers: one row more than the budget refuses."""
-    settings = SimpleNamespace(**_POLISHED)
+@pytest.mark.parametrize(("loss", "itemsize", "converted"), [("log_loss", 4, False), ("hinge", 8, True)])
+def test_plan_polish_budget_boundary(loss, itemsize, converted):
+    """Every row's scores (the hinge's in float64, with a buffer of rows) fit beside the buffers; a byte less: none."""
+    settings = SimpleNamespace(**{**_POLISHED, "loss": loss})
     problem = SGDProblem(10_000, 10, 3, 4, weighted=True)
-    memory = plan_buffers(problem, 2**24, "cpu").memory
-    per_row = 3 * 3 * 4 + 8 * 3 + 8
-    fitting = SimpleNamespace(memory=dataclasses.replace(memory, budget=memory.total + 10_000 * per_row))
-    short = SimpleNamespace(memory=dataclasses.replace(memory, budget=memory.total + 10_000 * per_row - 1))
+    buffers = plan_buffers(problem, 2**24, "cpu")
+    needed = 10_000 * (3 * 3 * itemsize + 8 * 3 + 8) + converted * buffers.buffer_size * problem.row_bytes * 2
+    fitting = dataclasses.replace(
+        buffers, memory=dataclasses.replace(buffers.memory, budget=buffers.memory.total + needed)
+    )
+    short = dataclasses.replace(fitting, memory=dataclasses.replace(fitting.memory, budget=fitting.memory.budget - 1))
     assert plan_polish(problem, fitting, settings, True) is not None
     assert plan_polish(problem, short, settings, True) is None

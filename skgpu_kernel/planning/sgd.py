@@ -35,9 +35,12 @@ __all__ = [
     "POLISHED_LOSSES",
     "POLISH_HISTORY",
     "POLISH_MAX_ITER",
+    "POLISH_SMOOTHING",
+    "POLISH_SMOOTHING_SHRINK",
     "POLISH_TOLERANCE",
     "PROBE_MAX_BATCH",
     "SAMPLE_ROWS",
+    "SMOOTHED_LOSSES",
     "BMGDPlan",
     "BufferPlan",
     "PolishPlan",
@@ -71,7 +74,13 @@ PROBE_MAX_BATCH = 2**16
 ANNEALED_PLATEAUS = 7
 # The losses the full-batch polish finishes: twice differentiable, so that
 # quasi-Newton steps converge fast (the hinge and the Huber loss have kinks).
-POLISHED_LOSSES = frozenset({"squared_error", "log_loss"})
+POLISHED_LOSSES = frozenset({"squared_error", "huber", "log_loss", "hinge"})
+# Losses with a kink, polished through smoothed copies of themselves: the first one
+# rounds the kink over a margin of 1 (the hinge's own scale), each next one over a
+# tenth of the last, until the smoothing's gap is within half the tolerance.
+SMOOTHED_LOSSES = frozenset({"hinge"})
+POLISH_SMOOTHING = 1.0
+POLISH_SMOOTHING_SHRINK = 10.0
 # The polish stops when its gradient certifies an excess objective of at most this
 # share of the objective (a hundredth of the 1% the optimum tests allow): near
 # separation the log loss's optimum is flat, and test predictions only settle on
@@ -470,8 +479,19 @@ class PolishPlan:
         Stop once ``||g||^2 <= 2 alpha tolerance f``: by the penalty's strong
         convexity, the objective ``f`` is then within ``tolerance f`` of the optimum.
     max_iter : int
+        L-BFGS iterations in all.
     history : int
         Curvature pairs kept.
+    smoothing : float or None
+        For a loss with a kink (:data:`SMOOTHED_LOSSES`), the width of its first
+        smoothed copy; None for a smooth loss.
+    smoothing_shrink : float
+        Each next smoothed copy's width is the last one's divided by this.
+    in_float64 : bool
+        Scores, gradients and the iterate in float64 whatever the rows' dtype: a
+        smoothed kink narrower than float32's resolution of the scores leaves no
+        descent the line search can see (measured: float32 stalls at a certified
+        excess of 0.5-13 on the hinge, float64 reaches 1e-4).
     """
 
     alpha: float
@@ -479,6 +499,9 @@ class PolishPlan:
     tolerance: float = POLISH_TOLERANCE
     max_iter: int = POLISH_MAX_ITER
     history: int = POLISH_HISTORY
+    smoothing: float | None = None
+    smoothing_shrink: float = POLISH_SMOOTHING_SHRINK
+    in_float64: bool = False
 
 
 def plan_polish(problem, plan, settings, in_process):
@@ -496,7 +519,8 @@ def plan_polish(problem, plan, settings, in_process):
     * the schedule is the default's (the analytic step that the stopping rule
       anneals, :func:`plateaus_to_anneal`): another rule is a schedule the user chose;
     * the loss is in :data:`POLISHED_LOSSES` and ``alpha > 0`` (a unique optimum
-      and a certified stop);
+      and a certified stop); the hinge's kink is rounded, ever less, by smoothed
+      copies of it (:data:`SMOOTHED_LOSSES`), whose gap enters the certificate;
     * the fit is a ``fit`` call without early stopping (``partial_fit`` takes one
       pass; early stopping chooses its model by the held-out score, not the objective);
     * the model is this process's fit of every row (not a parallel strategy's);
@@ -525,7 +549,7 @@ def plan_polish(problem, plan, settings, in_process):
     >>> settings = SimpleNamespace(polish="auto", loss="log_loss", alpha=1e-4, fit_intercept=True,
     ...     scaling_rule=EigenProRule(step="optimal"), early_stopping=False, incremental=False)
     >>> problem = SGDProblem(1000, 10, 1, 4)
-    >>> plan = SimpleNamespace(memory=plan_buffers(problem, 2**30, "cpu").memory)
+    >>> plan = plan_buffers(problem, 2**30, "cpu")
     >>> plan_polish(problem, plan, settings, in_process=True).tolerance
     0.0001
     >>> plan_polish(problem, plan, settings, in_process=False) is None
@@ -539,8 +563,17 @@ def plan_polish(problem, plan, settings, in_process):
         and not (settings.early_stopping or settings.incremental)
         and in_process
     )
-    # Scores, the direction's scores and their gradient, plus the targets and weights.
-    row_bytes = 3 * problem.n_outputs * problem.itemsize + 8 * problem.n_outputs + 8 * problem.weighted
-    if not wanted or plan.memory.total + problem.n_train * row_bytes > plan.memory.budget:
+    smoothed = settings.loss in SMOOTHED_LOSSES
+    itemsize = 8 if smoothed else problem.itemsize
+    # Scores, the direction's scores and their gradient, plus the targets and weights;
+    # a buffer of rows converted to float64 where the rows are not.
+    row_bytes = 3 * problem.n_outputs * itemsize + 8 * problem.n_outputs + 8 * problem.weighted
+    converted = plan.buffer_size * problem.row_bytes * 2 if itemsize != problem.itemsize else 0
+    if not wanted or plan.memory.total + problem.n_train * row_bytes + converted > plan.memory.budget:
         return None
-    return PolishPlan(alpha=float(settings.alpha), fit_intercept=bool(settings.fit_intercept))
+    return PolishPlan(
+        alpha=float(settings.alpha),
+        fit_intercept=bool(settings.fit_intercept),
+        smoothing=POLISH_SMOOTHING if smoothed else None,
+        in_float64=smoothed,
+    )

@@ -79,10 +79,27 @@ class _Objective:
         self.targets = self.weights = None
         self.n_rows = 0
 
+    def blocks(self):
+        """The passes' ``(X, targets, weights)``, ``X`` in float64 where the plan says."""
+        for X, targets, weights in self.passes:
+            yield (X.to(torch.float64) if self.plan.in_float64 else X), targets, weights
+
+    def with_loss(self, loss):
+        """The same rows' objective with another loss (their targets and weights read once)."""
+        other = _Objective(loss, self.passes, self.plan)
+        other.targets, other.weights, other.n_rows = self.targets, self.weights, self.n_rows
+        return other
+
+    @property
+    def smoothing_gap(self):
+        """How far below the loss it stands for this objective may lie: ``mean(w) gap`` of a smoothed loss, else 0."""
+        gap = getattr(self.loss, "gap", 0.0)
+        return gap if self.weights is None or gap == 0.0 else gap * float(self.weights.mean())
+
     def scores(self, coef, intercept):
         """``X W + b`` of every row (the first pass also gathers the targets and weights)."""
         blocks, targets, weights = [], [], []
-        for X, block_targets, block_weights in self.passes:
+        for X, block_targets, block_weights in self.blocks():
             blocks.append(linear_scores(X, coef, intercept))
             if self.targets is None:
                 # Copies: a streamed pass may read its next buffer into the same memory.
@@ -100,12 +117,12 @@ class _Objective:
         if self.weights is not None:
             values, gradient = values * self.weights, gradient * self.weights[:, None]
         penalty = 0.5 * self.plan.alpha * float((coef * coef).sum())
-        return float(values.sum()) / self.n_rows + penalty, gradient / self.n_rows
+        return float(values.sum(dtype=torch.float64)) / self.n_rows + penalty, gradient / self.n_rows
 
     def point(self, coef, intercept, scores, score_gradient, objective):
         """The :class:`_Point` at ``(coef, intercept)``: one pass for the gradient ``X^T G``."""
         product, start = None, 0
-        for X, _, _ in self.passes:
+        for X, _, _ in self.blocks():
             rows = score_gradient[start : start + X.shape[0]]
             start += X.shape[0]
             block = transposed_product(X, rows)
@@ -191,43 +208,38 @@ def _next_trial(low, high):
     return min(max(root, t_low + 0.01 * width), t_high - 0.01 * width)
 
 
-def _excess_bound(point, alpha):
-    """``||g||^2 / (2 alpha f)``: the certified relative excess objective at ``point``."""
-    squared = _dot((point.coef_gradient, point.intercept_gradient), (point.coef_gradient, point.intercept_gradient))
-    return squared / (2.0 * alpha * max(point.objective, 1e-300))
+def _excess(point, objective):
+    """``||g||^2 / (2 alpha) + gap``: a certified bound on the excess objective at ``point``.
 
-
-def polish_linear(coef, intercept, passes, loss, plan, log=None):
-    """Polish ``coef`` and ``intercept`` in place by L-BFGS on the full-batch objective.
-
-    Parameters
-    ----------
-    coef : Tensor of shape (d, l)
-    intercept : Tensor of shape (l,)
-    passes : OrderedPasses
-        The training rows ``(X, targets, weights)``, read in the same order every pass.
-    loss : callable
-        ``loss(scores, targets) -> (values, dL/dS)`` (:mod:`~skgpu_kernel.solvers.losses`).
-    plan : PolishPlan
-    log : callable or None
-        Receives a line every 50 iterations and one at the end.
-
-    Returns
-    -------
-    PolishResult
+    ``gap`` is the smoothed loss's distance below the loss it stands for (zero for a
+    smooth loss): the bound is on the excess over the optimum of the loss itself.
     """
-    started = time.perf_counter()
-    objective = _Objective(loss, passes, plan)
-    point = objective.start(coef.clone(), intercept.clone())
-    pairs = deque(maxlen=plan.history)
-    n_iter, bound = 0, _excess_bound(point, plan.alpha)
-    while n_iter < plan.max_iter:
-        if bound <= plan.tolerance:
+    squared = _dot((point.coef_gradient, point.intercept_gradient), (point.coef_gradient, point.intercept_gradient))
+    return squared / (2.0 * objective.plan.alpha) + objective.smoothing_gap
+
+
+def _relative(excess, point):
+    return excess / max(point.objective, 1e-300)
+
+
+def _minimise(objective, point, relative, absolute, max_iter, log):
+    """L-BFGS from ``point`` until :func:`_excess` is at most ``max(relative f, absolute)`` or ``max_iter`` iterations.
+
+    Returns ``(point, n_iter, excess)``; ``point`` is never worse than the start.
+    """
+
+    def met(excess, point):
+        return excess <= max(relative * point.objective, absolute)
+
+    pairs = deque(maxlen=objective.plan.history)
+    n_iter, excess = 0, _excess(point, objective)
+    while n_iter < max_iter:
+        if met(excess, point):
             # The scores were carried along the line searches: check the certificate
             # on the iterate's own scores and gradient before returning it.
             point = objective.start(point.coef, point.intercept)
-            bound = _excess_bound(point, plan.alpha)
-            if bound <= plan.tolerance:
+            excess = _excess(point, objective)
+            if met(excess, point):
                 break
         direction = _direction(point, pairs)
         accepted = _line_search(objective, point, direction)
@@ -248,13 +260,69 @@ def polish_linear(coef, intercept, passes, loss, plan, log=None):
         if curvature > 1e-12 * _dot(y, y) ** 0.5 * _dot(s, s) ** 0.5:
             pairs.append((s, y, 1.0 / curvature))
         point, n_iter = new, n_iter + 1
-        bound = _excess_bound(point, plan.alpha)
+        excess = _excess(point, objective)
         if log is not None and n_iter % 50 == 0:
+            bound = _relative(excess, point)
             log(f"polish: iteration {n_iter}, objective {point.objective:.6g}, excess bound {bound:.2e}")
+    return point, n_iter, excess
+
+
+def polish_linear(coef, intercept, passes, loss, plan, log=None):
+    """Polish ``coef`` and ``intercept`` in place by L-BFGS on the full-batch objective.
+
+    A loss with a kink (the hinge) is minimised through smoothed copies of it
+    (``loss.smoothed(width)``), from ``plan.smoothing`` down by
+    ``plan.smoothing_shrink`` at a time: each is minimised until its gradient's
+    share of the certificate is at most its smoothing gap, the last one (whose gap
+    is at most half the tolerance) until the whole certificate is met.
+
+    Parameters
+    ----------
+    coef : Tensor of shape (d, l)
+    intercept : Tensor of shape (l,)
+    passes : OrderedPasses
+        The training rows ``(X, targets, weights)``, read in the same order every pass.
+    loss : callable
+        ``loss(scores, targets) -> (values, dL/dS)`` (:mod:`~skgpu_kernel.solvers.losses`).
+    plan : PolishPlan
+    log : callable or None
+        Receives a line every 50 iterations and one at the end.
+
+    Returns
+    -------
+    PolishResult
+    """
+    started = time.perf_counter()
+    exact = _Objective(loss, passes, plan)
+    dtype = torch.float64 if plan.in_float64 else coef.dtype
+    point = exact.start(coef.to(dtype), intercept.to(dtype))
+    objective, width, n_iter = exact, plan.smoothing, 0
+    while True:
+        if width is not None:
+            objective = exact.with_loss(loss.smoothed(width))
+            point = objective.start(point.coef, point.intercept)
+            # The width whose gap is half the tolerance ends the shrinking (a tenth
+            # more is taken as it: the objective moved a little since it was set).
+            last_width = width * 0.5 * plan.tolerance * point.objective / objective.smoothing_gap
+        final = width is None or width <= 1.1 * last_width
+        # A copy before the last is minimised until its gradient's share is its gap: no further.
+        relative, absolute = (plan.tolerance, 0.0) if final else (0.0, 2.0 * objective.smoothing_gap)
+        point, stage_iter, excess = _minimise(objective, point, relative, absolute, plan.max_iter - n_iter, log)
+        bound = _relative(excess, point)
+        n_iter += stage_iter
+        if final or n_iter >= plan.max_iter:
+            break
+        width = max(width / plan.smoothing_shrink, last_width)
     coef.copy_(point.coef)
     intercept.copy_(point.intercept)
-    result = PolishResult(n_iter, bound <= plan.tolerance, bound, point.objective, time.perf_counter() - started)
+    value = exact.in_scores(point.scores, point.coef)[0] if width is not None else point.objective
+    if dtype != coef.dtype:
+        # The model keeps the iterate rounded to its dtype: its objective, checked, bounds what rounding cost.
+        rounded = exact.in_scores(exact.scores(coef.to(dtype), intercept.to(dtype)), coef.to(dtype))[0]
+        bound += max(rounded - value, 0.0) / max(value, 1e-300)
+        value = rounded
+    result = PolishResult(n_iter, bound <= plan.tolerance, bound, value, time.perf_counter() - started)
     if log is not None:
         state = "converged" if result.converged else "stopped above the tolerance"
-        log(f"polish: L-BFGS {n_iter} iterations, objective {point.objective:.6g}, excess bound {bound:.2e}, {state}")
+        log(f"polish: L-BFGS {n_iter} iterations, objective {value:.6g}, excess bound {bound:.2e}, {state}")
     return result
