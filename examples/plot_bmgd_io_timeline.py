@@ -53,8 +53,9 @@ import torch
 from matplotlib.patches import Patch
 
 from skgpu_kernel import BufferedSGDRegressor
-from skgpu_kernel.buffer import BufferPrefetcher, as_row_source, default_chunk_size, plan_pass
+from skgpu_kernel.buffer import BufferPrefetcher, default_chunk_size, plan_pass
 from skgpu_kernel.device import resolve_device, synchronize
+from skgpu_kernel.row_sources import as_row_source
 from skgpu_kernel.scaling import EigenProRule
 
 N_ROWS, N_FEATURES = 400_000, 50

@@ -29,7 +29,7 @@ import torch
 from sklearn.utils import check_random_state
 
 from .device import resolve_memory_budget
-from .operators import EvaluatedOperator
+from .operators import CenterOperators
 from .planning.agop import plan_agop
 
 __all__ = ["average_gradient_outer_product", "block_diagonal", "metric_from_agop", "metric_transform"]
@@ -140,7 +140,7 @@ def _weighted_agop(gradient_kernel, rows, centers, coef, weights, diagonal, plan
     offset = centers.mean(dim=0)
     shifted = centers - offset
     columns = torch.cat([coef, (coef[:, :, None] * shifted[:, None, :]).reshape(-1, n_outputs * d)], dim=1)
-    operator = EvaluatedOperator(gradient_kernel, rows, gradient_kernel.prepare_centers(centers), plan.blocks)
+    operator = CenterOperators.of(gradient_kernel, centers).operator(rows, plan.blocks)
     total = torch.zeros(d if diagonal else (d, d), dtype=torch.float64, device=rows.device)
     for top in range(0, n, plan.row_block):
         block = slice(top, min(top + plan.row_block, n))

@@ -15,14 +15,8 @@ import torch
 
 from ._warnings import warn_user
 from .device import column_block_size, integer_matmul_speedup, rows_within_budget, throughput_saturation_batch
-from .grid import Grid, GridCodes, encode_on_grid, find_grid, integer_products_pay, padded_features
-from .operators import (
-    CenterOperators,
-    EvaluatedOperator,
-    OperatorBlocks,
-    StreamedOperator,
-    map_row_blocks,
-)
+from .grid import Grid, GridCodes, find_grid, integer_products_pay, padded_features
+from .operators import CenterOperators, OperatorBlocks, center_codes, map_row_blocks
 from .out_of_memory import MemoryEvents, ShrinkingStage, halvings
 
 # Rows per prediction block: small on the CPU (single-row predictions stay cheap),
@@ -75,7 +69,7 @@ class PredictionTensors:
         again after pickling: the grid of the same rows is found the same way.
         """
         grid = find_grid(centers) if on_grid and kernel.from_distances else None
-        codes = None if grid is None else encode_on_grid(centers, grid, checked=True)
+        codes = None if grid is None else center_codes(centers, grid)
         return cls(centers.device, kernel.prepare_centers(centers), coef, offset, grid, codes)
 
     def with_coef(self, coef):
@@ -91,7 +85,8 @@ class PredictionTensors:
         same values differently in the last bits only.
         """
         blocks = prediction_blocks(kernel, self.centers, self.coef, rows.shape[1], budget)
-        return EvaluatedOperator(kernel, rows, self.centers, blocks).matmul(self.coef)
+        factory = CenterOperators(kernel, self.centers, self.centers.dtype)
+        return factory.operator(rows, blocks).matmul(self.coef)
 
     def predict(self, kernel, X, budget, events=None):
         """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
@@ -202,17 +197,10 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None, 
 
 def _streamed_operator(kernel, X, centers, blocks, offset, on_grid):
     """The :class:`StreamedOperator` of :func:`kernel_predict` at ``blocks``."""
-    device, dtype = centers.device, centers.dtype
     if on_grid is None:
-        factory, pad = CenterOperators(kernel, centers, dtype), None
-    else:
-        factory = CenterOperators(kernel, centers, dtype, on_grid.grid, on_grid.center_codes)
-        pad = on_grid.grid.origin
-
-    def on_device(rows):
-        return factory.operator(rows, blocks, None if on_grid is None else _on_grid_codes(factory, rows))
-
-    return StreamedOperator(X, on_device, centers.shape[0], blocks.rows, device, dtype, offset=offset, pad=pad)
+        return CenterOperators(kernel, centers, centers.dtype).streamed(X, blocks, offset)
+    factory = CenterOperators(kernel, centers, centers.dtype, on_grid.grid, on_grid.center_codes)
+    return factory.streamed(X, blocks, offset, on_grid.grid.origin, lambda rows: _on_grid_codes(factory, rows))
 
 
 class _OffGrid(Exception):
@@ -295,7 +283,8 @@ def measure_batch_capacity(kernel, X, centers, n_outputs, max_batch, column_bloc
     def run_batch(batch_size):
         rows = torch.arange(batch_size, device=device)
         blocks = OperatorBlocks.whole(batch_size, column_block_for(batch_size))
-        products = EvaluatedOperator(kernel, X, reference, blocks).matmul(values, rows=rows, leading=leading)
+        operator = CenterOperators(kernel, reference, dtype).operator(X, blocks)
+        products = operator.matmul(values, rows=rows, leading=leading)
         if leading:
             predictions, block = products
             correction = components @ (components.T @ (block.T @ predictions))

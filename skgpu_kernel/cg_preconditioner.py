@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .operators import EvaluatedOperator, OperatorBlocks
+from .operators import CenterOperators, OperatorBlocks
 from .preconditioner import RELATIVE_RESOLUTION, max_usable_components
 
 __all__ = [
-    "SHIFTED_MAX_COMPONENTS",
     "PenalisedRows",
     "ShiftedNystromPreconditioner",
     "rpcholesky_factor",
@@ -26,11 +25,6 @@ __all__ = [
     "shifted_nystrom_preconditioner",
     "shifted_rpcholesky_preconditioner",
 ]
-
-
-# Most Nystrom directions the subsample-preconditioned CG flattens: each costs O(n)
-# memory and work per iteration and O(n s) once to extend to every row.
-SHIFTED_MAX_COMPONENTS = 1000
 
 
 # Randomly pivoted Cholesky draws this many pivots at once, fewer where that is more
@@ -127,7 +121,7 @@ def _shifted_count(eigenvalues, rows, max_components):
     return int(np.sum(rows.n_rows * eigenvalues[:usable] > rows.alpha))
 
 
-def shifted_condition(eigenvalues, rows, max_components=SHIFTED_MAX_COMPONENTS):
+def shifted_condition(eigenvalues, rows, max_components):
     """Estimated condition number of ``C^T (K + alpha W^-1) C`` for the shifted Nystrom preconditioner.
 
     ``(n lambda + alpha) / alpha`` at the first direction it leaves unflattened
@@ -139,7 +133,8 @@ def shifted_condition(eigenvalues, rows, max_components=SHIFTED_MAX_COMPONENTS):
     eigenvalues : ndarray
         Descending eigenvalues of ``K_S / s``.
     rows : PenalisedRows
-    max_components : int, default=SHIFTED_MAX_COMPONENTS
+    max_components : int
+        Most directions flattened (the plan's).
 
     Returns
     -------
@@ -151,7 +146,7 @@ def shifted_condition(eigenvalues, rows, max_components=SHIFTED_MAX_COMPONENTS):
     return (rows.n_rows * float(eigenvalues[count]) + rows.alpha) / rows.alpha
 
 
-def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components=SHIFTED_MAX_COMPONENTS):
+def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_components):
     """The :class:`ShiftedNystromPreconditioner` of ``K + alpha W^-1`` from a subsample's eigensystem.
 
     The Nystrom estimate of ``K`` from the subsample ``S`` is ``B B^T`` with ``B =
@@ -169,7 +164,7 @@ def shifted_nystrom_preconditioner(eigensystem, subsample_products, rows, max_co
         ``subsample_products(V) -> K(X, X_S) V`` for ``V`` of shape (s, k) in the
         training dtype.
     rows : PenalisedRows
-    max_components : int, default=SHIFTED_MAX_COMPONENTS
+    max_components : int
         The memory plan's bound (0: no preconditioning but the weights').
 
     Returns
@@ -214,7 +209,7 @@ def shifted_rpcholesky_preconditioner(kernel, X, rows, max_components, generator
     ShiftedNystromPreconditioner
     """
     X64 = X.to(torch.float64)
-    columns = EvaluatedOperator(kernel, X64, kernel.prepare_centers(X64), OperatorBlocks.whole(X.shape[0], X.shape[0]))
+    columns = CenterOperators.of(kernel, X64).operator(X64, OperatorBlocks.whole(X.shape[0], X.shape[0]))
     factor = rpcholesky_factor(
         columns.columns,
         kernel.diagonal(X64),

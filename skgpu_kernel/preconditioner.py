@@ -24,14 +24,13 @@ import torch
 
 from ._warnings import warn_user
 from .blockwise import kernel_diagonal_max
-from .operators import EvaluatedOperator, OperatorBlocks, kernel_matrix, widened
+from .operators import CenterOperators, OperatorBlocks, kernel_matrix, widened
 
 __all__ = [
     "EigenProPreconditioner",
     "PreconditionedDiagonal",
     "SpectralSettings",
     "choose_n_components",
-    "eigenpro_step_size",
     "flattening_scales",
     "max_usable_components",
     "nystrom_eigensystem",
@@ -229,7 +228,7 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
     if q:
         blocks = OperatorBlocks.whole(outside_rows.shape[0], column_block)
         # prepare_centers acts row by row: the subsample's prepared rows are those of the fit's.
-        operator = EvaluatedOperator(kernel, outside_rows, kernel.prepare_centers(subsample), blocks)
+        operator = CenterOperators.of(kernel, subsample).operator(outside_rows, blocks)
         projections = operator.matmul(eigenvectors[:, :q].to(outside_rows.dtype)).double().cpu().numpy()
         shares = projections**2 / positive[None, :q]
         residual = kernel.diagonal(outside_rows).double().cpu().numpy() - shares.sum(axis=1)
@@ -274,19 +273,6 @@ def choose_n_components(eigenvalues, beta_at, target_batch, damping, max_compone
         else:
             low = middle
     return high
-
-
-def eigenpro_step_size(batch_size, beta, top_eigenvalue):
-    """EigenPro's analytic step size for batch ``m``.
-
-    ``eta = m / beta`` up to the critical batch ``m* = beta / lambda_1'``, then
-    ``0.99 * 2 m / (beta + (m - 1) lambda_1')``, which saturates near
-    ``2 / lambda_1'``.  With ``m = 1`` one step interpolates the sampled point.
-    """
-    critical = beta / top_eigenvalue if top_eigenvalue > 0 else math.inf
-    if batch_size <= critical:
-        return batch_size / beta
-    return 0.99 * 2.0 * batch_size / (beta + (batch_size - 1) * top_eigenvalue)
 
 
 class EigenProPreconditioner:
@@ -360,13 +346,6 @@ def warn_if_beyond_epoch(n_components, critical_batch, rows_per_epoch):
     )
 
 
-# At the critical batch m*(P) the linear step m / beta_P puts the top preconditioned
-# direction at the edge of stability (the batch operator's top eigenvalue is about
-# beta_P + (m - 1) lambda_1' = 2 beta_P), and the Nystrom estimate of lambda_1' is
-# optimistic for points outside the subsample.  Batches are kept this factor below
-# m*(P): the top direction then contracts by at least a third per step.
-CRITICAL_BATCH_MARGIN = 2.0
-
 # Rows outside the subsample on which the preconditioned diagonal is evaluated, so
 # that its maximum also covers points where the Nystrom estimate is not exact.
 _BETA_PROBE_ROWS = 8192
@@ -431,7 +410,7 @@ def _default_components(candidates, subsample_size, rows_per_epoch):
     return min(candidates, subsample_size // 2)
 
 
-def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_block, probe_rows=None):
+def plan_preconditioner(kernel, X, subsample_size, target_batch, spectral, column_block, probe_rows=None):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
     The first ``subsample_size`` rows are the Nystrom subsample.  The preconditioned
@@ -439,7 +418,8 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
     8192 further rows of ``X``), which must include points outside the subsample:
     there the Nystrom estimate is not exact and the flattened diagonal is larger.
     With ``n_components="auto"`` the preconditioned critical batch must reach
-    ``CRITICAL_BATCH_MARGIN`` times the device's batch ``capacity``, so that batches
+    ``target_batch`` (planned: a margin times the device's batch capacity,
+    :func:`~skgpu_kernel.planning.kernel.preconditioner_target`), so that batches
     of the capacity run with the linear step ``m / beta_P`` and keep a margin for
     the error of the Nystrom estimate; beyond that, up to half the subsample's
     directions are flattened (every one when the subsample is every training row;
@@ -490,8 +470,7 @@ def plan_preconditioner(kernel, X, subsample_size, capacity, spectral, column_bl
         return min(diagonal.maximum(k, damping), beta) if k else beta
 
     if n_components == "auto":
-        target = CRITICAL_BATCH_MARGIN * capacity
-        needed = choose_n_components(eigenvalues, beta_at, target, damping, candidates)
+        needed = choose_n_components(eigenvalues, beta_at, target_batch, damping, candidates)
         n_components = max(needed, _default_components(candidates, subsample_size, spectral.rows_per_epoch))
         if spectral.rows_per_epoch is not None:
             within_epoch = choose_n_components(eigenvalues, beta_at, spectral.rows_per_epoch, damping, candidates)

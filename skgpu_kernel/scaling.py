@@ -60,8 +60,6 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .preconditioner import eigenpro_step_size
-
 __all__ = [
     "LEGW",
     "ConstantRule",
@@ -70,7 +68,21 @@ __all__ = [
     "ScalingRule",
     "ScheduleContext",
     "SqrtScaling",
+    "eigenpro_step_size",
 ]
+
+
+def eigenpro_step_size(batch_size, beta, top_eigenvalue):
+    """EigenPro's analytic step size for batch ``m``.
+
+    ``eta = m / beta`` up to the critical batch ``m* = beta / lambda_1'``, then
+    ``0.99 * 2 m / (beta + (m - 1) lambda_1')``, which saturates near
+    ``2 / lambda_1'``.  With ``m = 1`` one step interpolates the sampled point.
+    """
+    critical = beta / top_eigenvalue if top_eigenvalue > 0 else math.inf
+    if batch_size <= critical:
+        return batch_size / beta
+    return 0.99 * 2.0 * batch_size / (beta + (batch_size - 1) * top_eigenvalue)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,6 @@ import numpy as np
 import scipy.sparse
 
 from ._validation import check_sample_weight
-from .buffer import _backing_memmap
 from .column_values import (
     checked_kind,
     column_of,
@@ -81,6 +80,7 @@ from .column_values import (
     value_kind,
 )
 from .planning.columns import COLUMN_SCALINGS, ColumnScaling, plan_column_scaling
+from .row_sources import _backing_memmap
 
 __all__ = [
     "COLUMN_SCALINGS",

@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from skgpu_kernel.buffer import BufferPrefetcher, RowSource, as_row_source, default_chunk_size, plan_pass
+from skgpu_kernel.buffer import BufferPrefetcher, default_chunk_size, plan_pass
+from skgpu_kernel.row_sources import RowSource, as_row_source
 
 CPU = torch.device("cpu")
 

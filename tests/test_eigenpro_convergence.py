@@ -6,6 +6,7 @@ import torch
 
 from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.planning.kernel import preconditioner_target
 from skgpu_kernel.preconditioner import SpectralSettings, plan_preconditioner
 
 
@@ -61,7 +62,9 @@ def _components(n_rows, subsample_size, capacity):
     rng = np.random.RandomState(0)
     X = torch.as_tensor(rng.randn(n_rows, 5))
     spectral = SpectralSettings(rows_per_epoch=n_rows)
-    plan = plan_preconditioner(Gaussian(bandwidth=2.0), X, subsample_size, capacity, spectral, 1024)
+    plan = plan_preconditioner(
+        Gaussian(bandwidth=2.0), X, subsample_size, preconditioner_target(capacity), spectral, 1024
+    )
     return plan.preconditioner.n_components, plan.critical_batch_preconditioned
 
 

@@ -68,7 +68,9 @@ def _system(n, subsample, alpha, weighted, bandwidth=1.5, seed=0):
     weights = torch.tensor(np.random.RandomState(seed + 1).uniform(0.2, 1.0, n)) if weighted else None
     rows = PenalisedRows(n, alpha, weights, torch.float64)
     eigensystem = nystrom_eigensystem(kernel, X_t[:subsample])
-    preconditioner = shifted_nystrom_preconditioner(eigensystem, lambda V: K[:, :subsample] @ V, rows)
+    preconditioner = shifted_nystrom_preconditioner(
+        eigensystem, lambda V: K[:, :subsample] @ V, rows, SHIFTED_MAX_COMPONENTS
+    )
     return K, torch.tensor(Y), weights, preconditioner
 
 
@@ -257,11 +259,11 @@ def test_an_ill_conditioned_penalised_system_falls_back_to_eigenpro(beyond_facto
 def test_shifted_condition_counts_the_first_direction_left_unflattened():
     eigenvalues = np.array([1.0, 1e-1, 1e-2, 1e-3, 1e-4])
     rows = PenalisedRows(100, 1e-3, None, torch.float64)  # n lambda: 100, 10, 1, 0.1, 0.01, all above alpha
-    assert shifted_condition(eigenvalues, rows) == 1.0
+    assert shifted_condition(eigenvalues, rows, SHIFTED_MAX_COMPONENTS) == 1.0
     assert shifted_condition(eigenvalues, rows, max_components=2) == pytest.approx((1.0 + 1e-3) / 1e-3)
     assert shifted_condition(eigenvalues, rows, max_components=0) == pytest.approx((100.0 + 1e-3) / 1e-3)
     shifted = PenalisedRows(100, 0.5, None, torch.float64)  # flattens 100, 10, 1; 0.1 is below the shift
-    assert shifted_condition(eigenvalues, shifted) == 1.0
+    assert shifted_condition(eigenvalues, shifted, SHIFTED_MAX_COMPONENTS) == 1.0
 
 
 def test_cg_on_every_point_is_planned_only_up_to_its_condition_bound():

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
-from skgpu_kernel.parallel import launch
+from skgpu_kernel.parallel import launch, supervise
 from skgpu_kernel.parallel.launch import WorkerContext, resolve_backend, run_distributed, share_for_workers
 
 from ._processes import child_processes, session_processes
@@ -208,7 +208,7 @@ def test_timeout_terminates_workers():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="timeout=3"):
         run_distributed(_sleep_worker, None, ["cpu", "cpu"], timeout=3)
-    assert time.monotonic() - start < 3 + 2 * launch._KILL_GRACE_SECONDS + 5
+    assert time.monotonic() - start < 3 + 2 * supervise.KILL_GRACE_SECONDS + 5
     _assert_no_workers_left()
 
 

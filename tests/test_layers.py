@@ -22,11 +22,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
 # function and feature learning around it, exported by its ``__init__``).
 SHELLS = {
     "kernel_machines.py": {"fit"},
-    "linear_model.py": {"solvers.bmgd_fit"},
+    "linear_model.py": {"_linear_base"},
+    "_linear_base.py": {"bmgd_fit"},
 }
 # What a shell may import from the package besides its family's pipeline: input
 # checks, prediction blocks, the probabilities of decision values (the temperature
-# itself is fitted in the pipeline), opening sources, resolving the runtime, names of
+# itself is fitted in the pipeline), opening sources (``row_sources``), resolving the runtime, names of
 # kernels, scaling rules and strategies (parameter types), the process group, the
 # encoding of tables (categories, missing values, units: input checks that are fitted), and
 # the runner of a strategy's workers: the pipeline imports nothing from
@@ -34,9 +35,11 @@ SHELLS = {
 # device) and hands the runner down.
 SHELL_IMPORTS = {
     "_kernel_docs",
+    "_linear_docs",
     "_validation",
     "blockwise",
     "buffer",
+    "row_sources",
     "calibration",
     "device",
     "kernels",
@@ -49,7 +52,7 @@ SHELL_IMPORTS = {
 }
 # Loop modules: iterations on tensors, below the pipelines and the parallel workers.
 LOOPS = ("eigenpro", "eigenpro3", "centers_cg", "sgd", "epochs", "losses")
-PIPELINES = ("fit", "solvers.bmgd_fit")
+PIPELINES = ("fit", "bmgd_fit")
 
 
 def _internal_imports(path):
@@ -220,6 +223,81 @@ def test_the_planning_import_rule_finds_an_operator_import(tmp_path, monkeypatch
     ]
 
 
+def _module_path(module):
+    """The file of a package module given as a dotted name relative to the package (a package: its ``__init__``)."""
+    path = PACKAGE.joinpath(*module.split("."))
+    return path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+
+
+def _reached(modules):
+    """Every package module ``modules`` import, directly or through others, with ``modules`` themselves."""
+    seen, pending = set(), list(modules)
+    while pending:
+        module = pending.pop()
+        if module not in seen:
+            seen.add(module)
+            pending += sorted(_internal_imports(_module_path(module)))
+    return seen
+
+
+# What planning may reach (issue 79 item 5): the device facts, what they import, and
+# modules that import nothing of the package (the scaling rules' formulas).
+PLANNING_FACTS = ("device", "operator_facts")
+
+
+def test_planning_reaches_no_module_below_the_device_facts_even_through_others():
+    planning = {f"planning.{path.stem}" for path in (PACKAGE / "planning").glob("*.py")}
+    allowed = _reached(PLANNING_FACTS)
+    below = sorted(
+        module
+        for module in _reached(planning) - planning - allowed
+        if _internal_imports(_module_path(module))  # a module of the package's own formulas only
+    )
+    assert not below, below
+
+
+def test_the_reach_of_imports_follows_every_module_on_the_way():
+    # The walk must be able to fail: the fit's solve stage reaches the operators through others.
+    assert {"operators", "operators.core", "grid"} <= _reached({"fit.solve"})
+    assert _reached({"operator_facts"}) >= {"device", "_probe_store", "_warnings"}
+
+
+def _calls_in(path):
+    """``name`` or ``receiver.name`` of every call in the module at ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            function = node.func
+            if isinstance(function, ast.Name):
+                yield function.id
+            elif isinstance(function, ast.Attribute):
+                receiver = function.value
+                owner = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "")
+                yield f"{owner}.{function.attr}"
+
+
+# Calls that warn or draw random numbers (numpy's, torch's, Python's, a RandomState's).
+_WARNING_CALLS = ("warn_user", "warnings.warn")
+_RANDOM_CALLS = ("random.", "rng.", "generator.", "torch.rand", "torch.randn", "torch.randint", "torch.randperm")
+
+
+def test_planning_neither_warns_nor_draws_random_numbers():
+    """Planning decides; the stage that runs its plan warns and draws (issue 79 item 5)."""
+    found = [
+        f"{path.relative_to(PACKAGE)}: {call}"
+        for path in sorted((PACKAGE / "planning").glob("*.py"))
+        for call in _calls_in(path)
+        if call in _WARNING_CALLS or call.startswith(_RANDOM_CALLS)
+    ]
+    assert not found, found
+
+
+def test_the_warning_and_randomness_rule_finds_what_it_names(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("warn_user('x')\nnp.random.choice(3)\nrng.permutation(4)\ntorch.randn(2)\nmath.ceil(2.5)\n")
+    calls = [call for call in _calls_in(module) if call in _WARNING_CALLS or call.startswith(_RANDOM_CALLS)]
+    assert calls == ["warn_user", "random.choice", "rng.permutation", "torch.randn"]
+
+
 def test_solvers_import_nothing_from_parallel():
     # The BMGD pipeline receives its runner (this process, or a strategy's workers)
     # from the shell: the loops and pipelines never reach up into ``parallel``.
@@ -246,7 +324,7 @@ def test_imports_are_read_as_written():
     assert "planning.kernel_policy" in _internal_imports(PACKAGE / "fit" / "resolve.py")
     assert "parallel.launch" in _internal_imports(PACKAGE / "parallel" / "runner.py")
     assert "planning.stopping" in _internal_imports(PACKAGE / "solvers" / "sgd.py")
-    assert {"solvers", "parallel", "buffer"} <= _import_graph()["linear_model"]
+    assert {"bmgd_fit", "parallel", "row_sources"} <= _import_graph()["_linear_base"]
 
 
 def _warning_sites(fit):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from skgpu_kernel.planning.sgd import (
+    POLISH_HISTORY,
     POLISH_SMOOTHING,
     POLISH_TOLERANCE,
     PROBE_MAX_BATCH,
@@ -23,11 +24,10 @@ from skgpu_kernel.planning.sgd import (
     plan_bmgd,
     plan_buffers,
     plan_polish,
-    sample_ranges,
     step_spectrum,
-    validation_split,
 )
 from skgpu_kernel.scaling import ConstantRule, EigenProRule
+from skgpu_kernel.splits import sample_ranges, validation_split
 
 MB = 10**6
 
@@ -176,7 +176,8 @@ def test_throughput_probe_reports_its_largest_batch():
 
 @pytest.mark.parametrize("n_train", [10, SAMPLE_ROWS, 5 * SAMPLE_ROWS + 3])
 def test_sample_ranges_cover_up_to_sample_rows_distinct_rows(n_train):
-    ranges = sample_ranges(n_train, np.random.RandomState(0))
+    size = plan_buffers(SGDProblem(n_train, 10, 1, 4), 2**30, "cpu").sample_rows
+    ranges = sample_ranges(n_train, size, np.random.RandomState(0))
     rows = np.concatenate([np.arange(start, stop) for start, stop in ranges])
     assert len(rows) == min(n_train, SAMPLE_ROWS) == len(np.unique(rows))
     assert rows.min() >= 0 and rows.max() < n_train
@@ -252,20 +253,31 @@ def test_plan_polish_decisions(change, polished):
     if polished:
         hinge = settings.loss == "hinge"
         smoothing = POLISH_SMOOTHING if hinge else None
-        expected = PolishPlan(settings.alpha, True, POLISH_TOLERANCE, smoothing=smoothing, in_float64=hinge)
+        expected = PolishPlan(
+            settings.alpha, True, POLISH_TOLERANCE, smoothing=smoothing, in_float64=hinge, rows_resident=True
+        )
         assert result == expected
 
 
 @pytest.mark.parametrize(("loss", "itemsize", "converted"), [("log_loss", 4, False), ("hinge", 8, True)])
-def test_plan_polish_budget_boundary(loss, itemsize, converted):
-    """Every row's scores (the hinge's in float64, with a buffer of rows) fit beside the buffers; a byte less: none."""
+def test_plan_polish_budget_boundaries(loss, itemsize, converted):
+    """Beside the buffers: every row's scores and the rows kept (resident); a byte less, the SGD's buffers; less, none.
+
+    The hinge's scores are float64, and a buffer of rows is converted to float64 at a time.
+    """
     settings = SimpleNamespace(**{**_POLISHED, "loss": loss})
-    problem = SGDProblem(10_000, 10, 3, 4, weighted=True)
-    buffers = plan_buffers(problem, 2**24, "cpu")
-    needed = 10_000 * (3 * 3 * itemsize + 8 * 3 + 8) + converted * buffers.buffer_size * problem.row_bytes * 2
-    fitting = dataclasses.replace(
-        buffers, memory=dataclasses.replace(buffers.memory, budget=buffers.memory.total + needed)
-    )
-    short = dataclasses.replace(fitting, memory=dataclasses.replace(fitting.memory, budget=fitting.memory.budget - 1))
-    assert plan_polish(problem, fitting, settings, True) is not None
-    assert plan_polish(problem, short, settings, True) is None
+    n, problem = 10_000, SGDProblem(10_000, 10, 3, 4, weighted=True)
+    buffers = plan_buffers(problem, 2**20, "cpu")  # streamed: a buffer below the rows
+    scores = n * (3 * 3 * itemsize + 8 * 3 + 8) + 2 * POLISH_HISTORY * (10 + 1) * 3 * itemsize
+    resident = scores + n * problem.row_bytes + converted * n * problem.row_bytes * 2
+    streamed = scores + converted * buffers.buffer_size * problem.row_bytes * 2
+
+    def planned(extra):
+        budget = dataclasses.replace(buffers.memory, budget=buffers.memory.total + extra)
+        return plan_polish(problem, dataclasses.replace(buffers, memory=budget), settings, True)
+
+    assert buffers.buffer_size < n
+    assert planned(resident).rows_resident
+    assert not planned(resident - 1).rows_resident
+    assert not planned(streamed).rows_resident
+    assert planned(streamed - 1) is None

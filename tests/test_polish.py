@@ -19,9 +19,9 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from skgpu_kernel import BufferedSGDClassifier, BufferedSGDRegressor
-from skgpu_kernel.buffer import as_row_source
 from skgpu_kernel.passes import OrderedPasses, PassLayout
 from skgpu_kernel.planning.sgd import PolishPlan
+from skgpu_kernel.row_sources import as_row_source
 from skgpu_kernel.solvers.losses import make_loss
 from skgpu_kernel.solvers.polish import polish_linear
 

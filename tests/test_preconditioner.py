@@ -5,12 +5,11 @@ import pytest
 import torch
 
 from skgpu_kernel.kernels import Gaussian
-from skgpu_kernel.planning.kernel import operating_batch
+from skgpu_kernel.planning.kernel import operating_batch, preconditioner_target
 from skgpu_kernel.preconditioner import (
     EigenProPreconditioner,
     SpectralSettings,
     choose_n_components,
-    eigenpro_step_size,
     flattening_scales,
     max_usable_components,
     nystrom_eigensystem,
@@ -18,6 +17,7 @@ from skgpu_kernel.preconditioner import (
     preconditioned_diagonal,
     preconditioned_top_eigenvalue,
 )
+from skgpu_kernel.scaling import eigenpro_step_size
 
 
 @pytest.fixture
@@ -64,7 +64,9 @@ def test_a_float32_fit_decomposes_its_subsample_in_float32_within_float32_roundi
 
     monkeypatch.setattr("skgpu_kernel.preconditioner.nystrom_eigensystem", recorded)
     for rows in (X, X.double()):
-        plan_preconditioner(kernel, rows, 100, 30, SpectralSettings("auto", 0.95), column_block=64)
+        plan_preconditioner(
+            kernel, rows, 100, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
+        )
     assert asked == [torch.float32, torch.float64]
 
 
@@ -150,7 +152,9 @@ def _fit_like_problem(n=1080, d=5, seed=0):
 def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_rounding(monkeypatch):
     X = _fit_like_problem()
     kernel, spectral = Gaussian(bandwidth=1.0), SpectralSettings("auto", 0.95, rows_per_epoch=X.shape[0])
-    reference = plan_preconditioner(kernel, X, X.shape[0], X.shape[0], spectral, column_block=1024)
+    reference = plan_preconditioner(
+        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectral, column_block=1024
+    )
     assert reference.preconditioner.n_components == 1000
     eigh = torch.linalg.eigh
 
@@ -160,7 +164,9 @@ def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_r
         return eigh(gram * (1 + noise))
 
     monkeypatch.setattr(torch.linalg, "eigh", perturbed_eigh)
-    perturbed = plan_preconditioner(kernel, X, X.shape[0], X.shape[0], spectral, column_block=1024)
+    perturbed = plan_preconditioner(
+        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectral, column_block=1024
+    )
     assert perturbed.preconditioner.n_components == reference.preconditioner.n_components
     for batch in (34, 256):
 
@@ -173,7 +179,9 @@ def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_r
 
 def test_plan_widens_the_critical_batch_to_the_target(data):
     kernel = Gaussian(bandwidth=2.0)
-    plan = plan_preconditioner(kernel, data, 100, 30, SpectralSettings("auto", 0.95), column_block=64)
+    plan = plan_preconditioner(
+        kernel, data, 100, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
+    )
     assert plan.critical_batch_preconditioned >= 2 * 30 > plan.critical_batch
     assert operating_batch(30, plan.critical_batch_preconditioned, 120) == 30
     assert plan.beta == pytest.approx(1.0)
@@ -191,20 +199,27 @@ def test_auto_flattening_stops_where_the_critical_batch_reaches_an_epoch(rng):
     # "auto" flattens half the subsample, and m*(P) then exceeds the rows many times.
     data = torch.as_tensor(rng.uniform(-1, 1, (600, 3)))
     kernel, rows = Gaussian(bandwidth=2.0), 600
-    unlimited = plan_preconditioner(kernel, data, 400, 30, SpectralSettings("auto", 0.95), column_block=64)
+    unlimited = plan_preconditioner(
+        kernel, data, 400, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
+    )
     flattened = unlimited.preconditioner.n_components
     assert flattened == min(max_usable_components(unlimited.eigenvalues, torch.float64), 200)
     assert unlimited.critical_batch_preconditioned > 10 * rows
 
     spectral = SpectralSettings("auto", 0.95, rows_per_epoch=rows)
-    limited = plan_preconditioner(kernel, data, 400, 30, spectral, column_block=64)
+    limited = plan_preconditioner(kernel, data, 400, preconditioner_target(30), spectral, column_block=64)
     k = limited.preconditioner.n_components
     assert 0 < k < flattened
     assert limited.critical_batch_preconditioned >= rows
     one_fewer = SpectralSettings(k - 1, 0.95, rows_per_epoch=rows)
-    assert plan_preconditioner(kernel, data, 400, 30, one_fewer, column_block=64).critical_batch_preconditioned < rows
+    assert (
+        plan_preconditioner(
+            kernel, data, 400, preconditioner_target(30), one_fewer, column_block=64
+        ).critical_batch_preconditioned
+        < rows
+    )
     # An explicit n_components is flattened as asked, with a warning that says why it is slow.
     explicit = SpectralSettings(flattened, 0.95, rows_per_epoch=rows)
     with pytest.warns(RuntimeWarning, match=rf"n_components={flattened} puts the preconditioned critical batch"):
-        as_asked = plan_preconditioner(kernel, data, 400, 30, explicit, column_block=64)
+        as_asked = plan_preconditioner(kernel, data, 400, preconditioner_target(30), explicit, column_block=64)
     assert as_asked.preconditioner.n_components == flattened

@@ -11,7 +11,6 @@ from sklearn.datasets import make_regression
 from sklearn.model_selection import GridSearchCV
 
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
-from skgpu_kernel.preconditioner import eigenpro_step_size
 from skgpu_kernel.scaling import (
     LEGW,
     ConstantRule,
@@ -20,6 +19,7 @@ from skgpu_kernel.scaling import (
     ScalingRule,
     ScheduleContext,
     SqrtScaling,
+    eigenpro_step_size,
 )
 from skgpu_kernel.scaling_rules import SCALING_RULES, resolve_scaling_rule, warn_if_warmup_fills_run
 from skgpu_kernel.testing import check_scaling_rule

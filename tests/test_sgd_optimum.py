@@ -238,7 +238,7 @@ def test_a_fit_that_runs_out_of_passes_before_the_stopping_rule_warns():
 
 
 def test_a_polish_that_stops_above_its_tolerance_warns(monkeypatch):
-    from skgpu_kernel.solvers import bmgd_fit
+    from skgpu_kernel import bmgd_fit
 
     planned = bmgd_fit.plan_polish
     monkeypatch.setattr(bmgd_fit, "plan_polish", lambda *args: dataclasses.replace(planned(*args), max_iter=1))
@@ -252,7 +252,7 @@ def test_a_polish_that_stops_above_its_tolerance_warns(monkeypatch):
 @pytest.fixture
 def held_out_rows(monkeypatch):
     """The rows each early-stopping fit of the test holds out (the split of its seed, whatever the weights)."""
-    from skgpu_kernel.solvers import bmgd_fit
+    from skgpu_kernel import bmgd_fit
 
     split, recorded = bmgd_fit.validation_split, []
 

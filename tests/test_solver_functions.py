@@ -18,6 +18,7 @@ from skgpu_kernel.grid import encode_on_grid, find_grid
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator, CenterShards, EvaluatedOperator, GridOperator, OperatorBlocks
 from skgpu_kernel.operators.row_blocks import CachedRowBlocks, KernelRowBlocks
+from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS
 from skgpu_kernel.preconditioner import nystrom_eigensystem
 from skgpu_kernel.solvers.centers_cg import solve_centers_cg
 from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
@@ -118,7 +119,9 @@ def test_cg_on_every_point_on_every_operator_kind():
     operators = _operators(X, X)
     evaluated = operators["evaluated"]
     rows = PenalisedRows(N_ROWS, alpha, None, torch.float64)
-    preconditioner = shifted_nystrom_preconditioner(eigensystem, lambda V: evaluated.matmul(V), rows)
+    preconditioner = shifted_nystrom_preconditioner(
+        eigensystem, lambda V: evaluated.matmul(V), rows, SHIFTED_MAX_COMPONENTS
+    )
     settings = CGSettings(tol=1e-12, max_iterations=200, n_iter_no_change=None)
     solutions = {}
     for kind, operator in operators.items():

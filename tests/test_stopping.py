@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor
+from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor, bmgd_fit
 from skgpu_kernel.fit import eigenpro as eigenpro_attempts
 from skgpu_kernel.parallel import Parle
 from skgpu_kernel.planning import sgd as planning_sgd
@@ -22,7 +22,6 @@ from skgpu_kernel.planning.sgd import plateaus_to_anneal
 from skgpu_kernel.planning.stopping import StoppingPlan, plan_stopping
 from skgpu_kernel.scaling import ConstantRule, EigenProRule
 from skgpu_kernel.scaling_rules import resolve_scaling_rule
-from skgpu_kernel.solvers import bmgd_fit
 
 TOL, PATIENCE, MAX_EPOCHS = 2e-3, 2, 60
 

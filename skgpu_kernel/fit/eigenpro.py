@@ -7,15 +7,20 @@ import numpy as np
 import torch
 
 from .._warnings import warn_user
-from ..buffer import as_row_source
-from ..grid import encode_on_grid
-from ..operators import CenterShards, OperatorPlan, measure_operator
+from ..operators import CenterShards, OperatorPlan, center_codes, measure_operator
 from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
-from ..planning.kernel import BETA_PROBE_ROWS, PROJECTION_JITTER, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL
+from ..planning.kernel import (
+    BETA_PROBE_ROWS,
+    PROJECTION_JITTER,
+    PROJECTION_MAX_ITERATIONS,
+    PROJECTION_TOL,
+    preconditioner_target,
+)
 from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
 from ..planning.stopping import plan_stopping
 from ..preconditioner import max_usable_components, plan_preconditioner
 from ..process_group import agree, agree_on_object
+from ..row_sources import as_row_source
 from ..scaling import ScheduleContext
 from ..scaling_rules import warn_if_warmup_fills_run
 from ..solvers.eigenpro import EigenProPlan, solve_eigenpro2
@@ -40,6 +45,8 @@ def _run_eigenpro(stages):
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.prepared.bandwidth)
     plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
+    for message in plan.warnings:
+        warn_user(message, UserWarning)
     prepared = stages.prepare(plan)
     n = stages.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
@@ -115,8 +122,9 @@ class _EigenPro2Stages:
         context, n_rows = self.context, self.problem.n_rows
         ridge = context.ridge()
         spectral = context.spectral_settings(n_rows, ridge / n_rows, ridge)
+        target = preconditioner_target(capacity)
         return plan_preconditioner(
-            context.kernel, self.rows.X_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024)
+            context.kernel, self.rows.X_dev, layout.subsample_size, target, spectral, layout.column_block(1024)
         )
 
     def plan(self, layout, capacity, critical_batch):
@@ -226,8 +234,9 @@ class _EigenPro3Stages:
         # The penalty alpha ||f||^2 / n adds alpha / n to the operator and to one sample's curvature.
         shift = context.ridge() / self.problem.n_rows
         spectral = context.spectral_settings(self.problem.n_rows, shift, shift)
+        target = preconditioner_target(capacity)
         spectrum = plan_preconditioner(
-            context.kernel, self.Z_dev, layout.subsample_size, capacity, spectral, layout.column_block(1024), probe_rows
+            context.kernel, self.Z_dev, layout.subsample_size, target, spectral, layout.column_block(1024), probe_rows
         )
         # Every rank estimates it; its eigensolver may round differently on each, and the
         # ranks' steps must be the same: rank 0's spectrum is everyone's.
@@ -241,7 +250,7 @@ class _EigenPro3Stages:
         cache_itemsize = self.context.itemsize if plan.cached else 0
         self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
         if self.operator_plan.on_grid:
-            self.center_codes = encode_on_grid(self.Z_dev, self.operator_plan.grid, checked=True)
+            self.center_codes = center_codes(self.Z_dev, self.operator_plan.grid)
 
     def _shards(self, column_block):
         """The centers' shards, on the operator plan's grid where it takes one."""

@@ -50,7 +50,6 @@ from sklearn.model_selection import KFold, StratifiedKFold
 
 from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
-from ..buffer import is_out_of_core
 from ..calibration import fit_temperature
 from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
@@ -64,6 +63,7 @@ from ..planning.agop import (
     plan_path_bandwidth,
     plan_path_subsample,
 )
+from ..row_sources import is_out_of_core
 from ..splits import holdout_split
 from .pipeline import fit_kernel_model
 from .prepare import rows_of, runtime_holding_rows, with_rows_on_device

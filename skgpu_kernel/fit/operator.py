@@ -9,7 +9,6 @@ import torch
 
 from ..device import is_out_of_memory, matmul_gflops, synchronize
 from ..operators import (
-    CachedOperator,
     CenterOperators,
     OperatorBlocks,
     filled_entries,
@@ -132,8 +131,8 @@ class EveryPointOperators:
         tic = time.perf_counter()
         storage = getattr(torch, CACHE_DTYPE_NAMES[plan.cache_itemsize])
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        train = CachedOperator.fill(operators.train, storage, *blocks, symmetric=True)
-        held_out = None if operators.held_out is None else CachedOperator.fill(operators.held_out, storage, *blocks)
+        train = operators.train.cached(storage, *blocks, symmetric=True)
+        held_out = None if operators.held_out is None else operators.held_out.cached(storage, *blocks)
         synchronize(self.context.device)
         log = self.context.runtime.log
         if log is not None:

@@ -9,10 +9,10 @@ import torch
 
 from .._warnings import warn_user
 from ..blockwise import taken_on_device
-from ..buffer import is_out_of_core
 from ..kernels import make_kernel
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..planning.solver import full_kernel_cg_factors
+from ..row_sources import is_out_of_core
 from ..splits import holdout_split
 from .request import KernelFitInput
 

@@ -5,11 +5,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..buffer import is_out_of_core
 from ..kernels import make_kernel
 from ..planning.kernel import KernelProblem
 from ..planning.kernel_policy import DIRECT_FACTORED, plan_kernel_fit
 from ..planning.solver import plan_auto_centers
+from ..row_sources import is_out_of_core
 from .request import KernelFitInput, log_fit
 
 # The fields the tune stage sets (:func:`~skgpu_kernel.fit.tune.tune`), which a tuned plan

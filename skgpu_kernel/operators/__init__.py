@@ -52,7 +52,7 @@ from .core import (
     widened,
     widened_to_multiple,
 )
-from .factory import CenterOperators
+from .factory import CenterOperators, center_codes
 from .sharded import CenterShards, ShardedBlock, ShardedOperator, ShardLayout
 from .streamed import StreamedOperator
 
@@ -73,6 +73,7 @@ __all__ = [
     "ShardedBlock",
     "ShardedOperator",
     "StreamedOperator",
+    "center_codes",
     "csr_to_torch",
     "filled_entries",
     "kernel_matrix",

@@ -212,6 +212,10 @@ class EvaluatedOperator(KernelOperator):
         """``K[:, indices]`` (centers picked by index), all rows at once."""
         return self.kernel.block(self.X, self.centers[indices])
 
+    def cached(self, storage_dtype, row_block, column_block, symmetric=False):
+        """This operator's ``K(X, Z)`` computed once into a :class:`CachedOperator` (:meth:`CachedOperator.fill`)."""
+        return CachedOperator.fill(self, storage_dtype, row_block, column_block, symmetric=symmetric)
+
     def _select(self, rows):
         return self.X if rows is None else self.X[rows]
 

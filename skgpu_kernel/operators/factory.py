@@ -13,8 +13,17 @@ encoded without a second check, other rows are checked.
 
 from ..grid import encode_on_grid
 from .core import EvaluatedOperator, GridOperator
+from .streamed import StreamedOperator
 
-__all__ = ["CenterOperators"]
+__all__ = ["CenterOperators", "center_codes"]
+
+
+def center_codes(centers, grid):
+    """The codes of ``centers`` on ``grid``, one the plan found them on (encoded unchecked).
+
+    The one encoding of centers: the factories' and the predictions' codes are these.
+    """
+    return encode_on_grid(centers, grid, checked=True)
 
 
 class CenterOperators:
@@ -54,7 +63,7 @@ class CenterOperators:
         ``grid`` is one the plan found the centers on: they are encoded unchecked.
         """
         prepared = kernel.prepare_centers(centers) if prepared is None else prepared
-        codes = None if grid is None else encode_on_grid(centers, grid, checked=True)
+        codes = None if grid is None else center_codes(centers, grid)
         return cls(kernel, prepared, centers.dtype, grid, codes)
 
     def encode(self, rows, on_grid=False):
@@ -80,3 +89,27 @@ class CenterOperators:
         if row_codes is not None:
             return GridOperator(self.kernel, row_codes, self.codes, self.dtype, blocks)
         return EvaluatedOperator(self.kernel, rows, self.prepared, blocks)
+
+    def streamed(self, X, blocks, offset=None, pad=None, row_codes=None):
+        """``K(X, Z)`` of host rows ``X`` moved to the centers' device in blocks of ``blocks.rows`` rows.
+
+        Parameters
+        ----------
+        X : ndarray, row-sliceable array-like or scipy CSR matrix of shape (m, d)
+        blocks : OperatorBlocks
+        offset, pad : Tensor of shape (d,) or None
+            See :class:`~skgpu_kernel.operators.StreamedOperator`.
+        row_codes : callable or None
+            ``row_codes(rows)``: a device block's codes on the grid (it may raise to
+            refuse a block); None: float blocks.
+
+        Returns
+        -------
+        StreamedOperator
+        """
+
+        def on_device(rows):
+            return self.operator(rows, blocks, None if row_codes is None else row_codes(rows))
+
+        device, n_centers = self.prepared.device, self.prepared.shape[0]
+        return StreamedOperator(X, on_device, n_centers, blocks.rows, device, self.dtype, offset=offset, pad=pad)

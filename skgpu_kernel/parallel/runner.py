@@ -1,7 +1,7 @@
 """The runner of a parallel BMGD fit: a strategy's workers train what the pipeline planned.
 
 The estimator hands :func:`worker_runner` its ``parallel=`` strategy (a copy); the
-BMGD pipeline (:func:`~skgpu_kernel.solvers.bmgd_fit.fit_bmgd_model`) plans the
+BMGD pipeline (:func:`~skgpu_kernel.bmgd_fit.fit_bmgd_model`) plans the
 fit and calls :meth:`WorkerRunner.train`, which sends one
 :class:`~skgpu_kernel.parallel.worker.TrainingJob` to the workers
 (:func:`~skgpu_kernel.parallel.launch.run_distributed`) and returns their model

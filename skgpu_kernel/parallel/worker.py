@@ -28,7 +28,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..buffer import BufferPrefetcher, RangeMap, as_row_source, map_ranges, plan_pass, plan_passes
+from ..buffer import BufferPrefetcher, RangeMap, map_ranges, plan_pass, plan_passes
+from ..row_sources import as_row_source
 from ..solvers.epochs import EpochClock, Stopping, epoch_record
 from ..solvers.sgd import (
     GradientPieces,
@@ -129,7 +130,7 @@ def source_spec(data, share):
 
 
 def open_source(spec):
-    """The :class:`~skgpu_kernel.buffer.RowSource` for a :func:`source_spec`."""
+    """The :class:`~skgpu_kernel.row_sources.RowSource` for a :func:`source_spec`."""
     kind = spec[0]
     if kind == "path":
         return as_row_source(spec[1])

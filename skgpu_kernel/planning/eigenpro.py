@@ -18,7 +18,6 @@ kernel cache's rule).
 import dataclasses
 from dataclasses import dataclass
 
-from .._warnings import warn_user
 from ..device import batch_limit, column_block_size
 from ._account import MemoryAccount
 from .kernel import (
@@ -307,6 +306,9 @@ class KernelFitPlan:
     cache_itemsize : int
         Bytes per entry of the kernel cache (0 when not cached).
     memory : MemoryAccount
+    warnings : tuple of str
+        What the caller must tell the user about a decision (a clamped batch):
+        planning decides, the fit stage that runs the plan warns.
     """
 
     method: str
@@ -324,6 +326,7 @@ class KernelFitPlan:
     row_block: int = 0
     buffer_rows: int = 0
     cache_itemsize: int = 0
+    warnings: tuple = ()
 
     def describe(self):
         """One line for ``verbose``."""
@@ -345,16 +348,14 @@ class KernelFitPlan:
 
 
 def _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, memory_limit):
-    """The batch: ``operating_batch`` when auto, else the user's (clamped to the memory with a warning)."""
+    """``(batch, warnings)``: ``operating_batch`` when auto, else the user's (clamped to the memory, with a warning)."""
     if parameters.batch_size == "auto":
-        return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit)
+        return min(operating_batch(capacity, critical_batch_preconditioned, problem.n_rows), memory_limit), ()
     if capacity > memory_limit:
-        warn_user(
+        return memory_limit, (
             f"batch_size={capacity} does not fit memory_budget next to the fixed costs; using {memory_limit}.",
-            UserWarning,
         )
-        return memory_limit
-    return capacity
+    return capacity, ()
 
 
 def fit_plan(method, sized, **decisions):
@@ -389,11 +390,15 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, parameters):
     KernelFitPlan
     """
     problem = layout.problem
-    batch_size = _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    batch_size, warnings = _requested_batch(
+        parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit
+    )
     if layout.cached and parameters.batch_size == "auto":
         batch_size = min(batch_size, cached_batch_limit(problem.n_rows))
     sized = (layout, capacity, batch_size, every_point_account(layout, batch_size))
-    return fit_plan("eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout))
+    return fit_plan(
+        "eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout), warnings=warnings
+    )
 
 
 def every_point_account(layout, batch_size):
@@ -431,7 +436,9 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
     KernelFitPlan
     """
     problem, memory = layout.problem, layout.memory
-    batch_size = _requested_batch(parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit)
+    batch_size, warnings = _requested_batch(
+        parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit
+    )
     projection = "exact" if layout.exact else "iterative"
     n_temporary = max(min(temporary_centers_for(problem, projection, layout.cache_centers), problem.n_rows), batch_size)
     room = min(layout.free // 2, layout.free - batch_size * memory.row_bytes)
@@ -451,4 +458,5 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
         n_temporary=n_temporary,
         row_block=max(min(batch_size, 4096), 1),
         buffer_rows=layout.buffer_rows,
+        warnings=warnings,
     )

@@ -14,13 +14,12 @@ a tensor or reads a clock.
 import math
 from dataclasses import dataclass
 
-from ..cg_preconditioner import SHIFTED_MAX_COMPONENTS
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, padded_features, shard_bounds
-from ..preconditioner import CRITICAL_BATCH_MARGIN
 from .parameters import planned_for_auto
 
 __all__ = [
+    "CRITICAL_BATCH_MARGIN",
     "HALF_ROUNDING",
     "HALF_ROUNDING_SHARE",
     "SHIFTED_MAX_COMPONENTS",
@@ -114,6 +113,28 @@ CACHED_UPDATES_PER_EPOCH = 32
 def cached_batch_limit(n_rows):
     """The largest automatic batch of steps that read their kernel rows (``CACHED_UPDATES_PER_EPOCH`` per epoch)."""
     return max(math.ceil(n_rows / CACHED_UPDATES_PER_EPOCH), 1)
+
+
+# At the critical batch m*(P) the linear step m / beta_P puts the top preconditioned
+# direction at the edge of stability (the batch operator's top eigenvalue is about
+# beta_P + (m - 1) lambda_1' = 2 beta_P), and the Nystrom estimate of lambda_1' is
+# optimistic for points outside the subsample.  Batches are kept this factor below
+# m*(P): the top direction then contracts by at least a third per step.
+CRITICAL_BATCH_MARGIN = 2.0
+
+# Most Nystrom directions the subsample-preconditioned CG flattens: each costs O(n)
+# memory and work per iteration and O(n s) once to extend to every row.
+SHIFTED_MAX_COMPONENTS = 1000
+
+
+def preconditioner_target(capacity):
+    """The batch EigenPro's preconditioned critical batch must reach: ``CRITICAL_BATCH_MARGIN`` times ``capacity``.
+
+    Batches of the device's ``capacity`` then run at the linear step ``m / beta_P``
+    with the margin (:func:`operating_batch` keeps them below ``m*(P)`` by it);
+    :func:`~skgpu_kernel.preconditioner.plan_preconditioner` flattens directions until then.
+    """
+    return CRITICAL_BATCH_MARGIN * capacity
 
 
 def operating_batch(capacity, critical_batch_preconditioned, n_samples):

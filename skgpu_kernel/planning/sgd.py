@@ -13,18 +13,15 @@ Then how the schedule ends: :func:`plateaus_to_anneal` (the plateaus that halve
 the step) and :func:`plan_polish` (whether a full-batch L-BFGS finish follows, its
 :class:`PolishPlan`).
 
-Nothing here allocates a tensor or times anything; the warnings a decision needs
-(a size clamped to the data) are returned in the plans for the caller to issue.
-:func:`sample_ranges` and :func:`validation_split` choose rows with the caller's
-random state.
+Nothing here allocates a tensor, times anything, draws a random number or warns:
+the warnings a decision needs (a size clamped to the data) are returned in the
+plans for the caller to issue, and the rows a fit samples or holds out are drawn
+by :mod:`skgpu_kernel.splits`.
 """
 
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..buffer import default_chunk_size, plan_pass
 from ..device import rows_within_budget
 from ..scaling import EigenProRule, ScheduleContext
 from ._account import MemoryAccount
@@ -50,9 +47,7 @@ __all__ = [
     "plan_buffers",
     "plan_polish",
     "plateaus_to_anneal",
-    "sample_ranges",
     "step_spectrum",
-    "validation_split",
 ]
 
 # Rows read to estimate the spectrum and to probe the device's batch capacity.
@@ -87,12 +82,12 @@ POLISH_SMOOTHING_SHRINK = 10.0
 # the optimum's once the objective is that close (issue 78, RESULTS.md).
 POLISH_TOLERANCE = 1e-4
 # L-BFGS iterations of the polish (two products with the rows each) and curvature
-# pairs it keeps: 46-270 iterations reached the tolerance on every real table measured.
+# pairs it keeps.  With 10 pairs, 0-183 iterations reached the tolerance on every real
+# table measured but Fashion-MNIST (60000 x 784, 10 classes: 712 iterations, 67 s);
+# with 30 pairs it took 436 (40 s), and the pairs' memory stays small beside the
+# scores of every row (2 x 30 coefficient matrices).
 POLISH_MAX_ITER = 1000
-POLISH_HISTORY = 10
-# Blocks of validation rows are at most this long, so that reading them stays
-# sequential on disk without making the split coarse.
-_VALIDATION_BLOCK = 1024
+POLISH_HISTORY = 30
 
 
 @dataclass(frozen=True)
@@ -366,68 +361,6 @@ def plan_bmgd(buffers, spectrum, probe=None, *, batch_size="auto", n_rounds=1, n
     return BMGDPlan(buffers, chosen, n_rounds, (beta, top), critical, context, probe, warnings)
 
 
-def sample_ranges(n_train, rng):
-    """Random chunks of up to :data:`SAMPLE_ROWS` training rows (as virtual training ranges).
-
-    Parameters
-    ----------
-    n_train : int
-    rng : numpy.random.RandomState
-        Draws the chunks.
-
-    Returns
-    -------
-    list of (int, int)
-    """
-    size = min(n_train, SAMPLE_ROWS)
-    return plan_pass(n_train, size, default_chunk_size(size, n_train), rng, shuffle=True)[0]
-
-
-def validation_split(n_rows, fraction, rng):
-    """Training segments and validation ranges: random blocks of rows.
-
-    Blocks keep the validation reads sequential on disk; for small data they are
-    single rows.
-
-    Parameters
-    ----------
-    n_rows : int
-    fraction : float
-        Share of the rows held out (at least one row).
-    rng : numpy.random.RandomState
-        Draws the blocks.
-
-    Returns
-    -------
-    train_segments, validation_ranges : list of (int, int)
-
-    Raises
-    ------
-    ValueError
-        When no training row would be left.
-    """
-    n_validation = max(math.ceil(fraction * n_rows), 1)
-    if n_rows - n_validation < 1:
-        raise ValueError(f"early_stopping needs at least 2 samples; got {n_rows} with validation_fraction={fraction}.")
-    block = max(1, min(_VALIDATION_BLOCK, n_validation // 8))
-    n_blocks = math.ceil(n_rows / block)
-    chosen = np.sort(rng.choice(n_blocks, size=math.ceil(n_validation / block), replace=False))
-    validation = [(int(b * block), int(min((b + 1) * block, n_rows))) for b in chosen]
-    return _complement(validation, n_rows), validation
-
-
-def _complement(ranges, n_rows):
-    """Sorted ranges of the rows of ``range(n_rows)`` not in ``ranges``."""
-    kept, position = [], 0
-    for start, stop in sorted(ranges):
-        if start > position:
-            kept.append((position, start))
-        position = max(position, stop)
-    if position < n_rows:
-        kept.append((position, n_rows))
-    return kept
-
-
 def _clamped(name, value, limit, what):
     return f"{name}={value} is larger than the {limit} {what}; using {limit}."
 
@@ -492,6 +425,9 @@ class PolishPlan:
         smoothed kink narrower than float32's resolution of the scores leaves no
         descent the line search can see (measured: float32 stalls at a certified
         excess of 0.5-13 on the hinge, float64 reaches 1e-4).
+    rows_resident : bool
+        Every training row read once and kept for the polish's passes, where they
+        fit the budget beside the rest; else the SGD's buffers, read again each pass.
     """
 
     alpha: float
@@ -502,6 +438,7 @@ class PolishPlan:
     smoothing: float | None = None
     smoothing_shrink: float = POLISH_SMOOTHING_SHRINK
     in_float64: bool = False
+    rows_resident: bool = False
 
 
 def plan_polish(problem, plan, settings, in_process):
@@ -524,8 +461,9 @@ def plan_polish(problem, plan, settings, in_process):
     * the fit is a ``fit`` call without early stopping (``partial_fit`` takes one
       pass; early stopping chooses its model by the held-out score, not the objective);
     * the model is this process's fit of every row (not a parallel strategy's);
-    * three score matrices of every row fit the budget beside the buffers (the
-      rows themselves are read as the SGD passes read them, resident or streamed).
+    * three score matrices of every row fit the budget beside the buffers.  The
+      rows are kept in memory for the polish's passes where they fit too
+      (``rows_resident``); else they are read as the SGD passes read them.
 
     Parameters
     ----------
@@ -563,17 +501,30 @@ def plan_polish(problem, plan, settings, in_process):
         and not (settings.early_stopping or settings.incremental)
         and in_process
     )
+    if not wanted:
+        return None
     smoothed = settings.loss in SMOOTHED_LOSSES
     itemsize = 8 if smoothed else problem.itemsize
-    # Scores, the direction's scores and their gradient, plus the targets and weights;
-    # a buffer of rows converted to float64 where the rows are not.
-    row_bytes = 3 * problem.n_outputs * itemsize + 8 * problem.n_outputs + 8 * problem.weighted
-    converted = plan.buffer_size * problem.row_bytes * 2 if itemsize != problem.itemsize else 0
-    if not wanted or plan.memory.total + problem.n_train * row_bytes + converted > plan.memory.budget:
+    # Scores, the direction's scores and their gradient, plus the targets and weights.
+    fixed = problem.n_train * (3 * problem.n_outputs * itemsize + 8 * problem.n_outputs + 8 * problem.weighted)
+    # The curvature pairs: two coefficient matrices (with the intercepts) each.
+    fixed += 2 * POLISH_HISTORY * (problem.n_features + 1) * problem.n_outputs * itemsize
+
+    def needed(buffer_rows, resident):
+        """Bytes beside the SGD's: the rows kept (resident), a buffer converted to float64 where the rows are not."""
+        converted = buffer_rows * problem.row_bytes * 2 if itemsize != problem.itemsize else 0
+        return fixed + resident * problem.n_train * problem.row_bytes + converted
+
+    # Resident rows turn each pass into one product; streamed, each pass reads and
+    # converts every buffer again (Fashion-MNIST: 0.45 s an iteration streamed, 0.09 s resident).
+    free = plan.memory.budget - plan.memory.total
+    resident = needed(problem.n_train, True) <= free
+    if not resident and needed(plan.buffer_size, False) > free:
         return None
     return PolishPlan(
         alpha=float(settings.alpha),
         fit_intercept=bool(settings.fit_intercept),
         smoothing=POLISH_SMOOTHING if smoothed else None,
         in_float64=smoothed,
+        rows_resident=resident,
     )

@@ -7,10 +7,15 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ..cg_preconditioner import SHIFTED_MAX_COMPONENTS
 from ._account import MemoryAccount
 from .eigenpro import KernelFitPlan, every_point_account, fill_rows, fit_plan
-from .kernel import TrainingMemoryPlan, auto_subsample_size, cached_batch_limit, plan_kernel_cache
+from .kernel import (
+    SHIFTED_MAX_COMPONENTS,
+    TrainingMemoryPlan,
+    auto_subsample_size,
+    cached_batch_limit,
+    plan_kernel_cache,
+)
 
 __all__ = [
     "AUTO_CENTERS_MIN",

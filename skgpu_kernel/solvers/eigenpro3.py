@@ -46,7 +46,7 @@ import torch
 
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
-from ..operators import EvaluatedOperator, OperatorBlocks
+from ..operators import CenterOperators, OperatorBlocks
 from .epochs import halved_batch
 from .solution import Solution
 
@@ -89,7 +89,7 @@ class ExactProjection:
         centers64 = centers.to(torch.float64)
         p = centers.shape[0]
         row_block = exact_gram_row_block(p)
-        gram = EvaluatedOperator(kernel, centers64, kernel.prepare_centers(centers64), OperatorBlocks.whole(p, p))
+        gram = CenterOperators.of(kernel, centers64).operator(centers64, OperatorBlocks.whole(p, p))
         factor = torch.empty(p, p, dtype=torch.float64, device=centers.device)
         info = torch.empty((), dtype=torch.int32, device=centers.device)
         for _ in range(8):
@@ -322,7 +322,8 @@ class _TemporaryCenters:
         if self.count == 0:
             return None
         blocks = OperatorBlocks.whole(rows.shape[0], self.count)
-        operator = EvaluatedOperator(self.kernel, rows, self.prepared[: self.count], blocks)
+        prepared = self.prepared[: self.count]
+        operator = CenterOperators(self.kernel, prepared, prepared.dtype).operator(rows, blocks)
         return operator.block_matmul(self.coef[: self.count])
 
     def add(self, rows, coef):

@@ -104,7 +104,7 @@ def solve_full_kernel_cg(operator, targets, plan):
     >>> K = Gaussian(bandwidth=0.3)(X, X)
     >>> rows = PenalisedRows(60, 1e-3, None, torch.float64)
     >>> preconditioner = shifted_nystrom_preconditioner(
-    ...     nystrom_eigensystem(Gaussian(bandwidth=0.3), X[:20]), lambda V: K[:, :20] @ V, rows)
+    ...     nystrom_eigensystem(Gaussian(bandwidth=0.3), X[:20]), lambda V: K[:, :20] @ V, rows, max_components=19)
     >>> Y = torch.sin(6 * X)
     >>> plan = CGPlan(1e-3, CGSettings(tol=1e-10), preconditioner)
     >>> result = solve_full_kernel_cg(CachedOperator(K, torch.float64), Targets(Y), plan)

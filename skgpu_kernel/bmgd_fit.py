@@ -35,26 +35,26 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._warnings import warn_user
-from ..blockwise import linear_scores
-from ..buffer import as_row_source, map_ranges
-from ..passes import OrderedPasses, PassLayout, open_passes, read_rows
-from ..planning.sgd import (
+from ._warnings import warn_user
+from .blockwise import linear_scores
+from .buffer import map_ranges
+from .passes import OrderedPasses, PassLayout, open_passes, read_rows
+from .planning.sgd import (
     SGDProblem,
     ThroughputProbe,
     plan_bmgd,
     plan_buffers,
     plan_polish,
     plateaus_to_anneal,
-    sample_ranges,
     step_spectrum,
-    validation_split,
 )
-from ..planning.stopping import plan_stopping
-from ..scaling_rules import warn_if_warmup_fills_run
-from .losses import make_loss
-from .polish import PolishResult, polish_linear
-from .sgd import SGDOutcome, SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
+from .planning.stopping import plan_stopping
+from .row_sources import as_row_source
+from .scaling_rules import warn_if_warmup_fills_run
+from .solvers.losses import make_loss
+from .solvers.polish import PolishResult, polish_linear
+from .solvers.sgd import SGDOutcome, SGDResult, SGDRun, fit_buffered_sgd, linear_spectrum, measure_sgd_capacity
+from .splits import sample_ranges, validation_split
 
 __all__ = [
     "BMGDContinuation",
@@ -339,7 +339,8 @@ def fit_bmgd_model(data, runtime, settings, continuation=None):
     polish_plan = plan_polish(rows.problem, plan, settings, runtime.runner.trains_in_process)
     polished = None
     if polish_plan is not None:
-        passes = OrderedPasses(rows.layout, plan.buffer_size, plan.resident)
+        resident = polish_plan.rows_resident or plan.resident
+        passes = OrderedPasses(rows.layout, rows.problem.n_train if resident else plan.buffer_size, resident)
         polished = polish_linear(outcome.coef, outcome.intercept, passes, rows.loss, polish_plan, runtime.log)
     result = outcome.result
     return BMGDFit(
@@ -409,7 +410,7 @@ def _plan(rows, runtime, settings, randomness):
     rng, generator = randomness
     problem, device = rows.problem, runtime.device
     buffers = plan_buffers(problem, runtime.budget, device.type, settings.buffer_size, settings.batch_size)
-    ranges = map_ranges(rows.layout.segments, sample_ranges(problem.n_train, rng))
+    ranges = map_ranges(rows.layout.segments, sample_ranges(problem.n_train, buffers.sample_rows, rng))
     sample = read_rows(rows.layout, ranges)
     weights = sample[2] if problem.weighted else None
     raw = linear_spectrum(sample[0], weights, settings.fit_intercept, generator)
