@@ -19,6 +19,15 @@ def check_sample_weight(sample_weight, n_samples):
     return weights
 
 
+def unequal_weights(weights):
+    """``weights`` where they differ; None where every row weighs the same (a fit then skips them).
+
+    The one test of equal weights: a weighted statistic, solve or criterion with equal
+    weights is the unweighted one, so every fit stage asks this before it carries them.
+    """
+    return None if np.all(weights == weights[0]) else weights
+
+
 def check_representable(array, dtype, name):
     """Raise ``ValueError`` when ``array``'s values are too large for training in ``dtype``.
 

@@ -444,7 +444,8 @@ class BufferPrefetcher:
     Examples
     --------
     >>> import numpy as np, torch
-    >>> from skgpu_kernel.buffer import BufferPrefetcher, as_row_source, plan_pass
+    >>> from skgpu_kernel.buffer import BufferPrefetcher, plan_pass
+    >>> from skgpu_kernel.row_sources import as_row_source
     >>> X = np.arange(20, dtype=np.float32).reshape(10, 2)
     >>> y = np.arange(10) % 3
     >>> plan = plan_pass(10, buffer_size=4, chunk_size=2, rng=np.random.RandomState(0))

@@ -222,7 +222,7 @@ class RowSource:
         Examples
         --------
         >>> import numpy as np
-        >>> from skgpu_kernel.buffer import as_row_source
+        >>> from skgpu_kernel.row_sources import as_row_source
         >>> as_row_source(np.arange(6)).read([(4, 6), (0, 2)])
         array([4, 5, 0, 1])
         """
@@ -264,7 +264,7 @@ class RowSource:
         Examples
         --------
         >>> import numpy as np
-        >>> from skgpu_kernel.buffer import as_row_source
+        >>> from skgpu_kernel.row_sources import as_row_source
         >>> out = np.zeros(5)
         >>> as_row_source(np.arange(4.0)).read_into([(2, 4), (0, 1)], out)
         3
@@ -372,7 +372,7 @@ def as_row_source(data, name="X"):
     Examples
     --------
     >>> import numpy as np
-    >>> from skgpu_kernel.buffer import as_row_source
+    >>> from skgpu_kernel.row_sources import as_row_source
     >>> source = as_row_source(np.arange(12.0).reshape(6, 2))
     >>> source.shape, source.dtype, source.is_sparse
     ((6, 2), dtype('float64'), False)

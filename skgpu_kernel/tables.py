@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
-from ._validation import check_sample_weight
+from ._validation import check_sample_weight, unequal_weights
 from .column_values import (
     checked_kind,
     column_of,
@@ -418,8 +418,7 @@ def _unequal(sample_weight):
     """The weights where they differ; None where every row weighs the same (the unweighted statistics)."""
     if sample_weight is None:
         return None
-    weights = np.asarray(sample_weight, dtype=np.float64)
-    return None if np.all(weights == weights[0]) else weights
+    return unequal_weights(np.asarray(sample_weight, dtype=np.float64))
 
 
 def _scaling(X, statistics, n_indicators, column_scaling):

@@ -186,7 +186,7 @@ def test_peak_memory_of_a_fit_stays_within_its_budget(budget, cached):
 
 
 def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
-    from skgpu_kernel.fit import operator as fit_operator
+    from skgpu_kernel.operators import CachedOperator
 
     def refuse(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.48 GiB")
@@ -194,7 +194,7 @@ def test_a_cache_the_device_refuses_falls_back_to_computed_blocks(monkeypatch):
     X, y = _regression(800)
     params = {"bandwidth": 2.0, "alpha": 0.0, "dtype": "float64", "batch_size": 64, "random_state": 0, "n_epochs": 3}
     computed = AdaptiveKernelRegressor(cache_kernel=False, **params).fit(X, y)
-    monkeypatch.setattr(fit_operator.CachedOperator, "fill", refuse)
+    monkeypatch.setattr(CachedOperator, "fill", refuse)
     with pytest.warns(RuntimeWarning, match="did not fit the memory free"):
         model = AdaptiveKernelRegressor(**params).fit(X, y)
     assert not model.kernel_cached_ and model.kernel_cache_dtype_ is None

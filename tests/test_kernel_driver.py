@@ -13,9 +13,9 @@ import skgpu_kernel.fit.cg as cg_attempts
 import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelRegressor
-from skgpu_kernel.fit.operator import CachedOperator
 from skgpu_kernel.fit.solve import SOLVER_PATHS
 from skgpu_kernel.grid import find_grid
+from skgpu_kernel.operators import CachedOperator
 
 
 def _on_grid(n=400, d=5, seed=0):

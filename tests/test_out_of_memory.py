@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 import torch
 
-import skgpu_kernel.blockwise as blockwise
 import skgpu_kernel.fit.direct as direct_attempt
 import skgpu_kernel.fit.eigenpro as eigenpro_attempts
 import skgpu_kernel.fit.feature_learning as feature_learning
@@ -153,7 +152,7 @@ CASES = {
     "predict": Case(
         "predict",
         {**BASE, "solver": "eigenpro", "alpha": 0.0, "batch_size": 64, "n_epochs": 3, "cache_kernel": False},
-        blockwise.EvaluatedOperator,
+        operators.EvaluatedOperator,
         "matmul",
         1,  # the first block: on CUDA the 1000 rows are one block, so there is no second
         {"solver": "eigenpro", "shrank": "prediction row block"},

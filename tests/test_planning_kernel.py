@@ -10,11 +10,13 @@ cache of 16 MB.
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
+from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.planning import MemoryAccount
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2, plan_eigenpro2_layout, plan_eigenpro3, plan_eigenpro3_layout
 from skgpu_kernel.planning.kernel import (
@@ -109,15 +111,28 @@ def test_eigenpro3_plan_stays_within_the_budget(budget, changes, settings, capac
     assert ("exact projection" in dict(plan.memory.items)) == (plan.projection == "exact")
 
 
-def test_a_given_batch_that_does_not_fit_is_clamped_with_a_warning():
+def test_a_given_batch_that_does_not_fit_is_clamped_with_a_warning_the_plan_holds():
+    """Planning warns no one: the plan holds the warning, which the fit stage issues (issue 79 item 5)."""
     problem = _problem()
     settings = KernelFitParameters(batch_size=50_000)
     layout = plan_eigenpro3_layout(problem, 100 * MB, CPU, settings)
     assert layout.memory_limit < 50_000
-    with pytest.warns(UserWarning, match="batch_size=50000 does not fit"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         plan = plan_eigenpro3(layout, 50_000, math.inf, settings)
     assert plan.batch_size == layout.memory_limit
     assert plan.memory.fits()
+    assert len(plan.warnings) == 1 and "batch_size=50000 does not fit" in plan.warnings[0]
+    assert plan_eigenpro3(layout, 64, math.inf, settings).warnings == ()
+
+
+def test_the_fit_issues_the_warning_of_a_clamped_batch():
+    X = np.random.RandomState(0).randn(20_000, 3)
+    parameters = {"bandwidth": 1.0, "alpha": 0.0, "n_centers": 500, "solver": "eigenpro", "n_epochs": 1}
+    model = AdaptiveKernelRegressor(**parameters, batch_size=20_000, memory_budget="8MB", random_state=0)
+    with pytest.warns(UserWarning, match="does not fit memory_budget next to the fixed costs; using"):
+        model.fit(X, X[:, 0])
+    assert model.batch_size_ < 1000
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,10 @@
 import dataclasses
 import time
 
-import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from .._validation import unequal_weights
 from .._warnings import warn_user
 from ..cg_preconditioner import PenalisedRows, shifted_condition, shifted_rpcholesky_preconditioner
 from ..operators import measure_operator
@@ -131,7 +131,7 @@ def run_centers_cg(context, attempt):
     centers = context.centers()
     X, Y = context.rows(prepared.order), to_device(prepared.Y[prepared.order], center=False)
     weights = prepared.weights
-    weights = None if np.all(weights == weights[0]) else to_device(weights[prepared.order], center=False)
+    weights = None if unequal_weights(weights) is None else to_device(weights[prepared.order], center=False)
     problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=prepared.centers_from_data)
     centers_to_check = None if prepared.centers_from_data else centers
     measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)

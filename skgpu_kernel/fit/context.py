@@ -2,9 +2,9 @@
 
 import dataclasses
 
-import numpy as np
 import torch
 
+from .._validation import unequal_weights
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..device import SaturationBatch
 from ..out_of_memory import ShrinkingStage, halvings
@@ -135,7 +135,7 @@ class AttemptContext:
 
     def weights_tensor(self, weights):
         """Normalised sample weights on the device, or None when all are equal."""
-        if np.all(weights == weights[0]):
+        if unequal_weights(weights) is None:
             return None
         return self.to_device(weights / weights.max(), center=False)
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import torch
 
+from .._validation import unequal_weights
 from .._warnings import warn_user
 from ..operators import CenterShards, OperatorPlan, center_codes, measure_operator
 from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
@@ -302,7 +303,7 @@ class _EigenPro3Stages:
         data, runtime = context.prepared, context.runtime
         if plan.streamed:
             sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
-            if not np.all(data.weights == data.weights[0]):
+            if unequal_weights(data.weights) is not None:
                 sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
             seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
             offset = context.to_device.offset

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .._validation import unequal_weights
 from ..planning.parameters import KernelFitParameters
 
 
@@ -74,7 +75,7 @@ class KernelFitInput:
     @property
     def equal_weights(self):
         """Every sample weight the same (the criteria then skip the weights)."""
-        return bool(np.all(self.weights == self.weights[0]))
+        return unequal_weights(self.weights) is None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from sklearn.base import clone
 
+from .._validation import unequal_weights
 from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import searches_bandwidth
 from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
@@ -250,7 +251,7 @@ def criterion_alpha(prepared, runtime):
     n_targets = prepared.Y.shape[1] - prepared.joint_intercept
     Y = to_device(prepared.Y[rows, :n_targets], center=False)
     weights = prepared.weights[rows]
-    w = None if np.all(weights == weights[0]) else torch.as_tensor(weights, dtype=torch.float64, device=device)
+    w = None if unequal_weights(weights) is None else torch.as_tensor(weights, dtype=torch.float64, device=device)
     classes = None
     if prepared.parameters.classifier:
         intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
