@@ -85,8 +85,7 @@ class PredictionTensors:
         same values differently in the last bits only.
         """
         blocks = prediction_blocks(kernel, self.centers, self.coef, rows.shape[1], budget)
-        factory = CenterOperators(kernel, self.centers, self.centers.dtype)
-        return factory.operator(rows, blocks).matmul(self.coef)
+        return CenterOperators(kernel, self.centers).operator(rows, blocks).matmul(self.coef)
 
     def predict(self, kernel, X, budget, events=None):
         """``K(X, centers) @ coef`` of host rows ``X`` (:func:`kernel_predict`).
@@ -198,8 +197,8 @@ def kernel_predict(kernel, X, centers, coef, budget, offset=None, on_grid=None, 
 def _streamed_operator(kernel, X, centers, blocks, offset, on_grid):
     """The :class:`StreamedOperator` of :func:`kernel_predict` at ``blocks``."""
     if on_grid is None:
-        return CenterOperators(kernel, centers, centers.dtype).streamed(X, blocks, offset)
-    factory = CenterOperators(kernel, centers, centers.dtype, on_grid.grid, on_grid.center_codes)
+        return CenterOperators(kernel, centers).streamed(X, blocks, offset)
+    factory = CenterOperators(kernel, centers, grid=on_grid.grid, codes=on_grid.center_codes)
     return factory.streamed(X, blocks, offset, on_grid.grid.origin, lambda rows: _on_grid_codes(factory, rows))
 
 
@@ -283,7 +282,7 @@ def measure_batch_capacity(kernel, X, centers, n_outputs, max_batch, column_bloc
     def run_batch(batch_size):
         rows = torch.arange(batch_size, device=device)
         blocks = OperatorBlocks.whole(batch_size, column_block_for(batch_size))
-        operator = CenterOperators(kernel, reference, dtype).operator(X, blocks)
+        operator = CenterOperators(kernel, reference).operator(X, blocks)
         products = operator.matmul(values, rows=rows, leading=leading)
         if leading:
             predictions, block = products

@@ -339,7 +339,7 @@ def fit_bmgd_model(data, runtime, settings, continuation=None):
     polish_plan = plan_polish(rows.problem, plan, settings, runtime.runner.trains_in_process)
     polished = None
     if polish_plan is not None:
-        resident = polish_plan.rows_resident or plan.resident
+        resident = polish_plan.rows_resident
         passes = OrderedPasses(rows.layout, rows.problem.n_train if resident else plan.buffer_size, resident)
         polished = polish_linear(outcome.coef, outcome.intercept, passes, rows.loss, polish_plan, runtime.log)
     result = outcome.result

@@ -17,6 +17,14 @@ __all__ = ["holdout_split", "sample_ranges", "validation_split"]
 _VALIDATION_BLOCK = 1024
 
 
+def _held_out_count(n_rows, fraction):
+    """``ceil(fraction * n)`` rows held out, at least one; a ValueError where no row would be left to train on."""
+    n_validation = max(math.ceil(fraction * n_rows), 1)
+    if n_rows - n_validation < 1:
+        raise ValueError(f"early_stopping needs at least 2 samples; got {n_rows} with validation_fraction={fraction}.")
+    return n_validation
+
+
 def holdout_split(n_samples, validation_fraction, rng, stratify=None):
     """``(train, held_out)`` row indices: ``ceil(validation_fraction * n)`` rows held out, at least one.
 
@@ -28,11 +36,7 @@ def holdout_split(n_samples, validation_fraction, rng, stratify=None):
     ValueError
         When no row would be left to train on.
     """
-    n_validation = max(math.ceil(validation_fraction * n_samples), 1)
-    if n_samples - n_validation < 1:
-        raise ValueError(
-            f"early_stopping needs at least 2 samples; got {n_samples} with validation_fraction={validation_fraction}."
-        )
+    n_validation = _held_out_count(n_samples, validation_fraction)
     indices = np.arange(n_samples)
     seed = rng.randint(np.iinfo(np.int32).max)
     try:
@@ -82,9 +86,7 @@ def validation_split(n_rows, fraction, rng):
     ValueError
         When no training row would be left.
     """
-    n_validation = max(math.ceil(fraction * n_rows), 1)
-    if n_rows - n_validation < 1:
-        raise ValueError(f"early_stopping needs at least 2 samples; got {n_rows} with validation_fraction={fraction}.")
+    n_validation = _held_out_count(n_rows, fraction)
     block = max(1, min(_VALIDATION_BLOCK, n_validation // 8))
     n_blocks = math.ceil(n_rows / block)
     chosen = np.sort(rng.choice(n_blocks, size=math.ceil(n_validation / block), replace=False))

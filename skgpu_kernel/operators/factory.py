@@ -34,8 +34,9 @@ class CenterOperators:
     kernel : Kernel
     prepared : Tensor of shape (p, d')
         The centers as the kernel prepares them (``kernel.prepare_centers(Z)``).
-    dtype : torch.dtype
-        The dtype of a grid operator's products (the training dtype).
+    dtype : torch.dtype or None, default=None
+        The dtype of a grid operator's products (the training dtype); None: the
+        prepared centers'.
     grid : Grid or None, default=None
         The operator plan's grid; None: float blocks only.
     codes : GridCodes or None, default=None
@@ -52,8 +53,9 @@ class CenterOperators:
     torch.Size([3, 3])
     """
 
-    def __init__(self, kernel, prepared, dtype, grid=None, codes=None):
-        self.kernel, self.prepared, self.dtype = kernel, prepared, dtype
+    def __init__(self, kernel, prepared, dtype=None, grid=None, codes=None):
+        self.kernel, self.prepared = kernel, prepared
+        self.dtype = prepared.dtype if dtype is None else dtype
         self.grid, self.codes = grid, codes
 
     @classmethod

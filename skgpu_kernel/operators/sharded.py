@@ -9,7 +9,7 @@ from ..operator_facts import (
     OperatorBlocks,
     shard_bounds,
 )
-from .core import CachedOperator, KernelOperator
+from .core import KernelOperator
 from .factory import CenterOperators
 
 
@@ -137,7 +137,7 @@ class ShardedOperator(KernelOperator):
 
     def cached(self, storage_dtype, column_block):
         """The same operator with every shard's ``K(X, Z_i)`` computed once (:meth:`CachedOperator.fill`)."""
-        caches = [CachedOperator.fill(shard, storage_dtype, self.row_block, column_block) for shard in self.shards]
+        caches = [shard.cached(storage_dtype, self.row_block, column_block) for shard in self.shards]
         return ShardedOperator(caches, self.layout, self.row_block)
 
     @property

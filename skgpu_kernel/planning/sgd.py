@@ -518,7 +518,8 @@ def plan_polish(problem, plan, settings, in_process):
     # Resident rows turn each pass into one product; streamed, each pass reads and
     # converts every buffer again (Fashion-MNIST: 0.45 s an iteration streamed, 0.09 s resident).
     free = plan.memory.budget - plan.memory.total
-    resident = needed(problem.n_train, True) <= free
+    # Rows the SGD held in one buffer are the polish's after the SGD is done.
+    resident = plan.resident or needed(problem.n_train, True) <= free
     if not resident and needed(plan.buffer_size, False) > free:
         return None
     return PolishPlan(

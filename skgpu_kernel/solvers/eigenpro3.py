@@ -322,8 +322,7 @@ class _TemporaryCenters:
         if self.count == 0:
             return None
         blocks = OperatorBlocks.whole(rows.shape[0], self.count)
-        prepared = self.prepared[: self.count]
-        operator = CenterOperators(self.kernel, prepared, prepared.dtype).operator(rows, blocks)
+        operator = CenterOperators(self.kernel, self.prepared[: self.count]).operator(rows, blocks)
         return operator.block_matmul(self.coef[: self.count])
 
     def add(self, rows, coef):

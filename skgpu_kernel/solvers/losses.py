@@ -93,10 +93,9 @@ class SmoothedHingeLoss:
     Lipschitz with constant ``1 / width``, and below the hinge by at most ``width / 2``
     per column.  So a row's loss is within ``gap`` of the hinge's, and an objective
     within ``e`` of the smoothed optimum is within ``e + mean(w) gap`` of the hinge's
-    (what the full-batch polish certifies).
+    (what the full-batch polish certifies).  Only the polish reads it: SGD's step
+    rules never see it (it has no ``curvature``).
     """
-
-    curvature = 1.0
 
     def __init__(self, n_outputs, width):
         self.n_outputs, self.width = n_outputs, float(width)

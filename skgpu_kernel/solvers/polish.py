@@ -78,23 +78,31 @@ class _Objective:
         self.loss, self.passes, self.plan = loss, passes, plan
         self.targets = self.weights = None
         self.n_rows = 0
+        # How far below the loss it stands for this objective may lie (a smoothed copy's, by with_loss).
+        self.smoothing_gap = 0.0
+        self._converted = None  # resident rows in float64, converted once
 
     def blocks(self):
-        """The passes' ``(X, targets, weights)``, ``X`` in float64 where the plan says."""
+        """The passes' ``(X, targets, weights)``, ``X`` in float64 where the plan says (resident rows once)."""
+        if not self.plan.in_float64:
+            yield from self.passes
+            return
+        if self._converted is not None:
+            yield self._converted
+            return
         for X, targets, weights in self.passes:
-            yield (X.to(torch.float64) if self.plan.in_float64 else X), targets, weights
+            block = (X.to(torch.float64), targets, weights)
+            if self.passes.resident is not None:
+                self._converted = block
+            yield block
 
     def with_loss(self, loss):
-        """The same rows' objective with another loss (their targets and weights read once)."""
+        """The same rows' objective with a smoothed copy of the loss: ``gap`` a row, ``mean(w) gap`` in all."""
         other = _Objective(loss, self.passes, self.plan)
         other.targets, other.weights, other.n_rows = self.targets, self.weights, self.n_rows
+        other._converted = self._converted
+        other.smoothing_gap = loss.gap if self.weights is None else loss.gap * float(self.weights.mean())
         return other
-
-    @property
-    def smoothing_gap(self):
-        """How far below the loss it stands for this objective may lie: ``mean(w) gap`` of a smoothed loss, else 0."""
-        gap = getattr(self.loss, "gap", 0.0)
-        return gap if self.weights is None or gap == 0.0 else gap * float(self.weights.mean())
 
     def scores(self, coef, intercept):
         """``X W + b`` of every row (the first pass also gathers the targets and weights)."""
