@@ -39,7 +39,7 @@ STAGES = (
     (
         "attempt",
         "layout, measured capacity, spectrum,\nthe plan of the solver it runs",
-        "fit/eigenpro.py, cg.py, direct.py\nplanning/eigenpro.py",
+        "fit/registry.py: fit/eigenpro.py,\ncg.py, planned.py; planning/",
     ),
     (
         "operator",

@@ -4,6 +4,21 @@ Kept beside the shells (``kernel_machines.py``), which assign them to ``__doc__`
 the shells' code reads at once, the documentation stays whole.
 """
 
+import textwrap
+
+from .fit import solver_docs
+
+
+def _solver_parameter():
+    """The ``solver`` parameter's entry, its values and their paragraphs read from the solvers' registry."""
+    heading, paragraphs = solver_docs()
+    indent = " " * 8
+    body = "\n\n".join(
+        textwrap.fill(text, width=88, initial_indent=indent, subsequent_indent=indent) for text in paragraphs
+    )
+    return f"    {heading}\n{body}"
+
+
 COMMON_PARAMETERS = """
     Parameters
     ----------
@@ -223,33 +238,7 @@ default="eigenpro"
         the budget (then cached).  ``"auto"`` is exact when it fits
         ``memory_budget``, before the kernel cache: the iterative projection
         costs up to 100 passes over ``K(centers, centers)`` each time.
-    solver : {"auto", "cg", "eigenpro"}, default="auto"
-        How the model on ``n_centers`` or ``centers`` is fitted.  ``"cg"``: conjugate
-        gradients on the penalised normal equations, preconditioned with the
-        ``K(centers, centers)`` Cholesky factor (Falkon's preconditioner), to the
-        exact penalised least-squares solution on the centers, one pass over the data
-        per iteration (``n_epochs`` bounds the iterations; two ``p x p`` float64
-        factors, ``16 p^2`` bytes; ``K(X, Z)`` is computed once and stored when it fits
-        ``memory_budget``, else evaluated every iteration).  ``"eigenpro"``:
-        EigenPro 3's projected SGD, which needs no ``p x p`` matrix.  ``"auto"`` takes
-        CG when its factors, the data and the stored ``K(X, Z)`` fit ``memory_budget``
-        on one device with the data in memory, and EigenPro 3 otherwise (sharded
-        centers, streamed data, large ``n p``: an iteration that evaluates
-        ``K(X, Z)`` costs an EigenPro 3 epoch, and CG needs tens of them).  With every
-        training point a center (``n_centers=None``), ``"cg"`` solves ``K + alpha
-        W^-1`` (the KernelRidge solution): up to 10000 rows preconditioned with
-        ``K(X, X)``'s own factor, which makes CG exact in a few iterations at
-        ``O(n^3)`` cost; beyond, with a Nystrom preconditioner from the
-        ``subsample_size`` rows that flattens the directions above ``alpha`` (``O(n
-        q)`` memory, ``q <= 1000``), reading ``K(X, X)`` once per iteration from
-        EigenPro 2's cache (or evaluating it).  ``"auto"`` takes CG whenever
-        ``alpha_ > 0`` (up to 10000 rows only when the factors fit): a small
-        penalty needs tens of EigenPro epochs and fewer CG iterations (VietNamI,
-        ``alpha_`` 0.07: 22 against 31), except where the preconditioned system's
-        estimated condition number exceeds 100 (a tiny ``alpha``): there EigenPro
-        2 fits.  Without a penalty it takes EigenPro 2,
-        whose early stopping regularises.  The choice is ``solver_``.  ``alpha >
-        0`` with centers needs CG.
+SOLVER_PARAMETER
     distributed : bool, default=False
         EigenPro 3 only: shard the centers over the ranks of the initialised
         default ``torch.distributed`` process group (torchrun).  Every rank must
@@ -307,7 +296,7 @@ default="from_dtype"
         rule's thresholds cannot differ.  A memory-mapped ``X`` is read as it is
         unless ``"standardize"`` (which copies it).  The result is
         ``column_scaling_``.
-"""
+""".replace("SOLVER_PARAMETER", _solver_parameter())
 
 REFERENCES = """    References
     ----------

@@ -32,6 +32,7 @@ from .fit import (
     KernelFitInput,
     KernelFitParameters,
     KernelRuntime,
+    SolverNames,
     fit_with_feature_learning,
     transformed_rows,
 )
@@ -101,7 +102,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         "cache_kernel": ["boolean", StrOptions({"auto"})],
         "kernel_cache_dtype": [StrOptions({"auto", "float16", "float32", "float64"})],
         "projection": [StrOptions({"auto", "exact", "iterative"})],
-        "solver": [StrOptions({"auto", "cg", "eigenpro"})],
+        "solver": [StrOptions(SolverNames())],
         "distributed": ["boolean"],
         "feature_learning": [None, StrOptions({"auto", *FEATURE_LEARNING_MODES})],
         "feature_learning_iter": [Interval(Integral, 1, None, closed="left")],

@@ -1,10 +1,12 @@
 """The direct solve (issue 51): the tune stage's eigendecomposition, or one factorisation, gives the exact model."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-import skgpu_kernel.fit.direct as direct_attempt
+import skgpu_kernel.fit.registry as registry
 from skgpu_kernel import AdaptiveKernelClassifier, AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian, Laplacian
 from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
@@ -132,10 +134,12 @@ def test_above_the_criterion_rows_the_default_fit_is_factored_and_matches_cg():
 
 def test_a_factorisation_rounding_breaks_falls_back_to_cg_and_is_recorded(monkeypatch):
     X, y = _data(400, 15)
-    monkeypatch.setattr(direct_attempt, "solve_direct", lambda operator, targets, plan: None)
+    direct = registry.registered_solver("direct")
+    failing = dataclasses.replace(direct, solve=lambda operator, targets, plan: None)
+    monkeypatch.setitem(registry._SOLVERS, "direct", failing)
     model = AdaptiveKernelRegressor(dtype="float64", random_state=0, alpha=0.1).fit(X, y)
     assert [entry["solver"] for entry in model.fit_attempts_] == ["direct", "cg"]
-    assert "could not be factored" in model.fit_attempts_[1]["reason"]
+    assert "direct found no solution of K + alpha W^-1 on" in model.fit_attempts_[1]["reason"]
     assert model.solver_ == "cg" and model.alpha_ == 0.1
 
 

@@ -1,6 +1,7 @@
 """The kernel solvers' one driver and registry (issue 42): fallbacks recorded, every operator kind the same model."""
 
 import dataclasses
+import functools
 import inspect
 import warnings
 
@@ -10,10 +11,10 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 import skgpu_kernel.fit.cg as cg_attempts
+import skgpu_kernel.fit.registry as registry
 import skgpu_kernel.operators as operators
 import skgpu_kernel.planning.solver as planning_solver
 from skgpu_kernel import AdaptiveKernelRegressor
-from skgpu_kernel.fit.solve import SOLVER_PATHS
 from skgpu_kernel.grid import find_grid
 from skgpu_kernel.operators import CachedOperator
 
@@ -31,20 +32,21 @@ def beyond_factors(monkeypatch):
     monkeypatch.setattr(planning_solver, "FULL_KERNEL_CG_MAX_ROWS", 200)
 
 
-def test_the_registry_names_a_solver_function_per_solver_and_model():
-    """Each solver is a function of the attempt's context and the attempt (issue 51: no class hierarchy)."""
-    assert set(SOLVER_PATHS) == {
-        ("eigenpro", False),
-        ("eigenpro", True),
-        ("cg", False),
-        ("cg", True),
-        ("direct", False),
+def test_the_registry_names_an_attempt_per_solver_and_model():
+    """Each solver's attempt is a function of the attempt's context and the attempt (issue 51: no class hierarchy)."""
+    attempts = {
+        (name, on_centers): registry.registered_solver(name).attempt(on_centers)
+        for name in ("cg", "direct", "eigenpro")
+        for on_centers in (False, True)
     }
-    runs = set(SOLVER_PATHS.values())
-    assert len(runs) == 5
-    for run in runs:
-        assert inspect.isfunction(run), run
-        assert list(inspect.signature(run).parameters) == ["context", "attempt"], run
+    assert {key for key, attempt in attempts.items() if attempt is None} == {("direct", True)}
+    for attempt in attempts.values():
+        if attempt is None:
+            continue
+        function = attempt.func if isinstance(attempt, functools.partial) else attempt
+        assert inspect.isfunction(function), attempt
+        parameters = list(inspect.signature(attempt).parameters)
+        assert parameters[:2] == ["context", "attempt"], attempt
 
 
 # The registry's solvers, each with the operator kinds it plans for: parameters that make it

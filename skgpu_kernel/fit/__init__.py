@@ -10,10 +10,11 @@ one module:
 ``resolve``               every choice that needs no tuning (kernel, centers, policy)
 ``tune``                  bandwidth and penalty per kernel, once
 ``plan``                  the solver the driver starts with
+``registry``              the solvers by name: ``solver``'s values, docs, attempts
 ``prepare``               rows to the device once, split, intercept, shuffle, centers
 ``operator``              the operators the plan asks for: cache and grid branches
 ``solve``                 the one fallback loop; the attempts of ``eigenpro``, ``cg``
-                          and ``direct`` run on an attempt's ``context``
+                          and ``planned`` run on an attempt's ``context``
 ``finish``                the joint intercept and the result the shell stores
 ``feature_learning``      the loop of learnt metrics around the kernel fit
 ========================  ==========================================================
@@ -25,6 +26,7 @@ The numerical algorithms are in :mod:`skgpu_kernel.solvers`; the decisions in
 from .feature_learning import FEATURE_LEARNING_MODES, fit_with_feature_learning, transformed_rows
 from .finish import KernelFitResult
 from .pipeline import fit_kernel_model
+from .registry import SolverNames, register_solver, solver_docs, unregister_solver
 from .request import FitRequest, KernelContinuation, KernelFitInput, KernelFitParameters, KernelRuntime
 
 __all__ = [
@@ -35,7 +37,11 @@ __all__ = [
     "KernelFitParameters",
     "KernelFitResult",
     "KernelRuntime",
+    "SolverNames",
     "fit_kernel_model",
     "fit_with_feature_learning",
+    "register_solver",
+    "solver_docs",
     "transformed_rows",
+    "unregister_solver",
 ]

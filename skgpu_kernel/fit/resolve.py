@@ -10,6 +10,7 @@ from ..planning.kernel import KernelProblem
 from ..planning.kernel_policy import DIRECT_FACTORED, plan_kernel_fit
 from ..planning.solver import plan_auto_centers
 from ..row_sources import is_out_of_core
+from .registry import AUTO, solver_attempt
 from .request import KernelFitInput, log_fit
 
 # The fields the tune stage sets (:func:`~skgpu_kernel.fit.tune.tune`), which a tuned plan
@@ -120,6 +121,8 @@ def resolve(request, runtime):
     parameters = request.parameters
     kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X)
     data = _resolve_auto_centers(request.data, runtime, parameters, kernel)
+    if parameters.solver != AUTO:  # a solver named for a layout it has no attempt for is refused before tuning
+        solver_attempt(parameters.solver, data.uses_centers)
     streamed = data.uses_centers and streams_rows(data.X, data.Y.shape[1], runtime)
     policy = plan_kernel_fit(policy_problem(data, runtime, kernel, streamed), runtime.budget, parameters)
     return FitPlan(kernel, bandwidth, data, policy, streamed)

@@ -3,9 +3,8 @@
 :func:`solve` takes the model the tune stage already solved (``plan.direct ==
 "from tuning"``) or prepares the fit (:func:`~skgpu_kernel.fit.prepare.prepare`)
 and hands :func:`run_solver` the prepared fit.  The loop runs the
-attempt the registry :data:`SOLVER_PATHS` names for the solver and the data
-(centers or every point; :mod:`~skgpu_kernel.fit.eigenpro`,
-:mod:`~skgpu_kernel.fit.cg`, :mod:`~skgpu_kernel.fit.direct`), then every
+attempt the registry (:mod:`~skgpu_kernel.fit.registry`) names for the solver
+and the data (centers or every point), then every
 :class:`~skgpu_kernel.fit.attempts.Fallback` an attempt asks for, checks each
 model against the trivial predictor, and records every attempt: the one place a
 fit changes course, as scikit-learn's ``_ridge_regression`` reports the solver
@@ -27,12 +26,10 @@ from ..planning.stopping import held_out_check_limit
 from ..solvers.fit_check import check_fit
 from ..solvers.solution import Solution
 from .attempts import Attempt, Fallback, FallbackNeeded, safer_attempt
-from .cg import run_centers_cg, run_every_point_cg
 from .context import AttemptContext
-from .direct import run_direct
-from .eigenpro import run_eigenpro2, run_eigenpro3
 from .finish import KernelFitResult, finished_model, fit_result
 from .prepare import kernel_offset, prepare, target_intercept
+from .registry import solver_attempt
 from .request import log_fit
 from .tune import criterion_alpha
 
@@ -106,7 +103,7 @@ def _direct_model(request, runtime, plan):
 def run_solver(solver, prepared, runtime):
     """Run ``solver`` on the prepared fit, then every fallback it asks for: the one driver of the kernel solvers.
 
-    Each attempt runs the path the registry (:data:`SOLVER_PATHS`) gives for the
+    Each attempt runs the path the registry (:func:`~skgpu_kernel.fit.registry.solver_attempt`) gives for the
     solver and the data (centers or every point).  A path asks for a fallback by
     returning or raising one (:class:`Fallback`): CG broken down by rounding, refit
     with a larger penalty (at most :data:`CG_FALLBACK_REFITS` times); CG on every
@@ -245,19 +242,8 @@ def _run_attempt(attempt, prepared, runtime, events):
     if attempt.n_components is not None:
         parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
     prepared = dataclasses.replace(prepared, alpha=attempt.alpha, parameters=parameters)
-    run = SOLVER_PATHS[attempt.solver, prepared.centers is not None]
+    run = solver_attempt(attempt.solver, prepared.centers is not None)
     try:
         return run(AttemptContext(prepared, runtime, events), attempt)
     except FallbackNeeded as needed:
         return KernelFitResult(None, fallback=needed.fallback)
-
-
-# The solvers by (solver_, whether the model has centers): functions of the attempt's
-# context and the attempt.  No class of this module inherits from another.
-SOLVER_PATHS = {
-    ("eigenpro", False): run_eigenpro2,
-    ("eigenpro", True): run_eigenpro3,
-    ("cg", False): run_every_point_cg,
-    ("cg", True): run_centers_cg,
-    ("direct", False): run_direct,
-}

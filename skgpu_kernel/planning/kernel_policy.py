@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from .kernel import KernelProblem
 from .parameters import KernelFitParameters
-from .solver import full_kernel_cg_factors, plan_alpha, plan_centers_solver, plan_full_kernel_solver
+from .solver import (
+    full_kernel_cg_factors,
+    plan_alpha,
+    plan_centers_solver,
+    plan_full_kernel_solver,
+    solves_penalised_system,
+)
 
 __all__ = [
     "AUTO_VALIDATION_MIN_SAMPLES",
@@ -86,14 +92,16 @@ class KernelFitPolicy:
 
     @property
     def needs_penalty(self):
-        """Whether CG solves the fit, whose system ``(K + alpha W^-1) a = y`` needs ``alpha > 0``.
+        """Whether the fit's solver solves the system ``(K + alpha W^-1) a = y``, which needs ``alpha > 0``.
 
-        Where the criterion's coverage is below ``loo_min_coverage`` (a fit that
-        early stopping would otherwise regularise), CG takes the criterion's
-        ``alpha`` all the same: on centers the bound is 0 anyway; on every point
-        (``solver="cg"`` asked for) a fit at ``alpha`` 0 would divide by it.
+        CG, or any solver the user named other than EigenPro
+        (:func:`~skgpu_kernel.planning.solver.solves_penalised_system`).  Where the
+        criterion's coverage is below ``loo_min_coverage`` (a fit that early
+        stopping would otherwise regularise), it takes the criterion's ``alpha`` all
+        the same: on centers the bound is 0 anyway; on every point (``solver="cg"``
+        asked for) a fit at ``alpha`` 0 would divide by it.
         """
-        return self.solver == "cg" or self.parameters.solver == "cg"
+        return self.solver == "cg" or solves_penalised_system(self.parameters.solver)
 
     def with_alpha(self, alpha):
         """The policy once ``alpha`` is known: the solver and the held-out split settled."""
@@ -245,6 +253,44 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
     if full_kernel_cg_factors(policy.problem) and direct_solve_bytes(n_rows) <= policy.budget:
         return DIRECT_FACTORED
     return None
+
+
+def plan_direct(problem, budget, alpha):
+    """The direct solve's planning rule: its penalty, where its ``n x n`` matrices fit the budget.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        Every training row a center.
+    budget : int
+        Bytes.
+    alpha : float
+
+    Returns
+    -------
+    float
+        ``alpha``: the one setting of :func:`~skgpu_kernel.solvers.direct.solve_direct`.
+
+    Raises
+    ------
+    ValueError
+        ``alpha <= 0``, or the three ``n x n`` float64 matrices above ``budget``.
+
+    Examples
+    --------
+    >>> from skgpu_kernel.planning.kernel import KernelProblem
+    >>> plan_direct(KernelProblem(1000, 5, 1, 4), budget=10**9, alpha=0.5)
+    0.5
+    """
+    if not alpha > 0:
+        raise ValueError(f"solver='direct' solves K + alpha W^-1, which needs alpha > 0; got alpha={alpha}.")
+    needed = direct_solve_bytes(problem.n_rows)
+    if needed > budget:
+        raise ValueError(
+            f"solver='direct' on {problem.n_rows} rows holds three n x n float64 matrices ({needed} bytes), more "
+            f"than memory_budget ({budget} bytes); use solver='auto' or 'cg'."
+        )
+    return float(alpha)
 
 
 def carries_subsample_penalty(scored_rows, n_rows):

@@ -36,6 +36,7 @@ __all__ = [
     "plan_every_point_cg",
     "plan_full_kernel_solver",
     "refit_with_penalty",
+    "solves_penalised_system",
 ]
 
 # The conjugate-gradient solver for centers keeps two p x p float64 factors (the
@@ -237,7 +238,9 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     problem : KernelProblem
         With ``n_centers`` None.
     budget : int
-    solver : {"auto", "cg", "eigenpro"}
+    solver : str
+        ``"auto"``, ``"cg"``, ``"eigenpro"``, or another registered solver's name
+        (:mod:`skgpu_kernel.fit.registry`), which runs as named.
     alpha : float
 
     Returns
@@ -246,6 +249,8 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     """
     if solver == "eigenpro" or (solver == "auto" and alpha <= 0):
         return "eigenpro"
+    if solver not in ("auto", "cg"):  # a solver the user named (skgpu_kernel.fit.registry) runs as named
+        return solver
     if not full_kernel_cg_factors(problem):
         return "cg"
     as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
@@ -340,6 +345,20 @@ def full_kernel_cg_conditioned(condition):
     return condition <= CG_MAX_CONDITION
 
 
+def solves_penalised_system(solver):
+    """Whether the solver the user named solves ``(K + alpha W^-1) a = y`` (so needs ``alpha > 0``).
+
+    Every one but EigenPro, whose early-stopped iterates regularise an
+    unpenalised fit (``"auto"`` decides later, by the penalty).
+
+    Examples
+    --------
+    >>> [solves_penalised_system(name) for name in ("auto", "eigenpro", "cg", "direct")]
+    [False, False, True, True]
+    """
+    return solver not in ("auto", "eigenpro")
+
+
 def full_kernel_cg_factors(problem):
     """Whether CG with a center at every training point factors ``K(X, X)`` (else: a subsample preconditioner).
 
@@ -365,8 +384,8 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
         ``n_centers`` or ``centers`` given.
     solver : str
         The solver resolved so far (with centers: ``"cg"`` or ``"eigenpro"``); with a
-        center at every point, the one the user asked for (``"auto"``, ``"cg"`` or
-        ``"eigenpro"``).
+        center at every point, the one the user asked for (``"auto"`` or a registered
+        solver's name).
     classifier : bool, default=False
         A classifier asks.
     weighted : bool, default=False
@@ -379,13 +398,14 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
     Raises
     ------
     ValueError
-        ``solver="cg"`` with a center at every point and ``alpha <= 0``: CG on
-        every point solves ``(K + alpha W^-1) a = y``, which needs a penalty.
+        A solver that solves the penalised system (CG, or any named one but
+        EigenPro: :func:`solves_penalised_system`) with a center at every point and
+        ``alpha <= 0``: ``(K + alpha W^-1) a = y`` needs a penalty.
     """
     if not isinstance(alpha, str):
-        if not uses_centers and solver == "cg" and alpha <= 0:
+        if not uses_centers and solves_penalised_system(solver) and alpha <= 0:
             raise ValueError(
-                f"solver='cg' with a center at every training point solves the penalised system "
+                f"solver={solver!r} with a center at every training point solves the penalised system "
                 f"(K + alpha W^-1) a = y, which needs alpha > 0; got alpha={alpha}. Set alpha='auto' (the "
                 "leave-one-out criterion chooses it), a positive alpha, or solver='eigenpro' (an unpenalised "
                 "fit regularised by early stopping)."
