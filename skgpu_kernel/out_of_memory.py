@@ -7,8 +7,10 @@ preconditioner, the AGOP's row blocks, the validation scores, ``predict``) runs
 through :class:`ShrinkingStage`, the one place that retries: out of device memory,
 CUDA's cached blocks are released, the stage's size goes to the next smaller one
 (halved, or from a cache to blocks evaluated per product) and the stage runs again.
-The epoch loops halve their batch in place (``skgpu_kernel.solvers.epochs.halved_batch``)
-and report through the same :class:`MemoryEvents`.
+A kernel solver's loop that runs out of memory is refit by the fit's one fallback
+loop with half its batch (``AttemptContext.solved_or_halved``, stage ``"epoch
+batch"``); the linear models' SGD loop halves its batch in place
+(``skgpu_kernel.solvers.sgd``).  Both report through the same :class:`MemoryEvents`.
 
 Each step is appended to the fit's record of what was tried (``fit_attempts_``; for
 ``predict``, which changes no fitted attribute, to a list the estimator turns into a

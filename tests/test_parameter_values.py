@@ -83,6 +83,7 @@ CONTEXT = {
     ("projection", "iterative"): CENTERS_EIGENPRO,
     ("solver", "auto"): {},
     ("solver", "cg"): {"alpha": 0.1, "feature_learning": None},
+    ("solver", "direct"): {"alpha": 0.1, "feature_learning": None},
     ("solver", "eigenpro"): {"alpha": 0.1, "feature_learning": None},
     ("distributed", False): {},
     ("feature_learning", None): {},

@@ -31,6 +31,8 @@ class Fallback:
         ``kernel_cache_dtype`` to plan with (None: the estimator's).
     n_components : int or None
         EigenPro's preconditioner components (None: the estimator's).
+    batch_size : int or None
+        EigenPro's batch (None: the estimator's ``batch_size``).
     coef_init : Tensor or None
         Coefficients to start from (None: the fit's warm start, if any).
     warning : str or None
@@ -44,6 +46,7 @@ class Fallback:
     cache_kernel: object = None
     cache_dtype: str | None = None
     n_components: int | None = None
+    batch_size: int | None = None
     coef_init: torch.Tensor | None = None
     warning: str | None = None
     category: type = ConvergenceWarning
@@ -59,6 +62,7 @@ class Attempt:
     cache_kernel: object = None
     cache_dtype: str | None = None
     n_components: int | None = None
+    batch_size: int | None = None
     coef_init: torch.Tensor | None = None
     n_refits: int = 0
 
@@ -76,6 +80,7 @@ class Attempt:
             cache_kernel=self.cache_kernel if fallback.cache_kernel is None else fallback.cache_kernel,
             cache_dtype=self.cache_dtype if fallback.cache_dtype is None else fallback.cache_dtype,
             n_components=self.n_components if fallback.n_components is None else fallback.n_components,
+            batch_size=self.batch_size if fallback.batch_size is None else fallback.batch_size,
             coef_init=fallback.coef_init,
             n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
         )

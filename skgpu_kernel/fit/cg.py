@@ -75,7 +75,7 @@ def run_every_point_cg(context, attempt):
     # A-norm), so no stall rule reads it: its own objective stops it below float64.
     cg_settings = _cg_settings(parameters, runtime, square_system=True)
     plan = CGPlan(penalised.alpha, cg_settings, preconditioner, coef_init)
-    solved = solve_full_kernel_cg(operators.train, Targets(Y, weights), plan)
+    solved = context.reported(solve_full_kernel_cg(operators.train, Targets(Y, weights), plan))
     if _broken_down(solved, runtime.dtype, parameters):
         residual = solved.history[-1]["relative_residual"]
         iterations = len(solved.history)
@@ -149,7 +149,7 @@ def run_centers_cg(context, attempt):
     shares = None if prepared.center_shares is None else torch.as_tensor(prepared.center_shares)
     cg_settings = _cg_settings(prepared.parameters, runtime)
     plan = CGPlan(prepared.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
-    solved = solve_centers_cg(rows, Targets(Y, weights), plan)
+    solved = context.reported(solve_centers_cg(rows, Targets(Y, weights), plan))
     if attempt.n_refits < CG_FALLBACK_REFITS:
         refit = _centers_cg_refit(context, solved)
         if refit is not None:

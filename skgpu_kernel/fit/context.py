@@ -5,9 +5,10 @@ import dataclasses
 import torch
 
 from .._validation import unequal_weights
+from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..device import SaturationBatch
-from ..out_of_memory import ShrinkingStage, halvings
+from ..out_of_memory import ShrinkingStage, halvings, out_of_memory_reason, release_cached_memory
 from ..planning.kernel import KernelProblem
 from ..preconditioner import SpectralSettings
 from .attempts import Fallback, FallbackNeeded
@@ -33,6 +34,10 @@ class AttemptContext:
         self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
         self.events = events  # this attempt's own, which the driver adds to the record after it
+        # The draws the attempt starts from: a refit with half the batch makes the same ones.
+        self._draws = [
+            (source, source.get_state()) for source in (runtime.rng, runtime.generator) if source is not None
+        ]
 
     def rows(self, indices):
         """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""
@@ -75,6 +80,38 @@ class AttemptContext:
 
         sizes = halvings(planned, min(planned, SMALLEST_SUBSAMPLE))
         return self.shrinking("preconditioner subsample", "subsample_size", sizes)(run)
+
+    def reported(self, solution):
+        """``solution``, once the warnings its solver reported (``Solution.warnings``) are raised: no solver warns."""
+        for message, category in solution.warnings:
+            warn_user(message, category)
+        return solution
+
+    def solved_or_halved(self, solve, batch_size):
+        """``solve()``, an iterative solver's run at ``batch_size``; out of device memory, the fit planned again.
+
+        The step that ran out of memory is the loop's largest allocation, so the
+        driver runs a new attempt with half the batch, from the start (a new plan:
+        its steps and step sizes follow the batch) and from the random state this
+        attempt started from (the same shuffles, so that the two differ by the
+        batch alone), recorded as the stage ``"epoch batch"``.  Any other error, a batch of one, or a rank of a process
+        group (the others would wait in its collectives) raises the error.
+        """
+        try:
+            return solve()
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            reason = out_of_memory_reason(error)
+            if batch_size == 1 or self.runtime.group is not None:
+                raise
+            halved = batch_size // 2
+        release_cached_memory(self.device)  # after the failed run's frames are gone: its tensors are freed
+        for source, state in self._draws:
+            source.set_state(state)
+        self.events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
+        why = f"out of memory in a step of {batch_size} rows ({reason}): refit with batch_size {halved}"
+        if self.runtime.log is not None:
+            self.runtime.log(f"[{self.prepared.parameters.name}] {why}")
+        raise FallbackNeeded(Fallback(why, batch_size=halved))
 
     def cached_or_planned_again(self, fill, plan, what):
         """``fill()`` the plan's kernel cache ``what``; where the device refuses it, the fit planned again without one.

@@ -1,6 +1,7 @@
 """EigenPro 2 and EigenPro 3 attempts: layout, measured capacity, spectrum, plan, operator, loop."""
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -79,7 +80,11 @@ def _run_eigenpro(stages):
         progress=progress,
         preconditioner=spectrum.preconditioner if n_components else None,
     )
-    result = stages.solve(layout, plan, prepared, solver_plan)
+    # The run holds the operators only while it runs: `del prepared` below frees the cache.
+    result = context.solved_or_halved(
+        functools.partial(stages.solve, layout, plan, prepared, solver_plan), plan.batch_size
+    )
+    context.reported(result)
     del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
     outcome = KernelFitResult(
         result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)

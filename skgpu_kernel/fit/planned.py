@@ -51,7 +51,10 @@ def run_planned(context, attempt, solver):
     weights = torch.as_tensor(data.weights[data.order], dtype=torch.float64, device=device)
 
     def solved_in(kind):
-        return solver.solve(operator, Targets(targets, weights), plan) if kind == "in memory" else None
+        if kind != "in memory":
+            return None
+        solution = solver.solve(operator, Targets(targets, weights), plan)
+        return None if solution is None else context.reported(solution)
 
     solved = context.shrinking(f"{solver.name} solve", "n x n system", ("in memory", "iterative"))(solved_in)
     operator = rows = None  # K(X, X) freed before the prediction tensors are made

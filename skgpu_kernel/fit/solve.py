@@ -241,6 +241,8 @@ def _run_attempt(attempt, prepared, runtime, events):
         parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
     if attempt.n_components is not None:
         parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
+    if attempt.batch_size is not None:
+        parameters = dataclasses.replace(parameters, batch_size=attempt.batch_size)
     prepared = dataclasses.replace(prepared, alpha=attempt.alpha, parameters=parameters)
     run = solver_attempt(attempt.solver, prepared.centers is not None)
     try:

@@ -183,11 +183,6 @@ class CenterShards:
         self.cached = None
         self.grid = grid
 
-    @property
-    def may_halve_batch(self):
-        """Whether a step may halve its batch after running out of memory (not in a group: its ranks are in step)."""
-        return self.group is None
-
     def operator(self, rows, row_block=None, on_grid=False):
         """The sharded operator ``K(rows, Z)`` (``row_block`` rows prepared at once).
 

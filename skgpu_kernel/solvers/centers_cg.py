@@ -78,6 +78,7 @@ References
    roof: handling billions of points efficiently", NeurIPS 2020.
 """
 
+import dataclasses
 import math
 
 import torch
@@ -85,7 +86,6 @@ import torch
 from ..operators.row_blocks import as_matrix, first_pass, iteration_pass
 from .conjugate_gradients import column_norms, conjugate_gradients
 from .eigenpro3 import ExactProjection
-from .solution import Solution
 
 __all__ = [
     "CentersPreconditioner",
@@ -280,8 +280,8 @@ def solve_centers_cg(operator, targets, plan):
     reference = torch.maximum(column_norms(preconditioner.solve_transpose(target)), column_norms(residual))
     loss_scale = max(n_effective * coef.shape[1], 1e-300)
     system = _CentersSystem(operator, targets, preconditioner, alpha, loss_scale, dtype, coef)
-    history, stop = conjugate_gradients(system, coef, residual, reference, settings)
-    return Solution.of_cg(coef.to(dtype), history, stop, projection.jitter)
+    solved = conjugate_gradients(system, coef, residual, reference, settings)
+    return dataclasses.replace(solved, coef=coef.to(dtype), jitter=projection.jitter)
 
 
 class _CentersSystem:

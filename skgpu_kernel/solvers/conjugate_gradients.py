@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .._warnings import warn_user
 from ..planning.stopping import NEVER, DivergenceRule, StoppingPlan, plan_divergence
 from .epochs import EpochClock, Stopping, epoch_record, format_record
+from .solution import Solution
 
 __all__ = [
     "CGPlan",
@@ -114,7 +114,7 @@ def _relative(residual, reference):
 
 
 def conjugate_gradients(system, coef, residual, reference, settings):
-    """CG on ``C^T A C beta = C^T b`` tracking ``a = C beta`` in ``coef`` (in place); ``(history, stop)``.
+    """CG on ``C^T A C beta = C^T b`` tracking ``a = C beta`` in ``coef`` (in place): its :class:`Solution`.
 
     ``system`` holds the symmetric operator ``A`` (Falkon's ``H`` on centers, or
     ``K + alpha W^-1`` with every training row a center) and the split
@@ -134,13 +134,20 @@ def conjugate_gradients(system, coef, residual, reference, settings):
     number grows as the jitter and ``alpha`` shrink) let the recurrence drift from
     the true residual and the objective grew again after ~10 iterations on
     numerically singular problems.  The stopping test reads the residual one step
-    after the true one.
+    after the true one.  The solution's ``warnings`` say where rounding stopped it.
     """
+    monitor = _Monitor(coef, settings)
+    history, stop = _iterations(system, coef, residual, reference, settings, monitor)
+    return Solution.of_cg(coef, history, stop, warnings=tuple(monitor.warnings))
+
+
+def _iterations(system, coef, residual, reference, settings, monitor):
+    """:func:`conjugate_gradients`' loop: ``(history, stop)``, ``coef`` updated in place."""
     history = []
     relative = _relative(residual, reference)
     met = relative <= settings.tol  # columns that met the tolerance: frozen from then on
     broken = torch.zeros_like(met)  # columns whose curvature was not positive (rounding): stopped unconverged
-    direction, monitor = residual.clone(), _Monitor(coef, settings)
+    direction = residual.clone()
     n_outputs = coef.shape[1]
     clock = EpochClock(coef.device)
     for iteration in range(1, settings.max_iterations + 1):
@@ -192,6 +199,7 @@ class _Monitor:
 
     def __init__(self, coef, settings):
         self.n_iter_no_change = settings.n_iter_no_change
+        self.warnings = []  # (message, category): the fit raises them, CG never warns
         self.merit_rule = plan_divergence("merit")
         self.best_loss, self.best_coef = math.inf, coef.clone()
         self.lowest_residual, self.without_new_low = math.inf, 0
@@ -213,11 +221,13 @@ class _Monitor:
                 self.best_coef.copy_(coef)
             return False
         coef.copy_(self.best_coef)
-        warn_user(
-            f"Conjugate gradients stopped: the objective grew to {merit:.4g} from "
-            f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best coefficients. "
-            "Use float64 or a larger alpha.",
-            RuntimeWarning,
+        self.warnings.append(
+            (
+                f"Conjugate gradients stopped: the objective grew to {merit:.4g} from "
+                f"{self.best_loss:.4g}, rounding in the kernel blocks' dtype dominates; keeping the best "
+                "coefficients. Use float64 or a larger alpha.",
+                RuntimeWarning,
+            )
         )
         return True
 

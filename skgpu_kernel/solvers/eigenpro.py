@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from ..operators import OperatorBlocks
-from .epochs import halved_batch
 from .solution import Progress, Solution
 
 __all__ = ["EigenProPlan", "chunked_permutation", "solve_eigenpro2"]
@@ -35,9 +34,8 @@ class EigenProPlan:
         ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``, the step
         size of update number ``step`` (counted from ``progress.first_step``) on a
         batch of ``batch_size`` rows, when an epoch takes ``steps_per_epoch``
-        updates.  The last, smaller batch of an epoch passes its own size; after an
-        out-of-memory error halves the batch, the halved size and its steps per
-        epoch.  Each divergence rollback halves a factor on top of it.
+        updates.  The last, smaller batch of an epoch passes its own size.  Each
+        divergence rollback halves a factor on top of it.
     progress : Progress
         Epochs, validation, stopping plan, log and record.
     preconditioner : EigenProPreconditioner or None
@@ -120,17 +118,7 @@ def solve_eigenpro2(operator, targets, plan):
         while position < n:
             batch = order[position : position + batch_size]
             active = max(leading, position) if sparse_epoch else n
-            try:
-                update = _step(operator, targets, coef, batch, active, leading, plan)
-            except (torch.OutOfMemoryError, RuntimeError) as error:
-                batch_size = halved_batch(error, batch_size, device, progress.events)
-                steps_per_epoch = math.ceil(n / batch_size)
-                operator = operator.with_blocks(OperatorBlocks.whole(batch_size, plan.column_block_for(batch_size)))
-                if progress.log is not None:
-                    rate = guard.rollback * rate_at(guard.step)
-                    progress.log(f"out of memory: batch size halved to {batch_size}, step size {rate:.4g}")
-                continue
-            residual, weighted, correction, penalty = update
+            residual, weighted, correction, penalty = _step(operator, targets, coef, batch, active, leading, plan)
             # The last batch of an epoch may be smaller: its step follows its own size.
             scale = (
                 guard.rollback * plan.learning_rate_for(guard.step, batch.shape[0], steps_per_epoch) / batch.shape[0]

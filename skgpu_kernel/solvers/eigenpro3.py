@@ -47,7 +47,6 @@ import torch
 from ..buffer import BufferPrefetcher, plan_pass
 from ..device import exact_gram_row_block
 from ..operators import CenterOperators, OperatorBlocks
-from .epochs import halved_batch
 from .solution import Solution
 
 __all__ = [
@@ -229,10 +228,6 @@ class RowBatch(NamedTuple):
     targets: torch.Tensor  # Y_B
     weights: torch.Tensor | None  # w_B, or None for unit weights
     indices: torch.Tensor | None  # the rows' indices into a cached K(X, Z), or None (streamed)
-
-    def part(self, start, stop):
-        """Rows ``start:stop`` of the batch (a piece of the halved size after out of memory)."""
-        return RowBatch(*(None if field is None else field[start:stop] for field in self))
 
 
 class InMemoryBatches:
@@ -440,9 +435,9 @@ def solve_eigenpro3(operator, targets, plan):
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Batch:
-    """The batch in force (halved where the device runs out of memory) and the steps it makes of an epoch."""
+    """The planned batch and the steps it makes of an epoch."""
 
     size: int
     n_rows: int
@@ -467,37 +462,22 @@ class _EpochRun:
 
 
 def _epoch(run, batches, batch, guard, plan):
-    """One epoch of steps, then a projection: ``(sum of squared residuals, sum of squared targets)``, float64.
-
-    A batch planned before an out-of-memory error is taken in pieces of the halved size.
-    """
+    """One epoch of steps, then a projection: ``(sum of squared residuals, sum of squared targets)``, float64."""
     main, preconditioner = run.shards.main, run.preconditioner
     loss_sum = torch.zeros((), dtype=torch.float64, device=main)
     target_sum = torch.zeros((), dtype=torch.float64, device=main)
-    for whole_batch in batches.epoch(batch.size):
-        start = 0
-        while start < whole_batch.rows.shape[0]:
-            part = whole_batch.part(start, start + batch.size)
-            rows = part.rows.shape[0]
-            run.projector.make_room(rows)
-            try:
-                residual, weighted, gradient = _residual_and_gradient(run.shards, run.temporary, run.coef, part)
-            except (torch.OutOfMemoryError, RuntimeError) as error:
-                if not run.shards.may_halve_batch:
-                    raise
-                batch.size = halved_batch(error, batch.size, main, plan.progress.events)
-                if plan.progress.log is not None:
-                    plan.progress.log(f"out of memory: batch size halved to {batch.size}")
-                continue
-            # The last batch of an epoch may be smaller: its step follows its own size.
-            scale = guard.rollback * plan.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
-            run.projector.accumulated.sub_(gradient, alpha=scale)
-            run.temporary.add(part.rows, weighted * -scale)
-            if preconditioner is not None:
-                run.coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
-            loss_sum += (residual * residual).sum().double()
-            target_sum += (part.targets * part.targets).sum().double()
-            guard.step += 1
-            start += rows
+    for part in batches.epoch(batch.size):
+        rows = part.rows.shape[0]
+        run.projector.make_room(rows)
+        residual, weighted, gradient = _residual_and_gradient(run.shards, run.temporary, run.coef, part)
+        # The last batch of an epoch may be smaller: its step follows its own size.
+        scale = guard.rollback * plan.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
+        run.projector.accumulated.sub_(gradient, alpha=scale)
+        run.temporary.add(part.rows, weighted * -scale)
+        if preconditioner is not None:
+            run.coef[: preconditioner.subsample_size].add_(_flatten(preconditioner, gradient), alpha=scale)
+        loss_sum += (residual * residual).sum().double()
+        target_sum += (part.targets * part.targets).sum().double()
+        guard.step += 1
     run.projector.project()
     return loss_sum, target_sum

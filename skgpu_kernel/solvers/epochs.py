@@ -36,9 +36,7 @@ import time
 
 import torch
 
-from .._warnings import warn_user
 from ..device import synchronize
-from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..planning.stopping import ANNEAL_FACTOR, plan_divergence
 
 __all__ = [
@@ -168,6 +166,7 @@ class EpochGuard:
         self.step, self.epoch, self.rollback = first_step, 0, 1.0
         self.rolled_back = False
         self.history = []
+        self.warnings = []  # (message, category): the fit raises them, the loop never warns
         self.stopping = stopping
         self._halvings = 0
         self._clock = EpochClock(coef.device)
@@ -191,11 +190,13 @@ class EpochGuard:
             self.step = self._anchor_step
             del self.history[self._anchor_epoch :]
             if self._halvings >= _MAX_STEP_HALVINGS:
-                warn_user(
-                    "EigenPro iteration kept diverging after "
-                    f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
-                    "coefficients. Check the bandwidth, the scale of the data and the scaling rule.",
-                    RuntimeWarning,
+                self.warnings.append(
+                    (
+                        "EigenPro iteration kept diverging after "
+                        f"{_MAX_STEP_HALVINGS} step-size halvings; stopping with the last stable "
+                        "coefficients. Check the bandwidth, the scale of the data and the scaling rule.",
+                        RuntimeWarning,
+                    )
                 )
                 return False
             self._halvings += 1
@@ -206,11 +207,13 @@ class EpochGuard:
             )
             if self.events is not None:
                 self.events.changed("epoch", "step size factor", 2.0 * self.rollback, self.rollback, reason)
-            warn_user(
-                f"{reason[0].upper()}{reason[1:]}; resuming from the start of epoch {self._anchor_epoch + 1} with the "
-                f"scaling rule's step size halved ({self.rollback:g} times the rule's, "
-                f"{self.rollback * rate_at(self.step):.4g} at the next update).",
-                RuntimeWarning,
+            self.warnings.append(
+                (
+                    f"{reason[0].upper()}{reason[1:]}; resuming from the start of epoch {self._anchor_epoch + 1} with "
+                    f"the scaling rule's step size halved ({self.rollback:g} times the rule's, "
+                    f"{self.rollback * rate_at(self.step):.4g} at the next update).",
+                    RuntimeWarning,
+                )
             )
             self.epoch, self._anchor_loss = self._anchor_epoch, math.inf
             self.stopping.rolled_back()
@@ -233,7 +236,7 @@ class EpochGuard:
         """Put the best validated coefficients back; the result fields the loops share.
 
         Returns ``n_epochs``, ``n_steps``, ``learning_rate`` (the last update's, with
-        the rollback factor) and ``history``.
+        the rollback factor), ``history`` and ``warnings``.
         """
         self.stopping.restore_best(self.coef)
         return {
@@ -241,6 +244,7 @@ class EpochGuard:
             "n_steps": self.step - first_step,
             "learning_rate": self.rollback * rate_at(max(self.step - 1, first_step)),
             "history": self.history,
+            "warnings": tuple(self.warnings),
         }
 
 
@@ -314,25 +318,6 @@ class EpochClock:
         """Seconds since :meth:`start`."""
         synchronize(self.device)
         return time.perf_counter() - self._tic
-
-
-def halved_batch(error, batch_size, device, events=None):
-    """The batch to retry with after ``error`` in a step of ``batch_size`` rows on ``device``.
-
-    Out of device memory, the batch is halved (CUDA's cached blocks are released
-    first, so the smaller step finds them) and the halving recorded in ``events``
-    (a :class:`~skgpu_kernel.out_of_memory.MemoryEvents`: the fit's
-    ``fit_attempts_``, stage ``"epoch batch"``); any other error, or running out of
-    memory with a batch of one, is raised again.
-    """
-    reason = out_of_memory_reason(error)
-    if batch_size == 1:
-        raise error
-    release_cached_memory(device)
-    halved = max(batch_size // 2, 1)
-    if events is not None:
-        events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
-    return halved
 
 
 def epoch_record(epoch, n_steps, train_loss, learning_rate, seconds, validation_score=None, **extra):

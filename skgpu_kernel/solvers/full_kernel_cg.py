@@ -23,7 +23,6 @@ run in the training dtype.
 import torch
 
 from .conjugate_gradients import conjugate_gradients
-from .solution import Solution
 
 __all__ = ["solve_full_kernel_cg"]
 
@@ -124,5 +123,4 @@ def solve_full_kernel_cg(operator, targets, plan):
     reference = torch.maximum(
         torch.linalg.vector_norm(system.transposed(Y), dim=0), torch.linalg.vector_norm(residual, dim=0)
     )
-    history, stop = conjugate_gradients(system, coef, residual, reference, plan.settings)
-    return Solution.of_cg(coef, history, stop)
+    return conjugate_gradients(system, coef, residual, reference, plan.settings)

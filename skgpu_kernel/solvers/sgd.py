@@ -16,8 +16,9 @@ import torch
 
 from ..blockwise import linear_scores
 from ..device import throughput_saturation_batch
+from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..planning.stopping import NEVER, StoppingPlan
-from .epochs import EpochClock, Stopping, epoch_record, format_record, halved_batch
+from .epochs import EpochClock, Stopping, epoch_record, format_record
 from .losses import HuberLoss, SquaredLoss
 
 __all__ = [
@@ -306,7 +307,7 @@ def _train_pass(coef, intercept, buffers, run, generator, progress, log):
                     rate = progress.learning_rate(run, progress.step, batch[0].shape[0])
                     batch_loss = _step(run.loss, coef, intercept, batch, rate, run.alpha, run.fit_intercept)
                 except (torch.OutOfMemoryError, RuntimeError) as error:
-                    progress.batch_size = halved_batch(error, progress.batch_size, device)
+                    progress.batch_size = _halved_batch(error, progress.batch_size, device)
                     if log is not None:
                         log(f"out of memory: batch size halved to {progress.batch_size}")
                     continue
@@ -369,7 +370,7 @@ class GradientPieces:
             try:
                 return self._summed(coef, intercept, batch)
             except (torch.OutOfMemoryError, RuntimeError) as error:
-                self.rows = halved_batch(error, self.rows or batch[0].shape[0], batch[0].device)
+                self.rows = _halved_batch(error, self.rows or batch[0].shape[0], batch[0].device)
                 if self.log is not None:
                     self.log(f"out of memory: gradients taken in pieces of {self.rows} rows")
 
@@ -469,3 +470,22 @@ def measure_sgd_capacity(X, n_outputs, loss, max_batch, cache_key):
         _step(loss, coef, intercept, (_row_range(rows, 0, batch_size), targets[:batch_size], None), 0.0, 0.0, True)
 
     return throughput_saturation_batch(run_batch, max_batch, device, cache_key=cache_key)
+
+
+def _halved_batch(error, batch_size, device, events=None):
+    """The batch the SGD loop retries with after ``error`` in a step of ``batch_size`` rows on ``device``.
+
+    Out of device memory, the batch is halved (CUDA's cached blocks are released
+    first, so the smaller step finds them) and the halving recorded in ``events``
+    (a :class:`~skgpu_kernel.out_of_memory.MemoryEvents`, stage ``"epoch
+    batch"``); any other error, or running out of memory with a batch of one, is
+    raised again.
+    """
+    reason = out_of_memory_reason(error)
+    if batch_size == 1:
+        raise error
+    release_cached_memory(device)
+    halved = max(batch_size // 2, 1)
+    if events is not None:
+        events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
+    return halved

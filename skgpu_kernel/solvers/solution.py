@@ -122,6 +122,10 @@ class Solution:
     intercept : Tensor of shape (l,) or None
         The unpenalised intercept solved with the coefficients (the tune stage's
         exact kernel ridge); None where the finish stage fits it.
+    warnings : tuple of (str, type)
+        What the solver reports to the user, with the warning's category: a
+        divergence rolled back, rounding that stopped CG.  A solver never warns;
+        the fit raises these (``AttemptContext.reported``).
     """
 
     coef: torch.Tensor
@@ -134,6 +138,7 @@ class Solution:
     stop: str | None = None
     jitter: float = 0.0
     intercept: torch.Tensor | None = None
+    warnings: tuple = ()
 
     @property
     def converged(self):
@@ -146,7 +151,7 @@ class Solution:
         return cls(coef, 0, 0, stop="converged", intercept=intercept)
 
     @classmethod
-    def of_cg(cls, coef, history, stop, jitter=0.0):
+    def of_cg(cls, coef, history, stop, jitter=0.0, warnings=()):
         """A CG run's: one epoch and one step per iteration."""
         n = len(history)
-        return cls(coef, n, n, history=history, stop=stop, jitter=jitter)
+        return cls(coef, n, n, history=history, stop=stop, jitter=jitter, warnings=warnings)
