@@ -409,10 +409,11 @@ COMMON_ATTRIBUTES = """
         Whether the fit held out a validation split (``early_stopping`` resolved;
         ``"auto"`` never holds one out for the CG solver, which converges to its
         exact solution).
-    solver_ : {"eigenpro", "cg", "direct"}
-        The solver used (``solver`` resolved).  ``"direct"`` (only from
-        ``solver="auto"``, every training point a center, ``alpha_ > 0``): the
-        exact kernel ridge solution, from the leave-one-out criterion's
+    solver_ : str
+        The solver used (``solver`` resolved: ``"eigenpro"``, ``"cg"``,
+        ``"direct"`` or another registered solver's name).  ``"direct"`` (named,
+        or from ``solver="auto"`` with every training point a center and ``alpha_
+        > 0``): the exact kernel ridge solution, from the leave-one-out criterion's
         eigendecomposition where it scored every training row (at most 2000), else
         from one Cholesky factorisation of ``K + alpha W^-1`` (at most 10000 rows
         whose ``n x n`` float64 matrices fit ``memory_budget``); no iterative

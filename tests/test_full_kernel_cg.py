@@ -366,7 +366,7 @@ def test_the_criterions_spectrum_serves_only_the_kernel_it_scored():
     spectrum = np.array([1.0, 0.5])
     selection = AlphaSelection(0.1, 0.01, np.array([0.01]), np.array([1.0]), 10, 2, nystrom_eigenvalues=spectrum)
     kernel = Gaussian(bandwidth=1.0)
-    tuned = FitPlan(kernel, 1.0, None, None, False, tuned=True, alpha_selection=selection, by_rule=False, n_rows=20)
+    tuned = FitPlan(kernel, 1.0, None, None, tuned=True, alpha_selection=selection, by_rule=False, n_rows=20)
     assert _tuned_spectrum(tuned, kernel) is spectrum
     assert _tuned_spectrum(tuned, Gaussian(bandwidth=1.0)) is None  # the rule's, on the training rows
     assert tuned.pinned().alpha_selection.nystrom_eigenvalues is None  # other features, X L
@@ -380,6 +380,6 @@ def test_the_criterions_spectrum_serves_only_the_kernel_it_scored():
 
     by_rule = dataclasses.replace(tuned, by_rule=True)
     for bandwidth, kept in [(1.0, True), (0.9, False)]:  # the rule's bandwidth on the subset's rows
-        resolved = FitPlan(Gaussian(bandwidth=bandwidth), bandwidth, None, Policy(), False)
+        resolved = FitPlan(Gaussian(bandwidth=bandwidth), bandwidth, None, Policy())
         applied = applied_tuning(by_rule, resolved)
         assert (applied.alpha_selection.nystrom_eigenvalues is spectrum) == kept

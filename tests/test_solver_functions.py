@@ -81,7 +81,7 @@ def test_eigenpro2_on_every_operator_kind():
     solutions = {}
     for kind, operator in _operators(X, X).items():
         generator = torch.Generator().manual_seed(0)
-        plan = _plan(4, alpha=0.1, column_block_for=lambda batch: COLUMN_BLOCK, generator=generator)
+        plan = _plan(4, ridge=0.1, column_block_for=lambda batch: COLUMN_BLOCK, generator=generator)
         result = solve_eigenpro2(operator, Targets(Y), plan)
         assert result.history[-1]["train_loss"] < 0.5 * result.history[0]["train_loss"], kind
         solutions[kind] = result.coef

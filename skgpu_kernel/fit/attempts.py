@@ -1,5 +1,6 @@
 """The attempts of the one fallback loop: what a fallback changes, what an attempt ran, what it produced."""
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +66,17 @@ class Attempt:
     batch_size: int | None = None
     coef_init: torch.Tensor | None = None
     n_refits: int = 0
+
+    def planning(self, parameters):
+        """``parameters`` as this attempt plans with them: a fallback's cache, components and batch in place."""
+        changes = {
+            "cache_kernel": self.cache_kernel,
+            "cache_dtype": self.cache_dtype,
+            "n_components": self.n_components,
+            "batch_size": self.batch_size,
+        }
+        changed = {name: value for name, value in changes.items() if value is not None}
+        return dataclasses.replace(parameters, **changed) if changed else parameters
 
     def record(self):
         """What ``fit_attempts_`` keeps of it."""

@@ -46,7 +46,7 @@ def run_every_point_cg(context, attempt):
     :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows the fit is
     solved directly instead.
     """
-    runtime, parameters, data = context.runtime, context.prepared.parameters, context.prepared
+    runtime, parameters, data = context.runtime, context.parameters, context.prepared
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
@@ -70,7 +70,7 @@ def run_every_point_cg(context, attempt):
             f"randomly pivoted Cholesky factor of K down to alpha ({time.perf_counter() - tic:.1f} s), "
             f"{cg_plan.fit.describe()}"
         )
-    coef_init = None if data.coef_init is None else context.starting_coef(rows.problem.n_rows)
+    coef_init = None if context.coef_init is None else context.starting_coef(rows.problem.n_rows)
     # CG's residual on this square system is not monotone (CG lowers the error's
     # A-norm), so no stall rule reads it: its own objective stops it below float64.
     cg_settings = _cg_settings(parameters, runtime, square_system=True)
@@ -115,7 +115,7 @@ def _check_cg_conditioned(context, condition):
         f"(> {CG_MAX_CONDITION:g}): EigenPro 2 fits it instead"
     )
     if context.runtime.log is not None:
-        context.runtime.log(f"[{context.prepared.parameters.name}] {reason}")
+        context.runtime.log(f"[{context.parameters.name}] {reason}")
     raise FallbackNeeded(Fallback(reason, solver="eigenpro"))
 
 
@@ -142,20 +142,20 @@ def run_centers_cg(context, attempt):
     rows = centers_row_blocks(context, operator, centers)
     if runtime.log is not None:
         runtime.log(
-            f"[{prepared.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
+            f"[{context.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
             f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
         )
-    coef_init = None if prepared.coef_init is None else prepared.coef_init.to(context.device)
+    coef_init = None if context.coef_init is None else context.coef_init.to(context.device)
     shares = None if prepared.center_shares is None else torch.as_tensor(prepared.center_shares)
-    cg_settings = _cg_settings(prepared.parameters, runtime)
-    plan = CGPlan(prepared.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
+    cg_settings = _cg_settings(context.parameters, runtime)
+    plan = CGPlan(context.alpha, cg_settings, coef_init=coef_init, center_shares=shares)
     solved = context.reported(solve_centers_cg(rows, Targets(Y, weights), plan))
     if attempt.n_refits < CG_FALLBACK_REFITS:
         refit = _centers_cg_refit(context, solved)
         if refit is not None:
             return KernelFitResult(None, fallback=refit)
     coef = solved.coef.to(runtime.dtype)
-    _warn_if_unfinished(solved, runtime.dtype, prepared.parameters, "on the centers")
+    _warn_if_unfinished(solved, runtime.dtype, context.parameters, "on the centers")
     result = _cg_loop_result(solved, coef, _centers_held_out_score(context, centers))
     device_cache = context.prediction_tensors(kernel.prepare_centers(centers), coef, operator.plan, operator.codes)
     return KernelFitResult(result, None, None, {}, prepared.centers, device_cache, operator=stored_plan(operator, rows))
@@ -178,7 +178,7 @@ def _centers_held_out_score(context, centers):
 
 def _centers_cg_refit(context, solved):
     """The refit with a larger penalty where rounding broke CG down above its stated residual, else None."""
-    dtype, alpha, parameters = context.runtime.dtype, context.prepared.alpha, context.prepared.parameters
+    dtype, alpha, parameters = context.runtime.dtype, context.alpha, context.parameters
     residual = _unfinished_residual(solved, dtype, parameters)
     if residual is None or solved.stop not in _ROUNDING_STOPS:
         return None

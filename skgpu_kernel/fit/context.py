@@ -28,8 +28,13 @@ class AttemptContext:
     runs read it, none extends it.
     """
 
-    def __init__(self, prepared, runtime, events):
+    def __init__(self, prepared, runtime, events, attempt):
         self.prepared, self.runtime = prepared, runtime
+        # What the attempt changes of the prepared fit, which stays as prepared: its penalty,
+        # the parameters a fallback plans with, the coefficients it starts from.
+        self.alpha = attempt.alpha
+        self.parameters = attempt.planning(prepared.parameters)
+        self.coef_init = prepared.coef_init if attempt.coef_init is None else attempt.coef_init
         self.kernel, self.device = prepared.kernel, runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
@@ -63,7 +68,7 @@ class AttemptContext:
 
     def planning(self, subsample_size=None):
         """What the layout planners read: the estimator's parameters, with another ``subsample_size`` if given."""
-        planning = self.prepared.parameters
+        planning = self.parameters
         return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
 
     def on_subsample(self, layout, layout_for, compute):
@@ -110,7 +115,7 @@ class AttemptContext:
         self.events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
         why = f"out of memory in a step of {batch_size} rows ({reason}): refit with batch_size {halved}"
         if self.runtime.log is not None:
-            self.runtime.log(f"[{self.prepared.parameters.name}] {why}")
+            self.runtime.log(f"[{self.parameters.name}] {why}")
         raise FallbackNeeded(Fallback(why, batch_size=halved))
 
     def cached_or_planned_again(self, fill, plan, what):
@@ -185,11 +190,11 @@ class AttemptContext:
 
     def ridge(self):
         """``alpha`` on the scale of the normalised weights (``weights / weights.max()``) the loops see."""
-        return self.prepared.alpha / float(self.prepared.weights.max())
+        return self.alpha / float(self.prepared.weights.max())
 
     def starting_coef(self, n_coefficients):
         """The warm start's coefficients, or zeros, on the device."""
-        coef = self.prepared.coef_init
+        coef = self.coef_init
         if coef is None:
             coef = torch.zeros(n_coefficients, self.prepared.Y.shape[1], dtype=self.runtime.dtype)
         return coef.to(self.device, self.runtime.dtype)
@@ -220,10 +225,10 @@ class AttemptContext:
 
     def given_batch(self, n_rows):
         """The user's batch (bounded by ``n_rows``), or None when it is to be measured."""
-        batch_size = self.prepared.parameters.batch_size
+        batch_size = self.parameters.batch_size
         return None if batch_size == "auto" else min(batch_size, n_rows)
 
     def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):
         """What EigenPro's preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
-        parameters = self.prepared.parameters
+        parameters = self.parameters
         return SpectralSettings(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)

@@ -39,7 +39,7 @@ def _run_eigenpro(stages):
     each stage does for its model; this function runs them in order.
     """
     context = stages.context
-    runtime, parameters = context.runtime, context.prepared.parameters
+    runtime, parameters = context.runtime, context.parameters
     layout = stages.layout()
     measured = stages.capacity(layout)
     capacity = measured.batch
@@ -134,7 +134,7 @@ class _EigenPro2Stages:
         )
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.context.prepared.parameters)
+        return plan_eigenpro2(layout, capacity, critical_batch, self.context.parameters)
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
@@ -151,8 +151,8 @@ class _EigenPro2Stages:
         solver_plan = dataclasses.replace(
             solver_plan,
             progress=progress,
-            coef_init=None if data.coef_init is None else context.starting_coef(self.problem.n_rows),
-            alpha=context.ridge(),
+            coef_init=None if context.coef_init is None else context.starting_coef(self.problem.n_rows),
+            ridge=context.ridge(),
             column_block_for=layout.column_block,
             generator=context.runtime.generator,
         )
@@ -249,7 +249,7 @@ class _EigenPro3Stages:
         return agree_on_object(spectrum, context.runtime.group, context.device)
 
     def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.context.prepared.parameters)
+        return plan_eigenpro3(layout, capacity, critical_batch, self.context.parameters)
 
     def prepare(self, plan):
         """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""

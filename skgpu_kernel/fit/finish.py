@@ -31,10 +31,9 @@ class KernelFitResult:
         How the products were computed (grid, cache, shards, streaming).
     fallback : Fallback or None
         The attempt a path asks the driver to run next (:func:`~skgpu_kernel.fit.solve.run_solver`).
-    solver : {"eigenpro", "cg", "direct"}
-        The solver of the attempt that produced the model (set by the driver).
-    alpha : float
-        Its penalty.
+    attempt : Attempt or None
+        The attempt that produced the model (set by the driver): its ``solver``
+        (``solver_``: a registered solver's name) and its ``alpha`` (``alpha_``).
     attempts : list of dict
         The fit's record of what was tried, in order (set by the driver): the
         events earlier stages reported, then every solver run the driver made, the
@@ -89,8 +88,7 @@ class KernelFitResult:
     device_cache: object = None
     operator: object = None
     fallback: object = None
-    solver: str | None = None
-    alpha: float | None = None
+    attempt: object = None
     attempts: list = dataclasses.field(default_factory=list)
     check: dict | None = None
     alpha_selection: object = None
@@ -109,6 +107,16 @@ class KernelFitResult:
     iteration: int = 0
     temperature: float | None = None
     calibration: str | None = None
+
+    @property
+    def solver(self):
+        """The solver of the attempt that produced the model."""
+        return None if self.attempt is None else self.attempt.solver
+
+    @property
+    def alpha(self):
+        """The penalty of the attempt that produced the model."""
+        return None if self.attempt is None else self.attempt.alpha
 
     @property
     def decisions(self):

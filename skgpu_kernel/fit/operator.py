@@ -124,7 +124,7 @@ class EveryPointOperators:
             # Out of memory halves the plan's batch; CG has none (its row blocks are the plan's).
             rows = plan.batch_size if result.batch_size is None else min(result.batch_size, plan.batch_size)
             rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
-        runtime.log(f"[{self.context.prepared.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
+        runtime.log(f"[{self.context.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
     def _caches(self, plan, operators):
         """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
@@ -142,7 +142,7 @@ class EveryPointOperators:
             entries = filled_entries(n_rows, n_columns, plan.row_block, symmetric=True)
             entries += 0 if held_out is None else held_out.values.numel()
             log(
-                f"[{self.context.prepared.parameters.name}] kernel cached: {rows} x {n_columns}, "
+                f"[{self.context.parameters.name}] kernel cached: {rows} x {n_columns}, "
                 f"{self.operator_plan.describe()}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
         return _EveryPointOperatorPair(train, held_out)

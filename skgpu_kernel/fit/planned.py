@@ -67,10 +67,8 @@ def run_planned(context, attempt, solver):
         raise FallbackNeeded(Fallback(reason, solver="cg"))
     coef = solved.coef.to(runtime.dtype)
     if runtime.log is not None:
-        where = f"device={device}, dtype={runtime.dtype}"
-        runtime.log(
-            f"[{data.parameters.name}] {where}, solver {solver.name}: K + alpha W^-1 solved on {targets.shape[0]} rows"
-        )
+        where = f"[{context.parameters.name}] device={device}, dtype={runtime.dtype}"
+        runtime.log(f"{where}, solver {solver.name}: K + alpha W^-1 solved on {targets.shape[0]} rows")
     # The prediction tensors hold the rows as every path does: centred in the fit's dtype.
     device_cache = context.prediction_tensors(kernel.prepare_centers(context.to_device.centred(uncentred)), coef)
     return KernelFitResult(dataclasses.replace(solved, coef=coef), centers=centers, device_cache=device_cache)

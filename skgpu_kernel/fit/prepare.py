@@ -215,8 +215,9 @@ def fits_joint_intercept(fit_intercept, alpha, validation):
 class PreparedFit:
     """The prepare stage's output: the host rows and settings every solver's run reads.
 
-    An attempt changes it (its penalty, parameters, starting coefficients:
-    :func:`~skgpu_kernel.fit.solve.run_solver`).
+    Every attempt reads it as prepared: what an attempt changes (its penalty, the
+    parameters a fallback plans with, its starting coefficients) is on the attempt's
+    context (:class:`~skgpu_kernel.fit.context.AttemptContext`).
 
     Attributes
     ----------
@@ -258,7 +259,6 @@ class PreparedFit:
     bandwidth : float or None
     offset : ndarray or None
         Feature means subtracted before a translation-invariant kernel.
-    alpha : float
     validation_score : callable
         ``validation_score(predictions, targets)`` of predictions of the centred
         targets, the intercept added back.
@@ -291,7 +291,6 @@ class PreparedFit:
     kernel: object
     bandwidth: float | None
     offset: np.ndarray | None
-    alpha: float
     validation_score: Callable
     parameters: object
     nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
@@ -345,7 +344,6 @@ def prepare(request, runtime, plan):
         kernel=kernel,
         bandwidth=bandwidth,
         offset=kernel_offset(kernel, X),
-        alpha=policy.alpha,
         validation_score=_with_intercept(parameters.validation_score, intercept),
         parameters=parameters,
         nystrom_eigenvalues=_tuned_spectrum(plan, kernel),

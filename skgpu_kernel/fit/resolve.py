@@ -39,9 +39,8 @@ class FitPlan:
         The request's rows with ``n_centers="auto"`` counted.
     policy : KernelFitPolicy
         The policy of :func:`~skgpu_kernel.planning.kernel_policy.plan_kernel_fit`;
-        tuned: ``alpha`` settled.
-    streamed : bool
-        EigenPro 3 reads the rows in buffers.
+        tuned: ``alpha`` settled.  Its problem says whether EigenPro 3 reads the
+        rows in buffers (:attr:`streamed`).
     tuned : bool
         The tune stage has chosen the bandwidth and the penalty (the fields
         below, :data:`TUNING_FIELDS`).
@@ -67,7 +66,6 @@ class FitPlan:
     bandwidth: float | None
     data: KernelFitInput
     policy: object
-    streamed: bool
     tuned: bool = False
     bandwidth_selection: object = None
     alpha_selection: object = None
@@ -81,6 +79,11 @@ class FitPlan:
     def solver(self):
         """The solver the driver starts with: "direct" for a factored solve, else the tuned policy's."""
         return "direct" if self.direct == DIRECT_FACTORED else self.policy.solver
+
+    @property
+    def streamed(self):
+        """EigenPro 3 reads the rows in buffers (the policy's problem says so)."""
+        return self.policy.streamed
 
     @property
     def fitted_bandwidth(self):
@@ -125,7 +128,7 @@ def resolve(request, runtime):
         solver_attempt(parameters.solver, data.uses_centers)
     streamed = data.uses_centers and streams_rows(data.X, data.Y.shape[1], runtime)
     policy = plan_kernel_fit(policy_problem(data, runtime, kernel, streamed), runtime.budget, parameters)
-    return FitPlan(kernel, bandwidth, data, policy, streamed)
+    return FitPlan(kernel, bandwidth, data, policy)
 
 
 def policy_problem(data, runtime, kernel, streamed):

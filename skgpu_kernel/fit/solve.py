@@ -49,7 +49,7 @@ def solve(request, runtime, plan):
 def _solved_model(request, runtime, plan):
     """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
     prepared = prepare(request, runtime, plan)
-    outcome = run_solver(plan.solver, prepared, runtime)
+    outcome = run_solver(Attempt(plan.solver, plan.policy.alpha), prepared, runtime)
     return finished_model(outcome, prepared, plan, runtime)
 
 
@@ -82,8 +82,7 @@ def _direct_model(request, runtime, plan):
         Solution.direct(coef),
         centers=centers,
         device_cache=device_cache,
-        solver=attempt.solver,
-        alpha=attempt.alpha,
+        attempt=attempt,
         attempts=[*runtime.memory_events, attempt.record()],
         check=check.record(),
     )
@@ -100,8 +99,8 @@ def _direct_model(request, runtime, plan):
     )
 
 
-def run_solver(solver, prepared, runtime):
-    """Run ``solver`` on the prepared fit, then every fallback it asks for: the one driver of the kernel solvers.
+def run_solver(attempt, prepared, runtime):
+    """Run the planned ``attempt`` on the prepared fit, then every fallback it asks for: the one driver of the solvers.
 
     Each attempt runs the path the registry (:func:`~skgpu_kernel.fit.registry.solver_attempt`) gives for the
     solver and the data (centers or every point).  A path asks for a fallback by
@@ -124,10 +123,10 @@ def run_solver(solver, prepared, runtime):
     Returns
     -------
     KernelFitResult
-        The last attempt's, with its ``solver`` and ``alpha``, ``attempts`` (the
-        record) and ``check``.
+        The last attempt's, with the ``attempt`` (its solver and penalty),
+        ``attempts`` (the record) and ``check``.
     """
-    attempt, attempts = Attempt(solver, prepared.alpha), []
+    attempts = []
     record = list(runtime.memory_events)  # what earlier stages of the fit shrank (feature learning's fits and AGOP)
     while True:
         attempts.append(attempt)
@@ -160,7 +159,7 @@ def run_solver(solver, prepared, runtime):
 
 def _as_run(outcome, attempt, record):
     """``outcome`` with the attempt that produced it and the fit's record of what was tried."""
-    return dataclasses.replace(outcome, solver=attempt.solver, alpha=attempt.alpha, attempts=list(record))
+    return dataclasses.replace(outcome, attempt=attempt, attempts=list(record))
 
 
 def _warn_of(fallback, attempt, requested):
@@ -231,21 +230,9 @@ def _trivial_model(outcome, attempts):
 
 
 def _run_attempt(attempt, prepared, runtime, events):
-    """One attempt: its path built on the prepared fit as the attempt changes it, run; a raised fallback returned."""
-    if attempt.coef_init is not None:
-        prepared = dataclasses.replace(prepared, coef_init=attempt.coef_init)
-    parameters = prepared.parameters
-    if attempt.cache_kernel is not None:
-        parameters = dataclasses.replace(parameters, cache_kernel=attempt.cache_kernel)
-    if attempt.cache_dtype is not None:
-        parameters = dataclasses.replace(parameters, cache_dtype=attempt.cache_dtype)
-    if attempt.n_components is not None:
-        parameters = dataclasses.replace(parameters, n_components=attempt.n_components)
-    if attempt.batch_size is not None:
-        parameters = dataclasses.replace(parameters, batch_size=attempt.batch_size)
-    prepared = dataclasses.replace(prepared, alpha=attempt.alpha, parameters=parameters)
+    """One attempt: its path run on the prepared fit with what the attempt changes; a raised fallback returned."""
     run = solver_attempt(attempt.solver, prepared.centers is not None)
     try:
-        return run(AttemptContext(prepared, runtime, events), attempt)
+        return run(AttemptContext(prepared, runtime, events, attempt), attempt)
     except FallbackNeeded as needed:
         return KernelFitResult(None, fallback=needed.fallback)

@@ -45,10 +45,10 @@ class EigenProPlan:
         The starting coefficients, updated in place.  None: zeros (EigenPro 2: a
         fresh start, whose first epoch visits the rows in order; EigenPro 3 needs
         them given).
-    alpha : float
-        EigenPro 2's ridge penalty on the scale of the normalised weights: the
-        iteration solves ``(K + alpha W^-1) a = Y``, the normal equations of
-        ``sum_i w_i (f(x_i) - y_i)^2 + alpha ||f||^2``.
+    ridge : float
+        EigenPro 2's penalty ``alpha`` on the scale of the normalised weights
+        (``alpha / max(w)``): the iteration solves ``(K + ridge W^-1) a = Y``, the
+        normal equations of ``sum_i w_i (f(x_i) - y_i)^2 + ridge ||f||^2``.
     column_block_for : callable or None
         EigenPro 2: ``column_block_for(batch_size) -> int`` columns per kernel block.
     generator : torch.Generator or None
@@ -64,7 +64,7 @@ class EigenProPlan:
     progress: Progress
     preconditioner: object = None
     coef_init: torch.Tensor | None = None
-    alpha: float = 0.0
+    ridge: float = 0.0
     column_block_for: Callable | None = None
     generator: torch.Generator | None = None
     projection: object = None
@@ -160,16 +160,16 @@ def _step(operator, targets, coef, batch, active, leading, plan):
     Everything that allocates happens here, so an out-of-memory error leaves the
     coefficients untouched.
     """
-    weights, alpha = targets.weights, plan.alpha
+    weights, ridge = targets.weights, plan.ridge
     products = operator.matmul(coef[:active], rows=batch, leading=leading)
     predictions, subsample_block = products if leading else (products, None)
     penalty = 0.0
-    if alpha:
-        # The batch's share of the penalty alpha a^T K a, and its gradient alpha a_B.
-        penalty = alpha * (coef[batch] * predictions).sum()
+    if ridge:
+        # The batch's share of the penalty ridge a^T K a, and its gradient ridge a_B.
+        penalty = ridge * (coef[batch] * predictions).sum()
     residual = predictions.sub_(targets.Y[batch])
     weighted = residual if weights is None else residual * weights[batch, None]
-    if alpha:
-        weighted = weighted + alpha * coef[batch]
+    if ridge:
+        weighted = weighted + ridge * coef[batch]
     correction = plan.preconditioner.correction(subsample_block, weighted) if leading else None
     return residual, weighted, correction, penalty
