@@ -634,6 +634,11 @@ def searches_bandwidth(kernel, bandwidth):
     return isinstance(kernel, RadialKernel) and kernel.bandwidth == "auto"
 
 
+def bandwidth_of(kernel):
+    """A resolved kernel's bandwidth: its own for a radial kernel, None for one without (as :func:`make_kernel`)."""
+    return kernel.bandwidth if isinstance(kernel, RadialKernel) else None
+
+
 def make_kernel(kernel, bandwidth, kernel_params, X):
     """Resolve an estimator's ``kernel`` parameter into a :class:`Kernel` instance.
 

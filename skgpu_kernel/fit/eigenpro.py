@@ -306,7 +306,7 @@ class _EigenPro3Stages:
     def _batches(self, plan):
         context = self.context
         data, runtime = context.prepared, context.runtime
-        if plan.streamed:
+        if self.operator_plan.streamed:
             sources = [as_row_source(data.X, "X"), as_row_source(data.Y, "y")]
             if unequal_weights(data.weights) is not None:
                 sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..kernels import bandwidth_of
 from ..solvers.solution import Solution
 
 
@@ -49,7 +50,7 @@ class KernelFitResult:
     bandwidth_selection : BandwidthSelection or None
     early_stopping : bool
     kernel : Kernel
-    bandwidth : float or None
+        The kernel fitted with (its bandwidth is :attr:`bandwidth`).
     offset : ndarray or None
     intercept : ndarray of shape (l,)
     order : ndarray
@@ -95,7 +96,6 @@ class KernelFitResult:
     bandwidth_selection: object = None
     early_stopping: bool = False
     kernel: object = None
-    bandwidth: float | None = None
     offset: np.ndarray | None = None
     intercept: np.ndarray | None = None
     order: np.ndarray | None = None
@@ -107,6 +107,11 @@ class KernelFitResult:
     iteration: int = 0
     temperature: float | None = None
     calibration: str | None = None
+
+    @property
+    def bandwidth(self):
+        """The bandwidth fitted with: the kernel's own (None for a kernel without one)."""
+        return bandwidth_of(self.kernel)
 
     @property
     def solver(self):
@@ -135,7 +140,7 @@ class KernelFitResult:
             "kernel_grid_step_": None if operator is None else operator.grid_step,
             "subsample_size_": None if plan is None else plan.subsample_size,
             "projection_": None if plan is None else plan.projection,
-            "streamed_": plan is not None and plan.streamed,
+            "streamed_": operator is not None and operator.streamed,
             "n_temporary_centers_": 0 if plan is None else plan.n_temporary,
             "batch_capacity_": None,
             "top_eigenvalues_": None,
@@ -213,7 +218,6 @@ def finished_model(outcome, prepared, plan, runtime):
         outcome,
         plan,
         kernel=prepared.kernel,
-        bandwidth=prepared.bandwidth,
         offset=prepared.offset,
         intercept=intercept,
         order=prepared.order,
@@ -225,9 +229,9 @@ def finished_model(outcome, prepared, plan, runtime):
 def fit_result(outcome, plan, **model):
     """What the shell stores: the driver's result, with the tune stage's selections without their solutions.
 
-    ``model``: what the model was fitted with, by name: ``kernel``, ``bandwidth``,
-    ``offset``, ``intercept``, ``order`` (the shuffle), ``early_stopping`` and
-    ``center_rows`` (the rows of the fit's data the centers are; None: the user's).
+    ``model``: what the model was fitted with, by name: ``kernel``, ``offset``,
+    ``intercept``, ``order`` (the shuffle), ``early_stopping`` and ``center_rows``
+    (the rows of the fit's data the centers are; None: the user's).
     """
     selection, search = plan.alpha_selection, plan.bandwidth_selection
     return dataclasses.replace(

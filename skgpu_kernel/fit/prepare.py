@@ -9,7 +9,7 @@ import torch
 
 from .._warnings import warn_user
 from ..blockwise import taken_on_device
-from ..kernels import make_kernel
+from ..kernels import bandwidth_of, make_kernel
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..planning.solver import full_kernel_cg_factors
 from ..row_sources import is_out_of_core
@@ -256,7 +256,7 @@ class PreparedFit:
         The weighted mean subtracted from the targets (the finish stage adds the
         joint intercept's shift to it).
     kernel : Kernel
-    bandwidth : float or None
+        The kernel fitted with (its bandwidth: :attr:`bandwidth`).
     offset : ndarray or None
         Feature means subtracted before a translation-invariant kernel.
     validation_score : callable
@@ -289,11 +289,15 @@ class PreparedFit:
     train: np.ndarray | None
     intercept: np.ndarray
     kernel: object
-    bandwidth: float | None
     offset: np.ndarray | None
     validation_score: Callable
     parameters: object
     nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def bandwidth(self):
+        """The bandwidth fitted with: the kernel's own (None for a kernel without one)."""
+        return bandwidth_of(self.kernel)
 
     def of_data(self, indices):
         """``indices`` into the training rows as indices into the fit's rows."""
@@ -306,14 +310,13 @@ def prepare(request, runtime, plan):
     Random draws in a fixed order: the validation split, then the shuffle.
     """
     parameters, data, kernel, policy = request.parameters, plan.data, plan.kernel, plan.policy
-    bandwidth = plan.fitted_bandwidth
     train, held_out = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
     training = data if train is None else rows_of(data, train)
     validation = None if held_out is None else rows_of(data, held_out)
     X, Y, weights = training.X, training.Y, training.weights
     intercept = target_intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and plan.by_rule:  # the bandwidth rule reads the rows the model is fitted on
-        kernel, bandwidth = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
+        kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     order = runtime.rng.permutation(X.shape[0])
     factored_cg = plan.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
     centers = Centers.of(data, X, order, every_point=factored_cg)
@@ -342,7 +345,6 @@ def prepare(request, runtime, plan):
         train=train,
         intercept=intercept,
         kernel=kernel,
-        bandwidth=bandwidth,
         offset=kernel_offset(kernel, X),
         validation_score=_with_intercept(parameters.validation_score, intercept),
         parameters=parameters,

@@ -85,11 +85,6 @@ class FitPlan:
         """EigenPro 3 reads the rows in buffers (the policy's problem says so)."""
         return self.policy.streamed
 
-    @property
-    def fitted_bandwidth(self):
-        """The bandwidth fitted with: the rule's where no search chose it."""
-        return self.bandwidth if self.by_rule else self.kernel.bandwidth
-
     def solves(self, X):
         """Whether the penalty criterion's solution is a model of the rows ``X``.
 

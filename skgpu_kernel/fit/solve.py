@@ -59,7 +59,7 @@ def _direct_model(request, runtime, plan):
     The criterion scored every row as a feature, in the order of ``tuning.scored_rows``:
     those rows are the centers, its coefficients the model's.
     """
-    data, parameters, bandwidth = plan.data, request.parameters, plan.fitted_bandwidth
+    data, parameters = plan.data, request.parameters
     kernel, selection, order = plan.kernel, plan.alpha_selection, plan.scored_rows
     offset = kernel_offset(kernel, data.X)
     to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)
@@ -90,7 +90,6 @@ def _direct_model(request, runtime, plan):
         outcome,
         plan,
         kernel=kernel,
-        bandwidth=bandwidth,
         offset=offset,
         intercept=intercept,
         order=order,

@@ -295,7 +295,7 @@ class KernelFitPlan:
     batch_size : int
     column_block : int
         Columns of a kernel block at ``batch_size``.
-    streamed, cached : bool
+    cached : bool
     projection : {"exact", "iterative"} or None
     cache_centers : bool
     n_temporary : int
@@ -318,7 +318,6 @@ class KernelFitPlan:
     batch_size: int
     column_block: int
     memory: MemoryAccount
-    streamed: bool = False
     cached: bool = False
     projection: str | None = None
     cache_centers: bool = False
@@ -338,7 +337,7 @@ class KernelFitPlan:
             layout = "EigenPro 2, kernel " + (cached if self.cached else "computed per batch")
         else:
             layout = (
-                f"EigenPro 3{' streamed' if self.streamed else ''}, {self.projection} projection, kernel "
+                f"EigenPro 3, {self.projection} projection, kernel "
                 f"{'cached' if self.cached else 'computed per batch'}, {self.n_temporary} temporary centers"
             )
         return (
@@ -451,7 +450,6 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
     return fit_plan(
         "eigenpro3",
         (layout, capacity, batch_size, account),
-        streamed=problem.streamed,
         cache_itemsize=problem.itemsize if layout.cached else 0,
         projection=projection,
         cache_centers=layout.cache_centers,
