@@ -344,3 +344,31 @@ def test_warnings_raised_deep_in_a_fit_name_the_callers_line():
     # n_centers above n (the kernel pipeline) and a batch above the buffer (the BMGD planner).
     assert messages["n_centers=100"] == "test_layers.py"
     assert messages["batch_size=500"] == "test_layers.py"
+
+
+# Issue 79 item 1, in part: what planning needs measured of a kernel fit's operator (its
+# grid and int8 speed) and of the device (the batch capacity) is measured by the fit's
+# one step, AttemptContext's, whatever the solver.
+MEASUREMENTS = ("measure_operator", "measure_batch_capacity")
+
+
+def _callers(names):
+    """``{name: {"module:function", ...}}``: every function of the package that calls ``name``."""
+    found = {name: set() for name in names}
+    for path in PACKAGE.rglob("*.py"):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                    if name in found:
+                        found[name].add(f"{path.relative_to(PACKAGE)}:{function.name}")
+    return found
+
+
+def test_the_kernel_fit_measures_the_operator_and_the_batch_in_one_place():
+    assert _callers(MEASUREMENTS) == {
+        "measure_operator": {"fit/context.py:measured"},
+        "measure_batch_capacity": {"fit/context.py:batch_capacity"},
+    }

@@ -9,10 +9,9 @@ from sklearn.exceptions import ConvergenceWarning
 from .._validation import unequal_weights
 from .._warnings import warn_user
 from ..cg_preconditioner import PenalisedRows, shifted_condition, shifted_rpcholesky_preconditioner
-from ..operators import measure_operator
 from ..operators.row_blocks import center_operator
 from ..out_of_memory import in_row_blocks
-from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.operator import operator_problem, plan_operator
 from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
 from ..preconditioner import nystrom_eigenvalues
@@ -133,8 +132,7 @@ def run_centers_cg(context, attempt):
     weights = prepared.weights
     weights = None if unequal_weights(weights) is None else to_device(weights[prepared.order], center=False)
     problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=prepared.centers_from_data)
-    centers_to_check = None if prepared.centers_from_data else centers
-    measurements = measure_operator(kernel, X, operator_probe_shape(problem), centers_to_check)
+    measurements = context.measured(problem, X, None if prepared.centers_from_data else centers)
     problem = operator_problem(problem, measurements)
     choice = plan_centers_solver(problem, runtime.budget, "cg")
     operator_plan = plan_operator(problem, measurements, context.itemsize if choice.stores_kernel else 0)

@@ -8,9 +8,12 @@ from .._validation import unequal_weights
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, measure_batch_capacity, rows_taken
 from ..device import SaturationBatch
+from ..operators import OperatorPlan, measure_operator
 from ..out_of_memory import ShrinkingStage, halvings, out_of_memory_reason, release_cached_memory
 from ..planning.kernel import KernelProblem
+from ..planning.operator import operator_probe_shape
 from ..preconditioner import SpectralSettings
+from ..process_group import agree_on_object
 from .attempts import Fallback, FallbackNeeded
 
 # Out of memory in the preconditioner's eigensystem, the Nystrom subsample is halved
@@ -54,6 +57,21 @@ class AttemptContext:
         if data.center_rows is None or data.X_device is None:
             return self.to_device(data.centers)
         return self.rows(data.center_rows)
+
+    def measured(self, problem, rows, centers=None):
+        """What planning reads of the operator ``K(rows, centers)``, measured once: the one measuring step of a fit.
+
+        The grid ``rows`` (and ``centers``, where they are not rows of them) lie
+        on and the speed of int8 products at the block a cache fill takes
+        (:func:`~skgpu_kernel.operators.measure_operator`), for the operator
+        planner (:func:`~skgpu_kernel.planning.operator.plan_operator`).  Under a
+        process group every rank plans with rank 0's measurements.  Rows that are
+        not on the device (streamed) are measured as on no grid.
+        """
+        if rows is None:
+            return OperatorPlan()
+        measurements = measure_operator(self.kernel, rows, operator_probe_shape(problem), centers)
+        return agree_on_object(measurements, self.runtime.group, self.device)
 
     def shrinking(self, stage, what, sizes):
         """The :class:`~skgpu_kernel.out_of_memory.ShrinkingStage` of a stage of this run.

@@ -9,7 +9,7 @@ import torch
 
 from .._validation import unequal_weights
 from .._warnings import warn_user
-from ..operators import CenterShards, OperatorPlan, center_codes, measure_operator
+from ..operators import CenterShards, center_codes
 from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
@@ -18,7 +18,7 @@ from ..planning.kernel import (
     PROJECTION_TOL,
     preconditioner_target,
 )
-from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.operator import operator_problem, plan_operator
 from ..planning.stopping import plan_stopping
 from ..preconditioner import max_usable_components, plan_preconditioner
 from ..process_group import agree, agree_on_object
@@ -186,17 +186,10 @@ class _EigenPro3Stages:
         self.Z_dev = context.centers()
         self.centers_dev = context.kernel.prepare_centers(self.Z_dev)
         self.X_dev = None if problem.streamed else context.rows(data.order)
-        self.measurements = self._measurements(problem)
+        centers = None if problem.centers_from_data else self.Z_dev
+        self.measurements = context.measured(problem, self.X_dev, centers)
         self.problem = operator_problem(problem, self.measurements)
         self.operator_plan, self.center_codes = None, None
-
-    def _measurements(self, problem):
-        """The operator's measurements (none for streamed rows); rank 0's on every rank, which must agree."""
-        if self.X_dev is None:
-            return OperatorPlan()
-        centers = None if problem.centers_from_data else self.Z_dev
-        measured = measure_operator(self.context.kernel, self.X_dev, operator_probe_shape(problem), centers)
-        return agree_on_object(measured, self.context.runtime.group, self.context.device)
 
     def where(self):
         group = self.context.runtime.group

@@ -12,13 +12,12 @@ from ..operators import (
     CenterOperators,
     OperatorBlocks,
     filled_entries,
-    measure_operator,
 )
 from ..operators.row_blocks import CachedRowBlocks, KernelRowBlocks
 from ..out_of_memory import in_row_blocks
 from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
-from ..planning.operator import operator_probe_shape, operator_problem, plan_operator
+from ..planning.operator import operator_problem, plan_operator
 from ..planning.solver import CG_ROW_BLOCK
 from .request import KernelFitInput
 
@@ -40,7 +39,7 @@ class EveryPointOperators:
         problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
         self.X_dev = context.rows(data.order)
         self.centers_dev = context.kernel.prepare_centers(self.X_dev)
-        self.measurements = measure_operator(context.kernel, self.X_dev, operator_probe_shape(problem))
+        self.measurements = context.measured(problem, self.X_dev)
         self.problem = operator_problem(problem, self.measurements)
         # The operator plan once the layout is known, and the rows' grid codes where it takes the grid.
         self.operator_plan, self.center_codes = None, None
