@@ -14,43 +14,47 @@ from sklearn.exceptions import ConvergenceWarning
 CG_FALLBACK_REFITS = 3
 
 
+# What a fallback may change of the attempt before it (fields of Attempt).
+FALLBACK_CHANGES = ("solver", "alpha", "cache_kernel", "cache_dtype", "n_components", "batch_size", "coef_init")
+
+
 @dataclass(frozen=True)
 class Fallback:
     """A new attempt a path asks the driver to run instead of, or after, its own: what changes and why.
+
+    Made by :meth:`of`.  The next attempt is the last one with ``changes``
+    (:meth:`Attempt.after`): the solver, the penalty, the cache or its dtype the
+    fit plans with, EigenPro's preconditioner components or batch, the
+    coefficients to start from (None unless given: the fit's warm start).
 
     Attributes
     ----------
     reason : str
         Why, in a few words (recorded in ``fit_attempts_``).
-    solver : str or None
-        The solver to run (None: the same).
-    alpha : float or None
-        The penalty to run with (None: the same).
-    cache_kernel : bool or None
-        ``cache_kernel`` to plan with (None: the estimator's).
-    cache_dtype : str or None
-        ``kernel_cache_dtype`` to plan with (None: the estimator's).
-    n_components : int or None
-        EigenPro's preconditioner components (None: the estimator's).
-    batch_size : int or None
-        EigenPro's batch (None: the estimator's ``batch_size``).
-    coef_init : Tensor or None
-        Coefficients to start from (None: the fit's warm start, if any).
+    changes : dict
+        The :class:`Attempt` fields that change, by name (:data:`FALLBACK_CHANGES`).
     warning : str or None
         Raised as a ``ConvergenceWarning`` (or ``category``) when the driver takes it.
     category : type
     """
 
     reason: str
-    solver: str | None = None
-    alpha: float | None = None
-    cache_kernel: object = None
-    cache_dtype: str | None = None
-    n_components: int | None = None
-    batch_size: int | None = None
-    coef_init: torch.Tensor | None = None
+    changes: dict
     warning: str | None = None
     category: type = ConvergenceWarning
+
+    @classmethod
+    def of(cls, reason, warning=None, category=ConvergenceWarning, **changes):
+        """The fallback that changes ``changes`` (names of :data:`FALLBACK_CHANGES`) for ``reason``."""
+        unknown = set(changes) - set(FALLBACK_CHANGES)
+        if unknown:
+            raise TypeError(f"a fallback changes {FALLBACK_CHANGES}, not {sorted(unknown)}")
+        return cls(reason, changes, warning, category)
+
+    @property
+    def solver(self):
+        """The solver it asks for (None: the same)."""
+        return self.changes.get("solver")
 
 
 @dataclass(frozen=True)
@@ -83,19 +87,11 @@ class Attempt:
         return {"solver": self.solver, "alpha": self.alpha, "reason": self.reason}
 
     def after(self, fallback):
-        """The attempt ``fallback`` asks for after this one."""
-        refit = fallback.solver in (None, self.solver)
-        return Attempt(
-            solver=fallback.solver or self.solver,
-            alpha=self.alpha if fallback.alpha is None else fallback.alpha,
-            reason=fallback.reason,
-            cache_kernel=self.cache_kernel if fallback.cache_kernel is None else fallback.cache_kernel,
-            cache_dtype=self.cache_dtype if fallback.cache_dtype is None else fallback.cache_dtype,
-            n_components=self.n_components if fallback.n_components is None else fallback.n_components,
-            batch_size=self.batch_size if fallback.batch_size is None else fallback.batch_size,
-            coef_init=fallback.coef_init,
-            n_refits=self.n_refits + 1 if refit and fallback.alpha is not None else self.n_refits,
-        )
+        """The attempt ``fallback`` asks for after this one: this one with its changes, for its reason."""
+        changes = {"coef_init": None, **fallback.changes}  # a refit starts from where it is told, else afresh
+        penalised_refit = changes.get("solver", self.solver) == self.solver and "alpha" in changes
+        n_refits = self.n_refits + 1 if penalised_refit else self.n_refits
+        return dataclasses.replace(self, reason=fallback.reason, n_refits=n_refits, **changes)
 
 
 class FallbackNeeded(Exception):
@@ -125,17 +121,17 @@ def safer_attempt(attempt, outcome, data, dtype, why):
         wider = str(dtype).removeprefix("torch.")
         reason = f"{why}: the 16-bit kernel cache's rounding; refit with the cache in {wider}"
         warning = f"{reason[0].upper()}{reason[1:]} (or computed per product where it does not fit)."
-        return Fallback(reason, cache_dtype=wider, warning=warning)
+        return Fallback.of(reason, cache_dtype=wider, warning=warning)
     n_components = 0 if spectrum is None else spectrum.preconditioner.n_components
     if attempt.solver == "eigenpro" and n_components > 0:
         reason = f"{why}: refit with {n_components // 2} preconditioner components (was {n_components})"
-        return Fallback(reason, n_components=n_components // 2, warning=f"{reason[0].upper()}{reason[1:]}.")
+        return Fallback.of(reason, n_components=n_components // 2, warning=f"{reason[0].upper()}{reason[1:]}.")
     if attempt.n_refits >= CG_FALLBACK_REFITS or (attempt.solver == "eigenpro" and data.centers is not None):
         return None
     larger = larger_penalty(attempt.alpha, dtype, data)
     reason = f"{why}: refit with alpha {larger:.3g} (was {attempt.alpha:.3g})"
     warning = f"{reason[0].upper()}{reason[1:]}; alpha_ holds the penalty used. Set a larger alpha or dtype='float64'."
-    return Fallback(reason, alpha=larger, warning=warning)
+    return Fallback.of(reason, alpha=larger, warning=warning)
 
 
 def larger_penalty(alpha, dtype, data):

@@ -115,7 +115,7 @@ def _check_cg_conditioned(context, condition):
     )
     if context.runtime.log is not None:
         context.runtime.log(f"[{context.parameters.name}] {reason}")
-    raise FallbackNeeded(Fallback(reason, solver="eigenpro"))
+    raise FallbackNeeded(Fallback.of(reason, solver="eigenpro"))
 
 
 def run_centers_cg(context, attempt):
@@ -189,7 +189,7 @@ def _centers_cg_refit(context, solved):
         f"alpha={alpha:.3g}. Refitting from there with alpha={larger:.3g} (alpha_ holds the penalty used); "
         "set a larger alpha or dtype='float64' to keep the fit as asked."
     )
-    return Fallback(reason, alpha=larger, coef_init=solved.coef, warning=warning)
+    return Fallback.of(reason, alpha=larger, coef_init=solved.coef, warning=warning)
 
 
 def _cg_settings(parameters, runtime, square_system=False):

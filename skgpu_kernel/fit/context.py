@@ -134,7 +134,7 @@ class AttemptContext:
         why = f"out of memory in a step of {batch_size} rows ({reason}): refit with batch_size {halved}"
         if self.runtime.log is not None:
             self.runtime.log(f"[{self.parameters.name}] {why}")
-        raise FallbackNeeded(Fallback(why, batch_size=halved))
+        raise FallbackNeeded(Fallback.of(why, batch_size=halved))
 
     def cached_or_planned_again(self, fill, plan, what):
         """``fill()`` the plan's kernel cache ``what``; where the device refuses it, the fit planned again without one.
@@ -153,7 +153,7 @@ class AttemptContext:
                 f"{message[0].upper()}{message[1:]}: the fit is planned again with kernel blocks computed per "
                 "batch. Lower memory_budget or set cache_kernel=False."
             )
-            raise FallbackNeeded(Fallback(message, cache_kernel=False, warning=warning, category=RuntimeWarning))
+            raise FallbackNeeded(Fallback.of(message, cache_kernel=False, warning=warning, category=RuntimeWarning))
 
         return self.shrinking("cache fill", what, ("cached", "evaluated"))(run)
 

@@ -64,7 +64,7 @@ def run_planned(context, attempt, solver):
             f"{attempt.alpha:.3g} below the kernel's rounding, or no room for its n x n matrices): CG on every "
             "point fits it instead"
         )
-        raise FallbackNeeded(Fallback(reason, solver="cg"))
+        raise FallbackNeeded(Fallback.of(reason, solver="cg"))
     coef = solved.coef.to(runtime.dtype)
     if runtime.log is not None:
         where = f"[{context.parameters.name}] device={device}, dtype={runtime.dtype}"

@@ -211,7 +211,7 @@ def _penalised_refit(attempt, prepared, runtime, check):
         f"alpha {alpha:.3g}"
     )
     log_fit(runtime, prepared.parameters, reason)
-    return Fallback(reason, alpha=alpha)
+    return Fallback.of(reason, alpha=alpha)
 
 
 def _trivial_model(outcome, attempts):
