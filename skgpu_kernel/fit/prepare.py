@@ -11,7 +11,6 @@ from .._warnings import warn_user
 from ..blockwise import taken_on_device
 from ..kernels import bandwidth_of, make_kernel
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
-from ..planning.solver import full_kernel_cg_factors
 from ..row_sources import is_out_of_core
 from ..splits import holdout_split
 from .request import KernelFitInput
@@ -318,8 +317,7 @@ def prepare(request, runtime, plan):
     if validation is not None and plan.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     order = runtime.rng.permutation(X.shape[0])
-    factored_cg = plan.solver == "cg" and not data.uses_centers and full_kernel_cg_factors(policy.problem)
-    centers = Centers.of(data, X, order, every_point=factored_cg)
+    centers = Centers.of(data, X, order, every_point=plan.every_row_a_center)
     if centers is not None:
         coef_init = continued_center_coef(data.continuation, centers.rows)
     else:

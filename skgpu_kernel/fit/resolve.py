@@ -81,6 +81,11 @@ class FitPlan:
         return "direct" if self.direct == DIRECT_FACTORED else self.policy.solver
 
     @property
+    def every_row_a_center(self):
+        """The plan runs CG on centers with every training row one (the policy's decision; not a direct solve)."""
+        return self.solver == "cg" and self.policy.cg_on_every_row_as_centers
+
+    @property
     def streamed(self):
         """EigenPro 3 reads the rows in buffers (the policy's problem says so)."""
         return self.policy.streamed

@@ -103,6 +103,17 @@ class KernelFitPolicy:
         """
         return self.solver == "cg" or solves_penalised_system(self.parameters.solver)
 
+    @property
+    def cg_on_every_row_as_centers(self):
+        """CG with a center at every training row runs as CG on centers, every row one: it factors ``K(X, X)``.
+
+        Up to :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows
+        (:func:`~skgpu_kernel.planning.solver.full_kernel_cg_factors`), Falkon's
+        preconditioner on every row; beyond, CG on every point with a subsample
+        preconditioner.
+        """
+        return self.solver == "cg" and not self.uses_centers and full_kernel_cg_factors(self.problem)
+
     def with_alpha(self, alpha):
         """The policy once ``alpha`` is known: the solver and the held-out split settled."""
         solver = self.solver
