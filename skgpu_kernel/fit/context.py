@@ -117,8 +117,9 @@ class AttemptContext:
         driver runs a new attempt with half the batch, from the start (a new plan:
         its steps and step sizes follow the batch) and from the random state this
         attempt started from (the same shuffles, so that the two differ by the
-        batch alone), recorded as the stage ``"epoch batch"``.  Any other error, a batch of one, or a rank of a process
-        group (the others would wait in its collectives) raises the error.
+        batch alone), recorded as the stage ``"epoch batch"``.  Any other error, a
+        batch of one, or a rank of a process group (the others would wait in its
+        collectives) raises the error.
         """
         try:
             return solve()

@@ -95,7 +95,7 @@ class KernelFitPolicy:
         """Whether the fit's solver solves the system ``(K + alpha W^-1) a = y``, which needs ``alpha > 0``.
 
         CG, or any solver the user named other than EigenPro
-        (:func:`~skgpu_kernel.planning.solver.solves_penalised_system`).  Where the
+        (``planning.solver.solves_penalised_system``).  Where the
         criterion's coverage is below ``loo_min_coverage`` (a fit that early
         stopping would otherwise regularise), it takes the criterion's ``alpha`` all
         the same: on centers the bound is 0 anyway; on every point (``solver="cg"``
@@ -107,10 +107,9 @@ class KernelFitPolicy:
     def cg_on_every_row_as_centers(self):
         """CG with a center at every training row runs as CG on centers, every row one: it factors ``K(X, X)``.
 
-        Up to :data:`~skgpu_kernel.planning.solver.FULL_KERNEL_CG_MAX_ROWS` rows
-        (:func:`~skgpu_kernel.planning.solver.full_kernel_cg_factors`), Falkon's
-        preconditioner on every row; beyond, CG on every point with a subsample
-        preconditioner.
+        Up to ``planning.solver.FULL_KERNEL_CG_MAX_ROWS`` rows
+        (``planning.solver.full_kernel_cg_factors``), Falkon's preconditioner on
+        every row; beyond, CG on every point with a subsample preconditioner.
         """
         return self.solver == "cg" and not self.uses_centers and full_kernel_cg_factors(self.problem)
 

@@ -240,7 +240,7 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     budget : int
     solver : str
         ``"auto"``, ``"cg"``, ``"eigenpro"``, or another registered solver's name
-        (:mod:`skgpu_kernel.fit.registry`), which runs as named.
+        (``skgpu_kernel.fit.registry``), which runs as named.
     alpha : float
 
     Returns
