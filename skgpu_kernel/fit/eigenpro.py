@@ -9,6 +9,7 @@ import torch
 
 from .._validation import unequal_weights
 from .._warnings import warn_user
+from ..kernels import bandwidth_of
 from ..operators import CenterShards, center_codes
 from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
 from ..planning.kernel import (
@@ -45,7 +46,7 @@ def _run_eigenpro(stages):
     capacity = measured.batch
     layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
     n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, context.prepared.bandwidth)
+    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, bandwidth_of(context.kernel))
     plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
     for message in plan.warnings:
         warn_user(message, UserWarning)

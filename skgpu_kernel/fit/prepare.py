@@ -9,7 +9,7 @@ import torch
 
 from .._warnings import warn_user
 from ..blockwise import taken_on_device
-from ..kernels import bandwidth_of, make_kernel
+from ..kernels import make_kernel
 from ..out_of_memory import out_of_memory_reason, release_cached_memory
 from ..row_sources import is_out_of_core
 from ..splits import holdout_split
@@ -255,7 +255,7 @@ class PreparedFit:
         The weighted mean subtracted from the targets (the finish stage adds the
         joint intercept's shift to it).
     kernel : Kernel
-        The kernel fitted with (its bandwidth: :attr:`bandwidth`).
+        The kernel fitted with (its bandwidth: ``kernels.bandwidth_of(kernel)``).
     offset : ndarray or None
         Feature means subtracted before a translation-invariant kernel.
     validation_score : callable
@@ -292,11 +292,6 @@ class PreparedFit:
     validation_score: Callable
     parameters: object
     nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
-
-    @property
-    def bandwidth(self):
-        """The bandwidth fitted with: the kernel's own (None for a kernel without one)."""
-        return bandwidth_of(self.kernel)
 
     def of_data(self, indices):
         """``indices`` into the training rows as indices into the fit's rows."""

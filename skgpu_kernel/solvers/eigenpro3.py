@@ -396,11 +396,11 @@ def solve_eigenpro3(operator, targets, plan):
     """
     coef, progress, preconditioner = plan.coef_init, plan.progress, plan.preconditioner
     n, n_outputs = targets.n_rows, coef.shape[1]
-    batch = _Batch(plan.batch_size, n)
+    batch_size, steps_per_epoch = plan.batch_size, math.ceil(n / plan.batch_size)
     correct = preconditioner is not None and preconditioner.n_components > 0
     width = operator.prepared[0].shape[1]  # every process holds at least one (possibly empty) shard
     temporary = _TemporaryCenters(
-        operator.kernel, max(plan.n_temporary, batch.size), width, n_outputs, coef.dtype, operator.main
+        operator.kernel, max(plan.n_temporary, batch_size), width, n_outputs, coef.dtype, operator.main
     )
     run = _EpochRun(
         operator, temporary, _Projector(temporary, plan.projection, coef), coef, preconditioner if correct else None
@@ -409,14 +409,14 @@ def solve_eigenpro3(operator, targets, plan):
     loss_of_zero_model = None
 
     def rate_at(step):
-        return plan.learning_rate_for(step, batch.size, batch.steps_per_epoch)
+        return plan.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
         return progress.validation(coef)
 
     while guard.epoch < progress.n_epochs:
         guard.begin_epoch()
-        loss_sum, target_sum = _epoch(run, targets, batch, guard, plan)
+        loss_sum, target_sum = _epoch(run, targets, steps_per_epoch, guard, plan)
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
@@ -429,22 +429,10 @@ def solve_eigenpro3(operator, targets, plan):
 
     return Solution(
         coef=coef,
-        batch_size=batch.size,
+        batch_size=batch_size,
         n_projections=run.projector.n_projections,
         **guard.finish(rate_at, progress.first_step),
     )
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """The planned batch and the steps it makes of an epoch."""
-
-    size: int
-    n_rows: int
-
-    @property
-    def steps_per_epoch(self):
-        return math.ceil(self.n_rows / self.size)
 
 
 @dataclass(frozen=True)
@@ -461,17 +449,17 @@ class _EpochRun:
     preconditioner: object
 
 
-def _epoch(run, batches, batch, guard, plan):
+def _epoch(run, batches, steps_per_epoch, guard, plan):
     """One epoch of steps, then a projection: ``(sum of squared residuals, sum of squared targets)``, float64."""
     main, preconditioner = run.shards.main, run.preconditioner
     loss_sum = torch.zeros((), dtype=torch.float64, device=main)
     target_sum = torch.zeros((), dtype=torch.float64, device=main)
-    for part in batches.epoch(batch.size):
+    for part in batches.epoch(plan.batch_size):
         rows = part.rows.shape[0]
         run.projector.make_room(rows)
         residual, weighted, gradient = _residual_and_gradient(run.shards, run.temporary, run.coef, part)
         # The last batch of an epoch may be smaller: its step follows its own size.
-        scale = guard.rollback * plan.learning_rate_for(guard.step, rows, batch.steps_per_epoch) / rows
+        scale = guard.rollback * plan.learning_rate_for(guard.step, rows, steps_per_epoch) / rows
         run.projector.accumulated.sub_(gradient, alpha=scale)
         run.temporary.add(part.rows, weighted * -scale)
         if preconditioner is not None:
