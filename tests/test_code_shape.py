@@ -469,8 +469,8 @@ def test_only_four_objects_cross_a_fits_stages(monkeypatch):
 
     from skgpu_kernel import AdaptiveKernelClassifier, fit, kernel_machines
     from skgpu_kernel.fit import FitRequest, KernelFitResult, KernelRuntime
-    from skgpu_kernel.fit.resolve import FitPlan
     from skgpu_kernel.planning.agop import AUTO_LEARNING_MIN_ROWS
+    from skgpu_kernel.planning.kernel_policy import FitPlan
 
     allowed_in = (FitRequest, KernelRuntime, FitPlan, type(None))
     allowed_out = (FitPlan, KernelFitResult)

@@ -24,13 +24,13 @@ from skgpu_kernel.cg_preconditioner import (
 )
 from skgpu_kernel.fit import tune
 from skgpu_kernel.fit.prepare import _tuned_spectrum
-from skgpu_kernel.fit.resolve import FitPlan
 from skgpu_kernel.fit.tune import applied_tuning
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.operators import CachedOperator
 from skgpu_kernel.planning import solver as planning_solver
 from skgpu_kernel.planning.eigenpro import plan_eigenpro2_layout
 from skgpu_kernel.planning.kernel import SHIFTED_MAX_COMPONENTS, KernelProblem
+from skgpu_kernel.planning.kernel_policy import plan_kernel_fit
 from skgpu_kernel.planning.parameters import KernelFitParameters
 from skgpu_kernel.planning.solver import (
     CG_MAX_CONDITION,
@@ -366,20 +366,16 @@ def test_the_criterions_spectrum_serves_only_the_kernel_it_scored():
     spectrum = np.array([1.0, 0.5])
     selection = AlphaSelection(0.1, 0.01, np.array([0.01]), np.array([1.0]), 10, 2, nystrom_eigenvalues=spectrum)
     kernel = Gaussian(bandwidth=1.0)
-    tuned = FitPlan(kernel, 1.0, None, None, tuned=True, alpha_selection=selection, by_rule=False, n_rows=20)
+    # Every row of a 20-row problem, alpha by leave-one-out: the policy's part of a resolved plan.
+    policy = plan_kernel_fit(KernelProblem(20, 2, 1, 8), 10**9, KernelFitParameters())
+    tuned = dataclasses.replace(policy, kernel=kernel, tuned=True, alpha_selection=selection, by_rule=False, n_rows=20)
     assert _tuned_spectrum(tuned, kernel) is spectrum
     assert _tuned_spectrum(tuned, Gaussian(bandwidth=1.0)) is None  # the rule's, on the training rows
     assert tuned.pinned().alpha_selection.nystrom_eigenvalues is None  # other features, X L
     assert tuned.pinned().alpha_selection.penalty == selection.penalty
 
-    class Policy:
-        alpha = None
-
-        def with_alpha(self, alpha):
-            return self
-
     by_rule = dataclasses.replace(tuned, by_rule=True)
     for bandwidth, kept in [(1.0, True), (0.9, False)]:  # the rule's bandwidth on the subset's rows
-        resolved = FitPlan(Gaussian(bandwidth=bandwidth), bandwidth, None, Policy())
+        resolved = dataclasses.replace(policy, kernel=Gaussian(bandwidth=bandwidth))
         applied = applied_tuning(by_rule, resolved)
         assert (applied.alpha_selection.nystrom_eigenvalues is spectrum) == kept

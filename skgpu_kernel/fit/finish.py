@@ -221,7 +221,7 @@ def finished_model(outcome, prepared, plan, runtime):
         offset=prepared.offset,
         intercept=intercept,
         order=prepared.order,
-        early_stopping=plan.policy.early_stopping,
+        early_stopping=plan.early_stopping,
         center_rows=center_rows,
     )
 

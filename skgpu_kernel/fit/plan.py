@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from ..planning.kernel_policy import plan_direct_solve
+from ..planning.kernel_policy import DIRECT_FACTORED, plan_direct_solve
 
 
 def choose_solver(request, plan):
@@ -11,10 +11,12 @@ def choose_solver(request, plan):
     Returns
     -------
     FitPlan
-        With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`).
+        With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`), and ``solver``
+        ``"direct"`` where it is a factorisation.
     """
     parameters = request.parameters
     warm_start, every_iteration = plan.data.continuation is not None, parameters.tol is None
     exact = plan.solves(plan.data.X)
-    direct = plan_direct_solve(plan.policy, exact, parameters.fit_intercept, warm_start, every_iteration)
-    return dataclasses.replace(plan, direct=direct)
+    direct = plan_direct_solve(plan, exact, parameters.fit_intercept, warm_start, every_iteration)
+    solver = "direct" if direct == DIRECT_FACTORED else plan.solver
+    return dataclasses.replace(plan, direct=direct, solver=solver)

@@ -303,8 +303,8 @@ def prepare(request, runtime, plan):
 
     Random draws in a fixed order: the validation split, then the shuffle.
     """
-    parameters, data, kernel, policy = request.parameters, plan.data, plan.kernel, plan.policy
-    train, held_out = split_rows(data, policy.early_stopping, parameters.validation_fraction, runtime.rng)
+    parameters, data, kernel = request.parameters, plan.data, plan.kernel
+    train, held_out = split_rows(data, plan.early_stopping, parameters.validation_fraction, runtime.rng)
     training = data if train is None else rows_of(data, train)
     validation = None if held_out is None else rows_of(data, held_out)
     X, Y, weights = training.X, training.Y, training.weights
@@ -312,12 +312,12 @@ def prepare(request, runtime, plan):
     if validation is not None and plan.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
     order = runtime.rng.permutation(X.shape[0])
-    centers = Centers.of(data, X, order, every_point=plan.every_row_a_center)
+    centers = Centers.of(data, X, order, every_point=plan.cg_on_every_row_as_centers)
     if centers is not None:
         coef_init = continued_center_coef(data.continuation, centers.rows)
     else:
         coef_init = continued_coef(data.continuation, X, order)
-    joint = fits_joint_intercept(parameters.fit_intercept, policy.alpha, validation)
+    joint = fits_joint_intercept(parameters.fit_intercept, plan.alpha, validation)
     targets = np.hstack([Y - intercept, np.ones((Y.shape[0], 1))]) if joint else Y - intercept
     if joint and coef_init is not None:  # the ones column starts from zero
         coef_init = torch.cat([coef_init, torch.zeros_like(coef_init[:, :1])], dim=1)

@@ -49,7 +49,7 @@ def solve(request, runtime, plan):
 def _solved_model(request, runtime, plan):
     """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
     prepared = prepare(request, runtime, plan)
-    outcome = run_solver(Attempt(plan.solver, plan.policy.alpha), prepared, runtime)
+    outcome = run_solver(Attempt(plan.solver, plan.alpha), prepared, runtime)
     return finished_model(outcome, prepared, plan, runtime)
 
 

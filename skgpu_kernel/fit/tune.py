@@ -10,9 +10,9 @@ from sklearn.base import clone
 
 from .._validation import unequal_weights
 from ..blockwise import DeviceCopier, rows_taken
-from ..kernels import searches_bandwidth
+from ..kernels import bandwidth_of, searches_bandwidth
 from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
-from ..planning.kernel_policy import PENALISED_REFIT_ROWS, carries_subsample_penalty
+from ..planning.kernel_policy import PENALISED_REFIT_ROWS, TUNING_FIELDS, carries_subsample_penalty
 from ..regularization import (
     LOO_MAX_ROWS,
     PENALTY_GRID,
@@ -22,7 +22,7 @@ from ..regularization import (
 )
 from .prepare import kernel_offset, target_intercept
 from .request import log_fit
-from .resolve import TUNING_FIELDS, resolve
+from .resolve import resolve
 
 
 def tune(request, runtime, plan):
@@ -60,53 +60,52 @@ def applied_tuning(tuned, resolved):
     that asks for no leave-one-out penalty, or one the tuning did not score, is
     not this tuning's.
     """
-    policy, selection = resolved.policy, tuned.alpha_selection
-    if (policy.alpha is None) != (selection is not None):
+    selection = tuned.alpha_selection
+    if (resolved.alpha is None) != (selection is not None):
         return None
     if selection is not None:
         alpha = selection.alpha
         if selection.alpha > 0 and selection.n_rows >= tuned.n_rows:
             alpha = selection.penalty * float(np.sum(resolved.data.weights))
-        policy = policy.with_alpha(alpha)
+        resolved = resolved.with_alpha(alpha)
     kernel = resolved.kernel if tuned.by_rule else tuned.kernel
     tuning = {name: getattr(tuned, name) for name in TUNING_FIELDS}
-    if selection is not None and tuned.by_rule and resolved.bandwidth != tuned.bandwidth:
+    if selection is not None and tuned.by_rule and bandwidth_of(resolved.kernel) != bandwidth_of(tuned.kernel):
         # The rule's bandwidth on these rows is another kernel than the one the criterion scored.
         tuning["alpha_selection"] = selection.penalty_alone()
-    return dataclasses.replace(resolved, kernel=kernel, policy=policy, **tuning)
+    return dataclasses.replace(resolved, kernel=kernel, **tuning)
 
 
 def _tuned(request, runtime, plan):
     """Search the bandwidth ("auto") and score the penalty where the policy asks; a warm start keeps its bandwidth."""
-    parameters, data, kernel, policy = request.parameters, plan.data, plan.kernel, plan.policy
+    parameters, data, kernel = request.parameters, plan.data, plan.kernel
     searched = searches_bandwidth(parameters.kernel, parameters.bandwidth)
     continued = data.continuation.bandwidth if searched and data.continuation is not None else None
     if continued is not None:
         kernel = clone(kernel).set_params(bandwidth=continued)
     search, selection, scored_rows = None, None, None
-    if (searched and continued is None) or policy.alpha is None:
+    if (searched and continued is None) or plan.alpha is None:
         search_rows = plan_bandwidth_search_rows(parameters.bandwidth_search_size)
-        criterion_rows = LOO_MAX_ROWS if policy.alpha is None else 0
+        criterion_rows = LOO_MAX_ROWS if plan.alpha is None else 0
         scored = LooRows.draw(data, kernel, runtime, parameters, max(criterion_rows, search_rows))
         if searched and continued is None:
-            search = scored.search_bandwidth(kernel, _search_penalties(policy, data), data.X.shape[0], search_rows)
+            search = scored.search_bandwidth(kernel, _search_penalties(plan, data), data.X.shape[0], search_rows)
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
             log_fit(runtime, parameters, search.describe())
-        if policy.alpha is None:
+        if plan.alpha is None:
             scored = scored.head(LOO_MAX_ROWS)
             # Where the search scored every row, each of them a feature, its own selection is the criterion's.
             exact = search is not None and search.selection.n_rows == scored.n_rows <= auto_subsample_size(
                 scored.n_rows
             )
-            min_coverage = 0.0 if policy.needs_penalty else policy.loo_min_coverage
+            min_coverage = 0.0 if plan.needs_penalty else plan.loo_min_coverage
             selection = search.selection if exact else scored.select_alpha(kernel, min_coverage)
-            selection = _gated(selection, search, policy, data)
-            policy = policy.with_alpha(selection.alpha)
+            selection = _gated(selection, search, plan, data)
+            plan = plan.with_alpha(selection.alpha)
             scored_rows = scored.indices
     return dataclasses.replace(
         plan,
         kernel=kernel,
-        policy=policy,
         tuned=True,
         bandwidth_selection=search,
         alpha_selection=selection,
@@ -117,34 +116,34 @@ def _tuned(request, runtime, plan):
     )
 
 
-def _gated(selection, search, policy, data):
+def _gated(selection, search, plan, data):
     """``selection`` where its features cover the kernel; else the search's exact penalty carried over, or none.
 
     Below the policy's coverage the Nystrom criterion is not trusted; the bandwidth
     search's exact ``alpha`` on a subsample is carried over, as it is, to every row where
     :func:`~skgpu_kernel.planning.kernel_policy.carries_subsample_penalty` says so,
     and otherwise the fit has no penalty (early stopping regularises), unless CG
-    solves it (:attr:`~skgpu_kernel.planning.kernel_policy.KernelFitPolicy.needs_penalty`):
+    solves it (:attr:`~skgpu_kernel.planning.kernel_policy.FitPlan.needs_penalty`):
     then the criterion's own ``alpha``, scored whatever its coverage.
     """
-    gated = selection.gated(policy.loo_min_coverage)
+    gated = selection.gated(plan.loo_min_coverage)
     if gated.scored:
         return gated
     if search is not None and carries_subsample_penalty(search.selection.n_rows, data.X.shape[0]):
         return search.selection.carried_to(gated.coverage)
     # CG's system needs a penalty: the criterion's own, below the coverage it is trusted at.
-    return selection if policy.needs_penalty else gated
+    return selection if plan.needs_penalty else gated
 
 
-def _search_penalties(policy, data):
+def _search_penalties(plan, data):
     """The penalties each bandwidth is scored at: a given ``alpha``'s alone, else the whole grid.
 
     Where early stopping regularises (``alpha`` 0), the bandwidth is the one whose
     best penalty scores best: early stopping follows a path much like the ridge
     path's.
     """
-    if policy.alpha_mode == "given" and policy.alpha > 0:
-        return np.array([policy.alpha / float(np.sum(data.weights))])
+    if plan.alpha_mode == "given" and plan.alpha > 0:
+        return np.array([plan.alpha / float(np.sum(data.weights))])
     return PENALTY_GRID
 
 

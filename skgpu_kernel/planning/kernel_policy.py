@@ -1,10 +1,10 @@
 """What kind of kernel fit to run: the solver, the penalty and the held-out split.
 
 One pure planner, :func:`plan_kernel_fit`, turns the estimator's choices (each
-``"auto"`` or a value) and the problem's sizes into a :class:`KernelFitPolicy`.
-The policy is made in two stages because one decision depends on a measurement:
+``"auto"`` or a value) and the problem's sizes into the policy's part of the fit's
+one plan, :class:`FitPlan`.  The policy is made in two stages because one decision depends on a measurement:
 when the penalty is chosen by leave-one-out, the fit pipeline measures it and
-calls :meth:`KernelFitPolicy.with_alpha`, which settles the rest (the solver with
+calls :meth:`FitPlan.with_alpha`, which settles the rest (the solver with
 every point a center, whether to hold out a validation split).  Both stages read
 the same :class:`~skgpu_kernel.planning.kernel.KernelProblem` that the layout
 planners then size the fit with.
@@ -12,6 +12,8 @@ planners then size the fit with.
 
 import dataclasses
 from dataclasses import dataclass
+
+import numpy as np
 
 from .kernel import KernelProblem
 from .parameters import KernelFitParameters
@@ -28,7 +30,8 @@ __all__ = [
     "DIRECT_FACTORED",
     "DIRECT_FROM_TUNING",
     "PENALTY_CARRY_MAX_RATIO",
-    "KernelFitPolicy",
+    "TUNING_FIELDS",
+    "FitPlan",
     "carries_subsample_penalty",
     "direct_solve_bytes",
     "plan_direct_solve",
@@ -49,20 +52,37 @@ PENALTY_CARRY_MAX_RATIO = 10.0**0.25
 AUTO_VALIDATION_MIN_SAMPLES = 1000
 
 
+# The fields the tune stage sets (skgpu_kernel.fit.tune.tune), which a tuned plan hands on
+# to a fit of the same kernel on a subset of its rows.
+TUNING_FIELDS = ("tuned", "bandwidth_selection", "alpha_selection", "by_rule", "n_rows", "scored_rows", "X")
+
+
 @dataclass(frozen=True)
-class KernelFitPolicy:
-    """How a kernel fit runs, as far as it is known before any measurement.
+class FitPlan:
+    """Every decision of one kernel fit, made stage by stage: resolved, tuned, then its solver chosen.
+
+    :func:`plan_kernel_fit` makes the policy's part from the problem's sizes (the
+    solver with every point a center, how ``alpha`` is resolved, the held-out
+    split), as far as it is known before any measurement; where the penalty is
+    chosen by leave-one-out the tune stage measures it and :meth:`with_alpha`
+    settles the rest.  The resolve stage adds the kernel and the rows, the tune
+    stage the bandwidth and penalty (:data:`TUNING_FIELDS`), made once per kernel
+    per fit and reused by every fit of that kernel on the same rows or on a subset
+    of them (feature learning's candidates, the path's later steps, the final
+    refit): never run again silently.  The plan stage adds :attr:`direct`.
 
     Attributes
     ----------
     problem : KernelProblem
-        The sizes of every training row (before any validation split).
+        The sizes of every training row (before any validation split); its
+        ``streamed`` says whether EigenPro 3 reads the rows in buffers.
     budget : int
     parameters : KernelFitParameters
-        The estimator's (``solver``, ``alpha``, ``early_stopping``, ``classifier``,
-        ``distributed``).
-    solver : {"eigenpro", "cg"}
-        With every point a center, provisional until ``alpha`` is known.
+        The estimator's, as every stage reads them.
+    solver : str
+        The solver the driver starts with: with every point a center provisional
+        until ``alpha`` is known; ``"direct"`` once the plan stage chose a
+        factorisation.
     alpha_mode : {"given", "zero", "loo"}
     alpha : float or None
         None while the leave-one-out criterion is still to be measured.
@@ -71,6 +91,29 @@ class KernelFitPolicy:
         features must capture for the criterion to be scored (0: always).
     early_stopping : bool or None
         Whether to hold out a validation split; None until ``alpha`` is known.
+    kernel : Kernel or None
+        Resolved: with its bandwidth by the scale rule (or the user's); tuned: with
+        the chosen bandwidth (``kernels.bandwidth_of(kernel)``).
+    data : KernelFitInput or None
+        The rows, with ``n_centers="auto"`` counted.
+    tuned : bool
+        The tune stage has chosen the bandwidth and the penalty (the fields
+        below, :data:`TUNING_FIELDS`).
+    bandwidth_selection : BandwidthSelection or None
+    alpha_selection : AlphaSelection or None
+        None where ``alpha`` was given.
+    by_rule : bool
+        The bandwidth is the scale rule's (or the user's): a fit on other rows
+        takes the rule's bandwidth on its own rows.
+    n_rows : int
+        The rows tuned on.
+    scored_rows : ndarray or None
+        The rows the penalty's criterion scored, in its order (None: not scored).
+    X : array or None
+        The host rows tuned on (the array itself, not a copy): the criterion's
+        solution is a model of exactly these rows in these features.
+    direct : str or None
+        :func:`plan_direct_solve`'s decision (None: the solver iterates).
     """
 
     problem: KernelProblem
@@ -81,6 +124,16 @@ class KernelFitPolicy:
     alpha: float | None = None
     loo_min_coverage: float = 0.0
     early_stopping: bool | None = None
+    kernel: object = None
+    data: object = None
+    tuned: bool = False
+    bandwidth_selection: object = None
+    alpha_selection: object = None
+    by_rule: bool = True
+    n_rows: int = 0
+    scored_rows: np.ndarray | None = None
+    X: object = dataclasses.field(default=None, repr=False, compare=False)
+    direct: str | None = None
 
     @property
     def uses_centers(self):
@@ -88,6 +141,7 @@ class KernelFitPolicy:
 
     @property
     def streamed(self):
+        """EigenPro 3 reads the rows in buffers (the problem says so)."""
         return self.problem.streamed
 
     @property
@@ -114,7 +168,7 @@ class KernelFitPolicy:
         return self.solver == "cg" and not self.uses_centers and full_kernel_cg_factors(self.problem)
 
     def with_alpha(self, alpha):
-        """The policy once ``alpha`` is known: the solver and the held-out split settled."""
+        """The plan once ``alpha`` is known: the solver and the held-out split settled."""
         solver = self.solver
         if not self.uses_centers:
             solver = plan_full_kernel_solver(self.problem, self.budget, self.parameters.solver, alpha)
@@ -125,6 +179,28 @@ class KernelFitPolicy:
             exact_or_streamed = solver == "cg" or self.streamed
             early_stopping = not exact_or_streamed and alpha == 0 and self.problem.n_rows >= AUTO_VALIDATION_MIN_SAMPLES
         return dataclasses.replace(self, solver=solver, alpha=float(alpha), early_stopping=bool(early_stopping))
+
+    def solves(self, X):
+        """Whether the penalty criterion's solution is a model of the rows ``X``.
+
+        Only where ``X`` is the very array tuned on and every row of it was scored.
+        """
+        selection = self.alpha_selection
+        return (
+            selection is not None
+            and selection.solution is not None
+            and selection.n_rows == self.n_rows
+            and (X is self.X)
+        )
+
+    def pinned(self):
+        """This plan with its tuned bandwidth kept on any rows, the rule's included (the learning path's).
+
+        The path fits other features (``X L``) with it: the criterion's solution, a
+        model of the rows tuned on, and its spectrum, of the kernel on them, are dropped.
+        """
+        selection = self.alpha_selection and self.alpha_selection.penalty_alone()
+        return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
 
 
 def plan_kernel_fit(problem, budget, parameters):
@@ -141,7 +217,8 @@ def plan_kernel_fit(problem, budget, parameters):
 
     Returns
     -------
-    KernelFitPolicy
+    FitPlan
+        The policy's fields (no kernel or rows yet: the resolve stage adds them).
         Complete (``alpha`` and ``early_stopping`` set) unless ``alpha_mode`` is
         ``"loo"``: then the caller measures ``alpha`` and calls ``with_alpha``.
 
@@ -165,10 +242,10 @@ def plan_kernel_fit(problem, budget, parameters):
     solver = _centers_solver(problem, budget, parameters) if uses_centers else "eigenpro"
     asked = solver if uses_centers else parameters.solver
     alpha_mode, value = plan_alpha(parameters.alpha, uses_centers, asked, parameters.classifier, problem.weighted)
-    policy = KernelFitPolicy(problem, budget, parameters, solver, alpha_mode)
+    plan = FitPlan(problem, budget, parameters, solver, alpha_mode)
     if alpha_mode == "loo":
-        return dataclasses.replace(policy, loo_min_coverage=value)
-    return policy.with_alpha(0.0 if alpha_mode == "zero" else value)
+        return dataclasses.replace(plan, loo_min_coverage=value)
+    return plan.with_alpha(0.0 if alpha_mode == "zero" else value)
 
 
 def _centers_solver(problem, budget, parameters):
@@ -205,7 +282,7 @@ def direct_solve_bytes(n_rows):
     return _DIRECT_MATRICES * 8 * int(n_rows) ** 2
 
 
-def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_iteration=False):
+def plan_direct_solve(plan, exact_solution, fit_intercept, warm_start, every_iteration=False):
     """How ``solver="auto"`` solves kernel ridge without iterating (``solver_ = "direct"``), or None.
 
     Kernel ridge with a penalty and a center at every row has one model, the one
@@ -232,7 +309,7 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
 
     Parameters
     ----------
-    policy : KernelFitPolicy
+    plan : FitPlan
         With ``alpha`` settled.
     exact_solution : bool
         The tune stage holds the solution on exactly the rows fitted.
@@ -244,14 +321,14 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
     -------
     {DIRECT_FROM_TUNING, DIRECT_FACTORED} or None
     """
-    parameters = policy.parameters
+    parameters = plan.parameters
     solvable = (
         parameters.solver == "auto"
         and not parameters.distributed
-        and not policy.uses_centers
-        and policy.alpha is not None
-        and policy.alpha > 0
-        and not policy.early_stopping
+        and not plan.uses_centers
+        and plan.alpha is not None
+        and plan.alpha > 0
+        and not plan.early_stopping
         and not warm_start
         and not every_iteration
     )
@@ -259,8 +336,8 @@ def plan_direct_solve(policy, exact_solution, fit_intercept, warm_start, every_i
         return None
     if exact_solution and fit_intercept:
         return DIRECT_FROM_TUNING
-    n_rows = policy.problem.n_rows
-    if full_kernel_cg_factors(policy.problem) and direct_solve_bytes(n_rows) <= policy.budget:
+    n_rows = plan.problem.n_rows
+    if full_kernel_cg_factors(plan.problem) and direct_solve_bytes(n_rows) <= plan.budget:
         return DIRECT_FACTORED
     return None
 
