@@ -14,17 +14,20 @@ from sklearn.exceptions import ConvergenceWarning
 CG_FALLBACK_REFITS = 3
 
 
-# What a fallback may change of the attempt before it (fields of Attempt).
-FALLBACK_CHANGES = ("solver", "alpha", "cache_kernel", "cache_dtype", "n_components", "batch_size", "coef_init")
+# What a fallback may change of the attempt before it: the plan's solver and penalty, the
+# parameters the fit plans with, and the coefficients the attempt starts from.
+PLAN_CHANGES = ("solver", "alpha")
+PARAMETER_CHANGES = ("cache_kernel", "cache_dtype", "n_components", "batch_size")
+FALLBACK_CHANGES = (*PLAN_CHANGES, *PARAMETER_CHANGES, "coef_init")
 
 
 @dataclass(frozen=True)
 class Fallback:
     """A new attempt a path asks the driver to run instead of, or after, its own: what changes and why.
 
-    Made by :meth:`of`.  The next attempt is the last one with ``changes``
-    (:meth:`Attempt.after`): the solver, the penalty, the cache or its dtype the
-    fit plans with, EigenPro's preconditioner components or batch, the
+    Made by :meth:`of`.  The next attempt runs a new plan, the last one with
+    ``changes`` (:meth:`Attempt.after`): the solver, the penalty, the cache or its
+    dtype the fit plans with, EigenPro's preconditioner components or batch, the
     coefficients to start from (None unless given: the fit's warm start).
 
     Attributes
@@ -32,7 +35,7 @@ class Fallback:
     reason : str
         Why, in a few words (recorded in ``fit_attempts_``).
     changes : dict
-        The :class:`Attempt` fields that change, by name (:data:`FALLBACK_CHANGES`).
+        What changes, by name (:data:`FALLBACK_CHANGES`).
     warning : str or None
         Raised as a ``ConvergenceWarning`` (or ``category``) when the driver takes it.
     category : type
@@ -59,39 +62,55 @@ class Fallback:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One run of a solver by the driver: its solver, penalty and planning, and why it was made."""
+    """One run of a solver by the driver: the plan it runs, why it was made, where it starts.
 
-    solver: str
-    alpha: float
+    Attributes
+    ----------
+    plan : FitPlan
+        Every decision the run reads: the fit's plan (``solver``, ``alpha``, the
+        parameters it plans with), or a fallback's new plan.
+    reason : str
+        Why (recorded in ``fit_attempts_``).
+    coef_init : Tensor or None
+        The coefficients a refit starts from (None: the fit's warm start, or zeros).
+    n_refits : int
+        Penalised refits of the same solver so far (at most :data:`CG_FALLBACK_REFITS`).
+    """
+
+    plan: object
     reason: str = "planned"
-    cache_kernel: object = None
-    cache_dtype: str | None = None
-    n_components: int | None = None
-    batch_size: int | None = None
     coef_init: torch.Tensor | None = None
     n_refits: int = 0
 
-    def planning(self, parameters):
-        """``parameters`` as this attempt plans with them: a fallback's cache, components and batch in place."""
-        changes = {
-            "cache_kernel": self.cache_kernel,
-            "cache_dtype": self.cache_dtype,
-            "n_components": self.n_components,
-            "batch_size": self.batch_size,
-        }
-        changed = {name: value for name, value in changes.items() if value is not None}
-        return dataclasses.replace(parameters, **changed) if changed else parameters
+    @property
+    def solver(self):
+        return self.plan.solver
+
+    @property
+    def alpha(self):
+        return self.plan.alpha
 
     def record(self):
         """What ``fit_attempts_`` keeps of it."""
         return {"solver": self.solver, "alpha": self.alpha, "reason": self.reason}
 
     def after(self, fallback):
-        """The attempt ``fallback`` asks for after this one: this one with its changes, for its reason."""
-        changes = {"coef_init": None, **fallback.changes}  # a refit starts from where it is told, else afresh
-        penalised_refit = changes.get("solver", self.solver) == self.solver and "alpha" in changes
+        """The attempt ``fallback`` asks for after this one: a new plan, this one's with the changes, for its reason."""
+        changes = fallback.changes
+        plan_changes = {name: changes[name] for name in PLAN_CHANGES if name in changes}
+        parameter_changes = {name: changes[name] for name in PARAMETER_CHANGES if name in changes}
+        plan = self.plan
+        if parameter_changes:
+            plan = dataclasses.replace(plan, parameters=dataclasses.replace(plan.parameters, **parameter_changes))
+        penalised_refit = plan_changes.get("solver", self.solver) == self.solver and "alpha" in plan_changes
         n_refits = self.n_refits + 1 if penalised_refit else self.n_refits
-        return dataclasses.replace(self, reason=fallback.reason, n_refits=n_refits, **changes)
+        # A refit starts from where it is told, else afresh.
+        coef_init = changes.get("coef_init")
+        return Attempt(dataclasses.replace(plan, **plan_changes), fallback.reason, coef_init, n_refits)
+
+    def finished(self):
+        """This attempt as the result keeps it: its plan without the rows tuned on or the criteria's solutions."""
+        return dataclasses.replace(self, plan=self.plan.finished(), coef_init=None)
 
 
 class FallbackNeeded(Exception):

@@ -33,12 +33,12 @@ class AttemptContext:
 
     def __init__(self, prepared, runtime, events, attempt):
         self.prepared, self.runtime = prepared, runtime
-        # What the attempt changes of the prepared fit, which stays as prepared: its penalty,
-        # the parameters a fallback plans with, the coefficients it starts from.
-        self.alpha = attempt.alpha
-        self.parameters = attempt.planning(prepared.parameters)
+        # The attempt's own plan (the prepared fit's, or a fallback's new one): its penalty,
+        # the parameters it plans with; and the coefficients it starts from.
+        self.plan = attempt.plan
+        self.alpha, self.parameters, self.kernel = attempt.plan.alpha, attempt.plan.parameters, attempt.plan.kernel
         self.coef_init = prepared.coef_init if attempt.coef_init is None else attempt.coef_init
-        self.kernel, self.device = prepared.kernel, runtime.devices[0]
+        self.device = runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
         self.events = events  # this attempt's own, which the driver adds to the record after it

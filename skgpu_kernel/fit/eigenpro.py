@@ -182,7 +182,7 @@ class _EigenPro3Stages:
             n_centers=data.centers.shape[0],
             n_shards=runtime.n_shards,
             centers_from_data=data.centers_from_data,
-            streamed=data.streamed,
+            streamed=context.plan.streamed,
         )
         self.Z_dev = context.centers()
         self.centers_dev = context.kernel.prepare_centers(self.Z_dev)

@@ -33,8 +33,11 @@ class KernelFitResult:
     fallback : Fallback or None
         The attempt a path asks the driver to run next (:func:`~skgpu_kernel.fit.solve.run_solver`).
     attempt : Attempt or None
-        The attempt that produced the model (set by the driver): its ``solver``
-        (``solver_``: a registered solver's name) and its ``alpha`` (``alpha_``).
+        The attempt that produced the model (set by the driver), whose plan holds
+        every decision it ran with: its ``solver`` (``solver_``: a registered
+        solver's name), ``alpha`` (``alpha_``), kernel, held-out split and the tune
+        stage's selections (read by the properties of the same names; the finish
+        stage keeps it without the rows tuned on or the criteria's solutions).
     attempts : list of dict
         The fit's record of what was tried, in order (set by the driver): the
         events earlier stages reported, then every solver run the driver made, the
@@ -46,11 +49,6 @@ class KernelFitResult:
     check : dict or None
         The last check of the model (:class:`~skgpu_kernel.solvers.fit_check.FitCheck`'s
         record, ``fit_check_``), or None where none ran.
-    alpha_selection : AlphaSelection or None
-    bandwidth_selection : BandwidthSelection or None
-    early_stopping : bool
-    kernel : Kernel
-        The kernel fitted with (its bandwidth is :attr:`bandwidth`).
     offset : ndarray or None
     intercept : ndarray of shape (l,)
     order : ndarray
@@ -92,10 +90,6 @@ class KernelFitResult:
     attempt: object = None
     attempts: list = dataclasses.field(default_factory=list)
     check: dict | None = None
-    alpha_selection: object = None
-    bandwidth_selection: object = None
-    early_stopping: bool = False
-    kernel: object = None
     offset: np.ndarray | None = None
     intercept: np.ndarray | None = None
     order: np.ndarray | None = None
@@ -107,6 +101,11 @@ class KernelFitResult:
     iteration: int = 0
     temperature: float | None = None
     calibration: str | None = None
+
+    @property
+    def kernel(self):
+        """The kernel fitted with (its bandwidth is :attr:`bandwidth`)."""
+        return self.attempt.plan.kernel
 
     @property
     def bandwidth(self):
@@ -122,6 +121,21 @@ class KernelFitResult:
     def alpha(self):
         """The penalty of the attempt that produced the model."""
         return None if self.attempt is None else self.attempt.alpha
+
+    @property
+    def early_stopping(self):
+        """Whether the fit held out a validation split."""
+        return bool(self.attempt.plan.early_stopping)
+
+    @property
+    def alpha_selection(self):
+        """The penalty's criterion (:class:`~skgpu_kernel.regularization.AlphaSelection`) or None."""
+        return self.attempt.plan.alpha_selection
+
+    @property
+    def bandwidth_selection(self):
+        """The bandwidth search (:class:`~skgpu_kernel.regularization.BandwidthSelection`) or None."""
+        return self.attempt.plan.bandwidth_selection
 
     @property
     def decisions(self):
@@ -201,42 +215,29 @@ def with_joint_intercept(outcome, residuals=None):
     return outcome, shift.double().cpu().numpy()
 
 
-def finished_model(outcome, prepared, plan, runtime):
+def finished_model(outcome, prepared, runtime):
     """The result of a solve: the joint intercept combined, the centers' rows as rows of the fit's data."""
     intercept = prepared.intercept
-    uses_centers = plan.data.uses_centers
+    uses_centers = prepared.plan.data.uses_centers
     if prepared.joint_intercept:
         rows = prepared.X if prepared.X_device is None else prepared.X_device
         residuals = None
         if uses_centers:
-            residuals = JointResiduals(rows, prepared.Y, prepared.weights, prepared.kernel, runtime.budget)
+            residuals = JointResiduals(rows, prepared.Y, prepared.weights, prepared.plan.kernel, runtime.budget)
         outcome, shift = with_joint_intercept(outcome, residuals)
         intercept = intercept + shift
     center_rows = prepared.order if prepared.centers is None else prepared.center_rows
     center_rows = None if center_rows is None else prepared.of_data(center_rows)
     return fit_result(
-        outcome,
-        plan,
-        kernel=prepared.kernel,
-        offset=prepared.offset,
-        intercept=intercept,
-        order=prepared.order,
-        early_stopping=plan.early_stopping,
-        center_rows=center_rows,
+        outcome, offset=prepared.offset, intercept=intercept, order=prepared.order, center_rows=center_rows
     )
 
 
-def fit_result(outcome, plan, **model):
-    """What the shell stores: the driver's result, with the tune stage's selections without their solutions.
+def fit_result(outcome, **model):
+    """What the shell stores: the driver's result, its attempt's plan without the rows or the criteria's solutions.
 
-    ``model``: what the model was fitted with, by name: ``kernel``, ``offset``,
-    ``intercept``, ``order`` (the shuffle), ``early_stopping`` and ``center_rows``
-    (the rows of the fit's data the centers are; None: the user's).
+    ``model``: what the model was fitted with beyond the plan, by name:
+    ``offset``, ``intercept``, ``order`` (the shuffle) and ``center_rows`` (the
+    rows of the fit's data the centers are; None: the user's).
     """
-    selection, search = plan.alpha_selection, plan.bandwidth_selection
-    return dataclasses.replace(
-        outcome,
-        alpha_selection=selection and selection.without_solution(),
-        bandwidth_selection=search and search.without_solution(),
-        **model,
-    )
+    return dataclasses.replace(outcome, attempt=outcome.attempt.finished(), **model)

@@ -215,8 +215,8 @@ class PreparedFit:
     """The prepare stage's output: the host rows and settings every solver's run reads.
 
     Every attempt reads it as prepared: what an attempt changes (its penalty, the
-    parameters a fallback plans with, its starting coefficients) is on the attempt's
-    context (:class:`~skgpu_kernel.fit.context.AttemptContext`).
+    parameters a fallback plans with, its starting coefficients) is the attempt's
+    own plan (:class:`~skgpu_kernel.fit.attempts.Attempt`).
 
     Attributes
     ----------
@@ -236,8 +236,6 @@ class PreparedFit:
         Warm-start coefficients in the order of the centers.
     centers_from_data : bool
         The centers are the first ``p`` shuffled training rows.
-    streamed : bool
-        ``X`` is a memory-mapped file read in buffers.
     center_shares : ndarray of shape (p,) or None
         The share of the training rows each center's value stands for, when
         centers were drawn from repeated rows (CG's preconditioner reads it).
@@ -254,16 +252,17 @@ class PreparedFit:
     intercept : ndarray
         The weighted mean subtracted from the targets (the finish stage adds the
         joint intercept's shift to it).
-    kernel : Kernel
-        The kernel fitted with (its bandwidth: ``kernels.bandwidth_of(kernel)``).
+    plan : FitPlan
+        The fit's plan as the attempts start from it: its kernel the one fitted
+        with (the scale rule's on the training rows where the held-out split
+        changed them; its bandwidth ``kernels.bandwidth_of(kernel)``), its
+        parameters the estimator's, its problem's ``streamed`` whether ``X`` is a
+        memory-mapped file read in buffers.
     offset : ndarray or None
         Feature means subtracted before a translation-invariant kernel.
     validation_score : callable
         ``validation_score(predictions, targets)`` of predictions of the centred
         targets, the intercept added back.
-    parameters : KernelFitParameters
-        The estimator's parameters (planning, preconditioner, scaling rule, epochs,
-        stopping, name).
     nystrom_eigenvalues : ndarray or None
         The tune stage's spectrum of ``kernel`` (``K_S / s`` on ``s`` of the rows it
         scored, of which these rows are all or a subset:
@@ -280,17 +279,15 @@ class PreparedFit:
     centers: np.ndarray | None
     coef_init: torch.Tensor | None
     centers_from_data: bool
-    streamed: bool
     center_shares: np.ndarray | None
     X_device: torch.Tensor | None
     center_rows: np.ndarray | None
     joint_intercept: bool
     train: np.ndarray | None
     intercept: np.ndarray
-    kernel: object
+    plan: object
     offset: np.ndarray | None
     validation_score: Callable
-    parameters: object
     nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     def of_data(self, indices):
@@ -311,6 +308,7 @@ def prepare(request, runtime, plan):
     intercept = target_intercept(parameters.fit_intercept, Y, weights)
     if validation is not None and plan.by_rule:  # the bandwidth rule reads the rows the model is fitted on
         kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, X)
+    fitted_with = plan if kernel is plan.kernel else dataclasses.replace(plan, kernel=kernel)
     order = runtime.rng.permutation(X.shape[0])
     centers = Centers.of(data, X, order, every_point=plan.cg_on_every_row_as_centers)
     if centers is not None:
@@ -330,17 +328,15 @@ def prepare(request, runtime, plan):
         centers=None if centers is None else centers.rows,
         coef_init=coef_init,
         centers_from_data=data.centers is None,
-        streamed=plan.streamed,
         center_shares=None if centers is None else centers.shares,
         X_device=training.X_device,
         center_rows=None if centers is None else centers.indices,
         joint_intercept=joint,
         train=train,
         intercept=intercept,
-        kernel=kernel,
+        plan=fitted_with,
         offset=kernel_offset(kernel, X),
         validation_score=_with_intercept(parameters.validation_score, intercept),
-        parameters=parameters,
         nystrom_eigenvalues=_tuned_spectrum(plan, kernel),
     )
 

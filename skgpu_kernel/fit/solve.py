@@ -49,8 +49,8 @@ def solve(request, runtime, plan):
 def _solved_model(request, runtime, plan):
     """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
     prepared = prepare(request, runtime, plan)
-    outcome = run_solver(Attempt(plan.solver, plan.alpha), prepared, runtime)
-    return finished_model(outcome, prepared, plan, runtime)
+    outcome = run_solver(Attempt(prepared.plan), prepared, runtime)
+    return finished_model(outcome, prepared, runtime)
 
 
 def _direct_model(request, runtime, plan):
@@ -67,7 +67,7 @@ def _direct_model(request, runtime, plan):
     coef = selection.solution.coef.to(runtime.devices[0], runtime.dtype)
     intercept = target_intercept(True, data.Y, data.weights) + selection.solution.intercept.cpu().numpy()
     log_fit(runtime, parameters, f"solver direct: kernel ridge on {order.size} rows, alpha {selection.alpha:.4g}")
-    attempt = Attempt("direct", selection.alpha)
+    attempt = Attempt(dataclasses.replace(plan, solver="direct", alpha=selection.alpha))
     device_cache = PredictionTensors.of_centers(
         kernel, to_device(rows_taken(data.X, data.X_device, order)), coef, to_device.offset
     )
@@ -86,16 +86,7 @@ def _direct_model(request, runtime, plan):
         attempts=[*runtime.memory_events, attempt.record()],
         check=check.record(),
     )
-    return fit_result(
-        outcome,
-        plan,
-        kernel=kernel,
-        offset=offset,
-        intercept=intercept,
-        order=order,
-        early_stopping=False,
-        center_rows=order,
-    )
+    return fit_result(outcome, offset=offset, intercept=intercept, order=order, center_rows=order)
 
 
 def run_solver(attempt, prepared, runtime):
@@ -138,7 +129,7 @@ def run_solver(attempt, prepared, runtime):
             check = _last_check(outcome, prepared, runtime)
             outcome = dataclasses.replace(outcome, check=None if check is None else check.record())
             if check is not None and refit_with_penalty(
-                prepared.parameters.alpha, attempt.alpha, attempt.solver, prepared.centers is not None, check
+                prepared.plan.parameters.alpha, attempt.alpha, attempt.solver, prepared.centers is not None, check
             ):
                 fallback = _penalised_refit(attempt, prepared, runtime, check)
             elif check is None or check.passed:
@@ -152,7 +143,7 @@ def run_solver(attempt, prepared, runtime):
                 fallback = safer_attempt(attempt, outcome, prepared, runtime.dtype, why)
                 if fallback is None:
                     return _as_run(_trivial_model(outcome, attempts), attempt, record)
-        _warn_of(fallback, attempt, prepared.parameters.solver)
+        _warn_of(fallback, attempt, prepared.plan.parameters.solver)
         attempt = attempt.after(fallback)
 
 
@@ -189,16 +180,16 @@ def _last_check(outcome, prepared, runtime):
 
     def predict(indices):
         taken = to_device(rows_taken(rows.X, rows.X_device, indices))
-        predictions = tensors.predict_on_device(prepared.kernel, taken, runtime.budget)[:, :n_targets]
+        predictions = tensors.predict_on_device(prepared.plan.kernel, taken, runtime.budget)[:, :n_targets]
         return predictions.detach().cpu().double().numpy() + shift
 
     if held_out:
-        labels = rows.stratify if prepared.parameters.classifier else None
+        labels = rows.stratify if prepared.plan.parameters.classifier else None
         limit = held_out_check_limit(prepared.X.shape[0])
         check = check_fit(predict, rows.Y, rows.weights, trivial=shift, labels=labels, limit=limit)
     else:
         check = check_fit(predict, prepared.Y[:, :n_targets], prepared.weights)
-    log_fit(runtime, prepared.parameters, check.describe())
+    log_fit(runtime, prepared.plan.parameters, check.describe())
     return check
 
 
@@ -210,7 +201,7 @@ def _penalised_refit(attempt, prepared, runtime, check):
         f"better than the trivial predictor's ({check.trivial_loss:.4g}) beyond noise: refit with the criterion's "
         f"alpha {alpha:.3g}"
     )
-    log_fit(runtime, prepared.parameters, reason)
+    log_fit(runtime, prepared.plan.parameters, reason)
     return Fallback.of(reason, alpha=alpha)
 
 

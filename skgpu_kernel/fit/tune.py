@@ -252,9 +252,9 @@ def criterion_alpha(prepared, runtime):
     weights = prepared.weights[rows]
     w = None if unequal_weights(weights) is None else torch.as_tensor(weights, dtype=torch.float64, device=device)
     classes = None
-    if prepared.parameters.classifier:
+    if prepared.plan.parameters.classifier:
         intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
         codes = Y + intercept
         labels = (codes[:, 0] > 0).long() if codes.shape[1] == 1 else codes.argmax(dim=1)
         classes = ClassCodes(labels, intercept)
-    return LooRows(X, Y, w, classes, rows).select_alpha(prepared.kernel).alpha
+    return LooRows(X, Y, w, classes, rows).select_alpha(prepared.plan.kernel).alpha

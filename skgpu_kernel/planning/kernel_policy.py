@@ -202,6 +202,17 @@ class FitPlan:
         selection = self.alpha_selection and self.alpha_selection.penalty_alone()
         return dataclasses.replace(self, by_rule=False, alpha_selection=selection, X=None)
 
+    def finished(self):
+        """This plan as a fitted model keeps it: without the rows tuned on or the criteria's solutions (memory)."""
+        selection, search = self.alpha_selection, self.bandwidth_selection
+        return dataclasses.replace(
+            self,
+            X=None,
+            data=None,
+            alpha_selection=selection and selection.without_solution(),
+            bandwidth_selection=search and search.without_solution(),
+        )
+
 
 def plan_kernel_fit(problem, budget, parameters):
     """The policy of a kernel fit: solver, how ``alpha`` is resolved, the held-out split.
