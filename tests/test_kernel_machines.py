@@ -25,7 +25,7 @@ from skgpu_kernel.operators import EvaluatedOperator, OperatorBlocks
 from skgpu_kernel.planning.kernel import cached_batch_limit
 from skgpu_kernel.scaling import LEGW, ConstantRule, EigenProRule
 from skgpu_kernel.solvers import eigenpro as eigenpro_solver
-from skgpu_kernel.solvers.solution import Progress, Targets
+from skgpu_kernel.solvers.solution import Targets
 
 from .conftest import RTOL
 
@@ -77,7 +77,7 @@ def test_one_step_on_a_sample_interpolates_it_within_a_larger_model(rng):
     coef = torch.as_tensor(rng.randn(30, 1))
     batch = torch.tensor([4])
     operator = EvaluatedOperator(kernel, X, kernel.prepare_centers(X), OperatorBlocks(1, 16))
-    plan = eigenpro_solver.EigenProPlan(1, lambda step, batch_size, steps: 1.0, Progress(1))
+    plan = eigenpro_solver.EigenProPlan(1, lambda step, batch_size, steps: 1.0, 1)
     _, weighted, _, _ = eigenpro_solver._step(operator, Targets(Y), coef, batch, 30, 0, plan)
     coef.index_add_(0, batch, weighted, alpha=-1.0)  # eta / m = 1 / beta
     np.testing.assert_allclose((kernel(X[4:5], X) @ coef).item(), Y[4].item(), rtol=1e-12)

@@ -26,7 +26,7 @@ from skgpu_kernel.solvers.direct import solve_direct
 from skgpu_kernel.solvers.eigenpro import EigenProPlan, solve_eigenpro2
 from skgpu_kernel.solvers.eigenpro3 import ExactProjection, InMemoryBatches, solve_eigenpro3
 from skgpu_kernel.solvers.full_kernel_cg import solve_full_kernel_cg
-from skgpu_kernel.solvers.solution import Progress, Targets
+from skgpu_kernel.solvers.solution import Targets
 
 N_ROWS, N_CENTERS, ROW_BLOCK, COLUMN_BLOCK = 240, 60, 64, 96
 TOLERANCE = 1e-10
@@ -73,7 +73,7 @@ def test_the_operator_kinds_differ_by_rounding_only():
 
 def _plan(n_epochs, **fields):
     rate = lambda step, batch_size, steps: 0.5  # noqa: E731
-    return EigenProPlan(batch_size=32, learning_rate_for=rate, progress=Progress(n_epochs), **fields)
+    return EigenProPlan(batch_size=32, learning_rate_for=rate, n_epochs=n_epochs, **fields)
 
 
 def test_eigenpro2_on_every_operator_kind():

@@ -22,7 +22,7 @@ from skgpu_kernel.preconditioner import nystrom_eigensystem
 from skgpu_kernel.solvers.conjugate_gradients import CGPlan, CGSettings
 from skgpu_kernel.solvers.eigenpro import EigenProPlan
 from skgpu_kernel.solvers.eigenpro3 import ExactProjection, InMemoryBatches
-from skgpu_kernel.solvers.solution import Progress, Solution, Targets
+from skgpu_kernel.solvers.solution import Solution, Targets
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skgpu_kernel"
 
@@ -98,10 +98,10 @@ def _calls():
     shards = CenterShards(kernel, Z, [X.device], p)
     projection = ExactProjection(kernel, Z, 1e-10, torch.float64)
     ep3_plan = EigenProPlan(
-        16, rate, Progress(2), coef_init=torch.zeros(p, 1, dtype=torch.float64), projection=projection, n_temporary=32
+        16, rate, 2, coef_init=torch.zeros(p, 1, dtype=torch.float64), projection=projection, n_temporary=32
     )
     generator = torch.Generator().manual_seed(0)
-    ep2_plan = EigenProPlan(16, rate, Progress(2), column_block_for=lambda batch: n, generator=generator)
+    ep2_plan = EigenProPlan(16, rate, 2, column_block_for=lambda batch: n, generator=generator)
     rows = PenalisedRows(n, 1e-2, None, torch.float64)
     preconditioner = shifted_nystrom_preconditioner(
         nystrom_eigensystem(kernel, X[:p]), evaluated.matmul, rows, SHIFTED_MAX_COMPONENTS

@@ -28,7 +28,7 @@ from ..scaling import ScheduleContext
 from ..scaling_rules import warn_if_warmup_fills_run
 from ..solvers.eigenpro import EigenProPlan, solve_eigenpro2
 from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, solve_eigenpro3
-from ..solvers.solution import Progress, Targets
+from ..solvers.solution import Targets
 from .finish import KernelFitResult
 from .operator import EveryPointOperators
 
@@ -66,7 +66,9 @@ def _run_eigenpro(stages):
             f"components, scaling rule {parameters.scaling_rule!r}, step size "
             f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
         )
-    progress = Progress(
+    solver_plan = EigenProPlan(
+        batch_size=plan.batch_size,
+        learning_rate_for=learning_rate_for,
         n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
         stopping=plan_stopping(
@@ -74,11 +76,6 @@ def _run_eigenpro(stages):
         ),
         log=runtime.log,
         events=dataclasses.replace(context.events, log=None),  # the loops log their own line
-    )
-    solver_plan = EigenProPlan(
-        batch_size=plan.batch_size,
-        learning_rate_for=learning_rate_for,
-        progress=progress,
         preconditioner=spectrum.preconditioner if n_components else None,
     )
     # The run holds the operators only while it runs: `del prepared` below frees the cache.
@@ -146,12 +143,10 @@ class _EigenPro2Stages:
         data = context.prepared
         Y_dev = context.to_device(data.Y[data.order], center=False)
         targets = Targets(Y_dev, context.weights_tensor(data.weights[data.order]))
-        progress = solver_plan.progress
-        if operators.validation is not None:
-            progress = dataclasses.replace(progress, validation=self.rows.held_out_score(operators))
+        validation = None if operators.validation is None else self.rows.held_out_score(operators)
         solver_plan = dataclasses.replace(
             solver_plan,
-            progress=progress,
+            validation=validation,
             coef_init=None if context.coef_init is None else context.starting_coef(self.problem.n_rows),
             ridge=context.ridge(),
             column_block_for=layout.column_block,
@@ -265,17 +260,15 @@ class _EigenPro3Stages:
             context.cached_or_planned_again(lambda: shards.cache(self.X_dev, plan.row_block), plan, "K(X, Z)")
         projection = self._projection(plan, shards, solver_plan.preconditioner)
         batches = self._batches(plan)
-        progress = solver_plan.progress
-        validation = context.validation_tensors()
+        score, validation = None, context.validation_tensors()
         if validation is not None:
             X_val = validation.X
             score = context.held_out_score(
                 lambda coef, rows: shards.operator(X_val, rows).matmul(coef), plan.row_block, validation.Y
             )
-            progress = dataclasses.replace(progress, validation=score)
         solver_plan = dataclasses.replace(
             solver_plan,
-            progress=progress,
+            validation=score,
             coef_init=context.starting_coef(self.problem.n_centers),
             projection=projection,
             n_temporary=plan.n_temporary,

@@ -9,10 +9,9 @@ from .direct import solve_direct
 from .eigenpro import solve_eigenpro2
 from .eigenpro3 import solve_eigenpro3
 from .full_kernel_cg import solve_full_kernel_cg
-from .solution import Progress, Solution, Targets
+from .solution import Solution, Targets
 
 __all__ = [
-    "Progress",
     "Solution",
     "Targets",
     "solve_centers_cg",

@@ -18,26 +18,43 @@ from dataclasses import dataclass
 import torch
 
 from ..operators import OperatorBlocks
-from .solution import Progress, Solution
+from ..out_of_memory import MemoryEvents
+from ..planning.stopping import NEVER, StoppingPlan
+from .epochs import EpochGuard, Stopping
+from .solution import Solution
 
 __all__ = ["EigenProPlan", "chunked_permutation", "solve_eigenpro2"]
 
 
 @dataclass(frozen=True)
 class EigenProPlan:
-    """How the EigenPro loops (2 and 3) run: batch, step sizes, preconditioner, starting point, progress.
+    """How the EigenPro loops (2 and 3) run: batch, step sizes, when they stop and where they report, preconditioner.
 
     Parameters
     ----------
     batch_size : int
     learning_rate_for : callable
         ``learning_rate_for(step, batch_size, steps_per_epoch) -> float``, the step
-        size of update number ``step`` (counted from ``progress.first_step``) on a
+        size of update number ``step`` (counted from ``first_step``) on a
         batch of ``batch_size`` rows, when an epoch takes ``steps_per_epoch``
         updates.  The last, smaller batch of an epoch passes its own size.  Each
         divergence rollback halves a factor on top of it.
-    progress : Progress
-        Epochs, validation, stopping plan, log and record.
+    n_epochs : int
+        Epochs at most.
+    first_step : int
+        Updates made by earlier runs (warm starts): the count the step sizes
+        continue from.  A rollback rewinds the count with the coefficients.
+    validation : callable or None
+        ``validation(coef) -> float``, larger is better, scored after every epoch.
+    stopping : StoppingPlan
+        When to stop before ``n_epochs`` (made by
+        :func:`~skgpu_kernel.planning.stopping.plan_stopping`; it monitors the
+        validation score when ``validation`` is given).  The default never stops early.
+    log : callable or None
+        Receives progress messages.
+    events : MemoryEvents or None
+        Where a halving of the step after a divergence is recorded (the fit's
+        ``fit_attempts_``; see :mod:`skgpu_kernel.out_of_memory`).
     preconditioner : EigenProPreconditioner or None
         The data preconditioner on the first ``s`` rows (EigenPro 2) or centers
         (EigenPro 3); None: plain SGD.
@@ -61,7 +78,12 @@ class EigenProPlan:
 
     batch_size: int
     learning_rate_for: Callable
-    progress: Progress
+    n_epochs: int
+    first_step: int = 0
+    validation: Callable | None = None
+    stopping: StoppingPlan = NEVER
+    log: Callable | None = None
+    events: MemoryEvents | None = None
     preconditioner: object = None
     coef_init: torch.Tensor | None = None
     ridge: float = 0.0
@@ -69,6 +91,10 @@ class EigenProPlan:
     generator: torch.Generator | None = None
     projection: object = None
     n_temporary: int = 0
+
+    def guard(self, coef):
+        """The epoch guard of a loop on ``coef``: its epochs, stopping plan, log and record."""
+        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log, self.events)
 
 
 def solve_eigenpro2(operator, targets, plan):
@@ -88,7 +114,7 @@ def solve_eigenpro2(operator, targets, plan):
     -------
     Solution
     """
-    Y, n, progress, preconditioner = targets.Y, operator.shape[0], plan.progress, plan.preconditioner
+    Y, n, preconditioner = targets.Y, operator.shape[0], plan.preconditioner
     device = Y.device
     fresh_start, coef = plan.coef_init is None, plan.coef_init
     if fresh_start:
@@ -98,15 +124,15 @@ def solve_eigenpro2(operator, targets, plan):
     operator = operator.with_blocks(OperatorBlocks.whole(batch_size, plan.column_block_for(batch_size)))
     steps_per_epoch = math.ceil(n / batch_size)
     loss_of_zero_model = float((Y * Y).mean()) if Y.numel() else 0.0
-    guard = progress.guard(coef)
+    guard = plan.guard(coef)
 
     def rate_at(step):
         return plan.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
-        return progress.validation(coef)
+        return plan.validation(coef)
 
-    while guard.epoch < progress.n_epochs:
+    while guard.epoch < plan.n_epochs:
         guard.begin_epoch()
         sparse_epoch = fresh_start and guard.epoch == 0
         if sparse_epoch:
@@ -133,11 +159,11 @@ def solve_eigenpro2(operator, targets, plan):
         train_loss = float(loss_sum) / max(n * Y.shape[1], 1)
         if not math.isfinite(train_loss):
             operator.require_finite(Y.dtype)
-        scored = validation_score if progress.validation is not None else None
+        scored = validation_score if plan.validation is not None else None
         if not guard.end_epoch(train_loss, loss_of_zero_model, rate_at, scored):
             break
 
-    return Solution(coef=coef, batch_size=batch_size, **guard.finish(rate_at, progress.first_step))
+    return Solution(coef=coef, batch_size=batch_size, **guard.finish(rate_at, plan.first_step))
 
 
 # Later epochs visit the (once shuffled) rows in chunks of this many consecutive

@@ -385,7 +385,7 @@ def solve_eigenpro3(operator, targets, plan):
         The training rows with their targets and weights; ``targets.epoch(m)``
         yields :class:`RowBatch` objects.
     plan : EigenProPlan
-        Batch, step sizes, progress, the data preconditioner on the first ``s``
+        Batch, step sizes, epochs and stopping, the data preconditioner on the first ``s``
         centers (None: plain projected SGD), the starting coefficients (on the
         main device, updated in place; required), the projection onto the centers
         and the number of temporary centers.
@@ -394,7 +394,7 @@ def solve_eigenpro3(operator, targets, plan):
     -------
     Solution
     """
-    coef, progress, preconditioner = plan.coef_init, plan.progress, plan.preconditioner
+    coef, preconditioner = plan.coef_init, plan.preconditioner
     n, n_outputs = targets.n_rows, coef.shape[1]
     batch_size, steps_per_epoch = plan.batch_size, math.ceil(n / plan.batch_size)
     correct = preconditioner is not None and preconditioner.n_components > 0
@@ -405,23 +405,23 @@ def solve_eigenpro3(operator, targets, plan):
     run = _EpochRun(
         operator, temporary, _Projector(temporary, plan.projection, coef), coef, preconditioner if correct else None
     )
-    guard = progress.guard(coef)
+    guard = plan.guard(coef)
     loss_of_zero_model = None
 
     def rate_at(step):
         return plan.learning_rate_for(step, batch_size, steps_per_epoch)
 
     def validation_score():
-        return progress.validation(coef)
+        return plan.validation(coef)
 
-    while guard.epoch < progress.n_epochs:
+    while guard.epoch < plan.n_epochs:
         guard.begin_epoch()
         loss_sum, target_sum = _epoch(run, targets, steps_per_epoch, guard, plan)
         train_loss = float(loss_sum) / max(n * n_outputs, 1)
         if loss_of_zero_model is None:
             loss_of_zero_model = float(target_sum) / max(n * n_outputs, 1)
         if not guard.end_epoch(
-            train_loss, loss_of_zero_model, rate_at, validation_score if progress.validation is not None else None
+            train_loss, loss_of_zero_model, rate_at, validation_score if plan.validation is not None else None
         ):
             break
         if guard.rolled_back:
@@ -431,7 +431,7 @@ def solve_eigenpro3(operator, targets, plan):
         coef=coef,
         batch_size=batch_size,
         n_projections=run.projector.n_projections,
-        **guard.finish(rate_at, progress.first_step),
+        **guard.finish(rate_at, plan.first_step),
     )
 
 

@@ -15,22 +15,18 @@ one entry point of that shape:
     of rows that carry their targets).
 ``plan``
     How: the solver's plan (step sizes, preconditioner, penalty, starting
-    coefficients), with :class:`Progress` (or CG's settings), the one object that
-    says when the solver stops and where it reports.
+    coefficients), which also says when the solver stops and where it reports
+    (EigenPro's :class:`~skgpu_kernel.solvers.eigenpro.EigenProPlan`, CG's
+    settings).
 
 Every solver returns a :class:`Solution`.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from ..out_of_memory import MemoryEvents
-from ..planning.stopping import NEVER, StoppingPlan
-from .epochs import EpochGuard, Stopping
-
-__all__ = ["Progress", "Solution", "Targets"]
+__all__ = ["Solution", "Targets"]
 
 
 @dataclass(frozen=True)
@@ -47,43 +43,6 @@ class Targets:
 
     Y: torch.Tensor
     weights: torch.Tensor | None = None
-
-
-@dataclass(frozen=True)
-class Progress:
-    """When an iterative solver stops and where it reports: epochs, validation, stopping plan, log, record.
-
-    Parameters
-    ----------
-    n_epochs : int
-        Epochs at most.
-    first_step : int
-        Updates made by earlier runs (warm starts): the count the step sizes
-        continue from.  A rollback rewinds the count with the coefficients.
-    validation : callable or None
-        ``validation(coef) -> float``, larger is better, scored after every epoch.
-    stopping : StoppingPlan
-        When to stop before ``n_epochs`` (made by
-        :func:`~skgpu_kernel.planning.stopping.plan_stopping`; it monitors the
-        validation score when ``validation`` is given).  The default never stops early.
-    log : callable or None
-        Receives progress messages.
-    events : MemoryEvents or None
-        Where an out-of-memory halving of the batch, and a halving of the step
-        after a divergence, are recorded (the fit's ``fit_attempts_``; see
-        :mod:`skgpu_kernel.out_of_memory`); the loops log the halving themselves.
-    """
-
-    n_epochs: int
-    first_step: int = 0
-    validation: Callable | None = None
-    stopping: StoppingPlan = NEVER
-    log: Callable | None = None
-    events: MemoryEvents | None = None
-
-    def guard(self, coef):
-        """The epoch guard of a loop on ``coef`` with this progress."""
-        return EpochGuard(coef, self.first_step, self.n_epochs, Stopping(self.stopping), self.log, self.events)
 
 
 @dataclass
