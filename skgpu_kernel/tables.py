@@ -87,7 +87,6 @@ __all__ = [
     "ENCODED_BLOCK_SHARE",
     "MAX_CATEGORY_LEVELS",
     "CategoricalColumn",
-    "NumericColumn",
     "TableEncoding",
     "as_pandas",
     "column_variances",
@@ -128,24 +127,6 @@ def _column_label(feature_names, j):
 
 
 @dataclass(frozen=True)
-class NumericColumn:
-    """A numeric input column: ``(x - shift) / scale``, its missing values at ``fill``, and their indicator.
-
-    ``fill`` is the training mean; ``shift`` and ``scale`` the mean and standard
-    deviation where the columns are standardized, 0 and 1 where they are kept.
-    """
-
-    fill: float
-    shift: float
-    scale: float
-    indicator: bool
-
-    @property
-    def width(self):
-        return 1 + self.indicator
-
-
-@dataclass(frozen=True)
 class CategoricalColumn:
     """A categorical input column's levels (sorted keys: float64 numbers or strings) and how they are encoded."""
 
@@ -181,10 +162,20 @@ class CategoricalColumn:
 class TableEncoding:
     """How each input column becomes columns of the kernel's matrix (:func:`fit_table_encoding`).
 
+    A numeric input column ``x`` becomes ``(x - shift) / scale``, its missing values
+    at ``fill``, followed by their 0/1 indicator where it has one.  ``fill`` is the
+    training mean; ``shift`` and ``scale`` the mean and standard deviation where the
+    columns are standardized, 0 and 1 where they are kept.
+
     Attributes
     ----------
-    columns : tuple of NumericColumn or CategoricalColumn
-        One per input column, in order.
+    columns : tuple of CategoricalColumn or None
+        One per input column, in order: a categorical column's levels, None for a
+        numeric column.
+    fill, shift, scale : ndarray of shape (n_numeric,)
+        The numeric columns' (those None in ``columns``, in order) rule above.
+    indicator : ndarray of bool, shape (n_numeric,)
+        Each numeric column's indicator of missing values (it had some in ``fit``).
     scaling : ColumnScaling
         The units rule's decision.
     passthrough : bool
@@ -196,6 +187,10 @@ class TableEncoding:
     """
 
     columns: tuple
+    fill: np.ndarray
+    shift: np.ndarray
+    scale: np.ndarray
+    indicator: np.ndarray
     scaling: ColumnScaling
     passthrough: bool
     labels: tuple = ()
@@ -212,16 +207,28 @@ class TableEncoding:
     @property
     def is_categorical(self):
         """Boolean mask of the categorical input columns."""
-        return np.array([isinstance(column, CategoricalColumn) for column in self.columns], dtype=bool)
+        return np.array([column is not None for column in self.columns], dtype=bool)
+
+    @property
+    def numeric_columns(self):
+        """The numeric input columns' indices: those of ``fill``, ``shift``, ``scale`` and ``indicator``, in order."""
+        return np.flatnonzero(~self.is_categorical)
+
+    @property
+    def widths(self):
+        """How many encoded columns each input column becomes."""
+        widths = np.array([0 if column is None else column.width for column in self.columns], dtype=np.int64)
+        widths[self.numeric_columns] = 1 + self.indicator
+        return widths
 
     @property
     def n_features_out(self):
-        return sum(column.width for column in self.columns)
+        return int(self.widths.sum())
 
     @property
     def column_starts(self):
         """Where each input column's encoded columns start, and the total at the end."""
-        return np.concatenate([[0], np.cumsum([column.width for column in self.columns])])
+        return np.concatenate([[0], np.cumsum(self.widths)])
 
     @property
     def categorical_blocks(self):
@@ -230,13 +237,13 @@ class TableEncoding:
         return tuple(
             np.arange(starts[j], starts[j + 1])
             for j, column in enumerate(self.columns)
-            if isinstance(column, CategoricalColumn) and column.width > 1
+            if column is not None and column.width > 1
         )
 
     @property
     def input_column(self):
         """For each encoded column, the input column it comes from (``feature_importances_`` sums over them)."""
-        return np.repeat(np.arange(len(self.columns)), [column.width for column in self.columns])
+        return np.repeat(np.arange(len(self.columns)), self.widths)
 
     def squared_distance_shares(self, X, metric):
         """Each input column's part of the mean squared distance under ``metric``, on the encoded rows ``X``.
@@ -276,18 +283,29 @@ class TableEncoding:
             if isinstance(X, np.ndarray) and _backing_memmap(X) is not None:
                 return X  # read as it is: never copied
             block = _numeric_block(X, np.arange(X.shape[1]), self._label)
-            return np.ascontiguousarray(_with_missing_filled(_as_float_array(block), self.columns))
-        numeric = [j for j, column in enumerate(self.columns) if isinstance(column, NumericColumn)]
+            return np.ascontiguousarray(_with_missing_filled(_as_float_array(block), self.fill))
+        numeric = self.numeric_columns
         block = _numeric_block(X, numeric, self._label)
         dtype = np.float32 if block is not None and block.dtype == np.float32 else np.float64
         out = np.zeros((X.shape[0], self.n_features_out), dtype=dtype)
         starts = self.column_starts
         for position, j in enumerate(numeric):
-            _encode_numeric(block[:, position], self.columns[j], out[:, starts[j] : starts[j + 1]])
+            self._encode_numeric(position, block[:, position], out[:, starts[j] : starts[j + 1]])
         for j, column in enumerate(self.columns):
-            if isinstance(column, CategoricalColumn):
+            if column is not None:
                 column.encode(column_of(X, j), out[:, starts[j] : starts[j + 1]], self._label(j))
         return out
+
+    def _encode_numeric(self, position, values, out):
+        """Write the block of ``values`` of the numeric column ``position`` (in ``fill``'s order) into ``out``."""
+        missing = np.isnan(values)
+        if np.isinf(values).any():
+            raise ValueError(_INFINITY)
+        # Python floats: a float32 column is encoded in float32 arithmetic, as a scalar of its own.
+        fill, shift, scale = (float(field[position]) for field in (self.fill, self.shift, self.scale))
+        out[:, 0] = (np.where(missing, fill, values) - shift) / scale
+        if self.indicator[position]:
+            out[:, 1] = missing
 
     def row_block(self, n_rows, memory_budget):
         """Rows encoded at once at predict: their float64 matrix within ``ENCODED_BLOCK_SHARE`` of the budget.
@@ -389,29 +407,24 @@ def fit_table_encoding(
     categorical = categorical_mask(X, categorical_features, feature_names, labels)
     numeric = np.flatnonzero(~categorical)
     block = _numeric_block(X, numeric, labels.__getitem__)
-    statistics = _column_statistics(block, weights) if block is not None else None
+    statistics = _column_statistics(np.zeros((X.shape[0], 0)) if block is None else block, weights)
     levels = {j: _fit_levels(column_of(X, j), weights, labels[j]) for j in np.flatnonzero(categorical)}
-    n_indicators = sum(column.width for column in levels.values())
-    if statistics is not None:
-        n_indicators += int(np.count_nonzero(statistics.missing))
+    n_indicators = sum(column.width for column in levels.values()) + int(np.count_nonzero(statistics.missing))
     scaling = _scaling(X, statistics, n_indicators, column_scaling)
-    columns = list(levels.get(j) for j in range(X.shape[1]))
-    for position, j in enumerate(numeric):
-        mean = float(statistics.mean[position]) if np.isfinite(statistics.mean[position]) else 0.0
-        std = float(statistics.std[position])
-        standardized = scaling.standardize and std > 0
-        columns[j] = NumericColumn(
-            mean, mean if standardized else 0.0, std if standardized else 1.0, bool(statistics.missing[position])
-        )
+    columns = tuple(levels.get(j) for j in range(X.shape[1]))
+    mean = np.where(np.isfinite(statistics.mean), statistics.mean, 0.0)
+    std = statistics.std
+    standardized = scaling.standardize & (std > 0)
+    shift, scale = np.where(standardized, mean, 0.0), np.where(standardized, std, 1.0)
     passthrough = (
         not categorical.any()
         and not scaling.standardize
-        and not (statistics is not None and statistics.missing.any())
+        and not statistics.missing.any()
         and isinstance(X, np.ndarray)
         and X.dtype.kind in "fiu"
     )
     choice = table_choice(categorical_features, column_scaling)
-    return TableEncoding(tuple(columns), scaling, passthrough, labels, choice)
+    return TableEncoding(columns, mean, shift, scale, statistics.missing, scaling, passthrough, labels, choice)
 
 
 def _unequal(sample_weight):
@@ -425,10 +438,10 @@ def _scaling(X, statistics, n_indicators, column_scaling):
     """Whether the numeric columns are standardized: a memory-mapped file is read as it is, unless asked."""
     memory_mapped = isinstance(X, np.ndarray) and _backing_memmap(X) is not None
     if memory_mapped and column_scaling != "standardize":
-        if statistics is not None and statistics.missing.any():
+        if statistics.missing.any():
             raise ValueError("X is memory-mapped and has missing values: impute them in the file first.")
         return ColumnScaling(False, "a memory-mapped X is read as it is")
-    if statistics is None:
+    if not statistics.missing.size:
         return ColumnScaling(False, "no numeric column")
     if column_scaling != "auto":
         return ColumnScaling(column_scaling == "standardize", f"column_scaling={column_scaling!r}")
@@ -573,24 +586,14 @@ class _ColumnStatistics:
         return cls(count, mean, squares, low, high, missing)
 
 
-def _encode_numeric(values, column, out):
-    missing = np.isnan(values)
-    if np.isinf(values).any():
-        raise ValueError(_INFINITY)
-    out[:, 0] = (np.where(missing, column.fill, values) - column.shift) / column.scale
-    if column.indicator:
-        out[:, 1] = missing
-
-
-def _with_missing_filled(X, columns):
-    """``X`` itself, or a copy with its missing values at their column's mean where it has any (pass-through)."""
+def _with_missing_filled(X, fill):
+    """``X`` itself, or a copy with its missing values at their column's ``fill`` where it has any (pass-through)."""
     missing = np.isnan(X) if X.dtype.kind == "f" else None
     if missing is None or not missing.any():
         return X
     if np.isinf(X).any():
         raise ValueError(_INFINITY)
-    means = np.array([column.fill for column in columns], dtype=X.dtype)
-    return np.where(missing, means, X)
+    return np.where(missing, np.asarray(fill, dtype=X.dtype), X)
 
 
 def _as_float_array(X):

@@ -102,10 +102,10 @@ def test_missing_values_in_fit_are_imputed_with_an_indicator_and_a_level_of_thei
     holed.loc[holed.index[::7], "income"] = np.nan
     holed["region"] = holed["region"].cat.add_categories([]).where(np.arange(len(frame)) % 11 != 0)
     model = AdaptiveKernelRegressor(**EXACT).fit(holed, y)
-    columns = model.table_encoding_.columns
-    assert columns[1].indicator and not columns[0].indicator
-    assert columns[2].missing_level
-    encoded = model.table_encoding_.transform(holed)
+    encoding = model.table_encoding_
+    assert encoding.indicator[1] and not encoding.indicator[0]  # the numeric columns age and income
+    assert encoding.columns[2].missing_level
+    encoded = encoding.transform(holed)
     assert not np.isnan(encoded).any()
     assert_array_equal(encoded[:, 2], np.isnan(holed["income"]))  # the indicator after income
     income = holed["income"]
