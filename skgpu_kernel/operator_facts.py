@@ -57,6 +57,11 @@ class Grid:
 class OperatorBlocks:
     """How many rows an evaluated product prepares at once, and how many columns of ``K`` it evaluates at once.
 
+    Each operator's own, not a field of the fit's :class:`OperatorPlan`: whoever
+    builds an operator sets them (a fit's layout, a prediction, a preconditioner,
+    a probe), EigenPro changes them with its batch (``with_blocks``), and a fit's
+    blocks are its layout's (``batch_size``, ``column_block``).
+
     ``rowwise``: on the CPU, ``V`` is multiplied with zero columns added up to a
     multiple of 16 (``widened_to_multiple``), so that a row's bits do not depend
     on the rows beside it or on its place in the block.  ``K @ V`` with 2 to 15

@@ -56,7 +56,7 @@ def run_every_point_cg(context, attempt):
     weights = context.weights_tensor(data.weights[data.order])
     penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)
     _check_cg_conditioned(context, shifted_condition(eigenvalues, penalised, cg_plan.max_components))
-    operators = rows.build(cg_plan.fit)
+    rows.build(cg_plan.fit)
     Y = context.to_device(data.Y[data.order], center=False)
     tic = time.perf_counter()
     preconditioner = shifted_rpcholesky_preconditioner(
@@ -74,7 +74,7 @@ def run_every_point_cg(context, attempt):
     # A-norm), so no stall rule reads it: its own objective stops it below float64.
     cg_settings = _cg_settings(parameters, runtime, square_system=True)
     plan = CGPlan(penalised.alpha, cg_settings, preconditioner, coef_init)
-    solved = context.reported(solve_full_kernel_cg(operators.train, Targets(Y, weights), plan))
+    solved = context.reported(solve_full_kernel_cg(rows.train, Targets(Y, weights), plan))
     if _broken_down(solved, runtime.dtype, parameters):
         residual = solved.history[-1]["relative_residual"]
         iterations = len(solved.history)
@@ -84,10 +84,9 @@ def run_every_point_cg(context, attempt):
             return KernelFitResult(None, fallback=fallback)
     coef = solved.coef.to(runtime.dtype)
     _warn_if_unfinished(solved, runtime.dtype, parameters, "on every point")
-    score = None if operators.validation is None else rows.held_out_score(operators)
-    result = _cg_loop_result(solved, coef, score)
-    rows.report_epochs(result, cg_plan.fit, operators.train)
-    operators = None  # as in _run_eigenpro: the cache freed before the centers are copied out
+    result = _cg_loop_result(solved, coef, rows.held_out_score())
+    rows.report_epochs(result, cg_plan.fit, rows.train)
+    rows.release()  # as in _run_eigenpro: the cache freed before the centers are copied out
     outcome = KernelFitResult(result, cg_plan.fit, None, {}, rows.centers_host(), rows.device_cache(coef))
     return dataclasses.replace(outcome, operator=rows.operator_plan)
 

@@ -50,7 +50,7 @@ def _run_eigenpro(stages):
     plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
     for message in plan.warnings:
         warn_user(message, UserWarning)
-    prepared = stages.prepare(plan)
+    stages.prepare(plan)
     n = stages.problem.n_rows
     steps_per_epoch = math.ceil(n / plan.batch_size)
     learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
@@ -78,12 +78,9 @@ def _run_eigenpro(stages):
         events=dataclasses.replace(context.events, log=None),  # the loops log their own line
         preconditioner=spectrum.preconditioner if n_components else None,
     )
-    # The run holds the operators only while it runs: `del prepared` below frees the cache.
-    result = context.solved_or_halved(
-        functools.partial(stages.solve, layout, plan, prepared, solver_plan), plan.batch_size
-    )
+    result = context.solved_or_halved(functools.partial(stages.solve, layout, plan, solver_plan), plan.batch_size)
     context.reported(result)
-    del prepared  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
+    stages.release()  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
     outcome = KernelFitResult(
         result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
     )
@@ -136,14 +133,17 @@ class _EigenPro2Stages:
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
-        return self.rows.build(plan)
+        self.rows.build(plan)
 
-    def solve(self, layout, plan, operators, solver_plan):
+    def release(self):
+        self.rows.release()
+
+    def solve(self, layout, plan, solver_plan):
         context = self.context
         data = context.prepared
         Y_dev = context.to_device(data.Y[data.order], center=False)
         targets = Targets(Y_dev, context.weights_tensor(data.weights[data.order]))
-        validation = None if operators.validation is None else self.rows.held_out_score(operators)
+        validation = self.rows.held_out_score()
         solver_plan = dataclasses.replace(
             solver_plan,
             validation=validation,
@@ -152,8 +152,9 @@ class _EigenPro2Stages:
             column_block_for=layout.column_block,
             generator=context.runtime.generator,
         )
-        result = solve_eigenpro2(operators.train, targets, solver_plan)
-        self.rows.report_epochs(result, plan, operators.train)
+        operator = self.rows.train
+        result = solve_eigenpro2(operator, targets, solver_plan)
+        self.rows.report_epochs(result, plan, operator)
         return result
 
 
@@ -247,13 +248,16 @@ class _EigenPro3Stages:
         if self.operator_plan.on_grid:
             self.center_codes = center_codes(self.Z_dev, self.operator_plan.grid)
 
+    def release(self):
+        """Nothing to free: the shards and their cache live in :meth:`solve` alone."""
+
     def _shards(self, column_block):
         """The centers' shards, on the operator plan's grid where it takes one."""
         runtime, grid = self.context.runtime, self.operator_plan.grid
         kernel = self.context.kernel
         return CenterShards(kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
 
-    def solve(self, layout, plan, prepared, solver_plan):
+    def solve(self, layout, plan, solver_plan):
         context = self.context
         shards = self._shards(plan.column_block)
         if plan.cached:

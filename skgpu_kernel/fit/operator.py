@@ -19,7 +19,6 @@ from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
 from ..planning.operator import operator_problem, plan_operator
 from ..planning.solver import CG_ROW_BLOCK
-from .request import KernelFitInput
 
 
 class EveryPointOperators:
@@ -30,6 +29,15 @@ class EveryPointOperators:
     2's layout (subsample, memory, cache) and the operators the operator plan asks
     for (:meth:`build`): the one place the cache and grid branches of ``K(X, X)``
     are taken.
+
+    Attributes
+    ----------
+    train : operator or None
+        ``K(X, X)`` once built (:meth:`build`), until :meth:`release`.
+    held_out : operator or None
+        ``K(X_val, X)`` with held-out rows, likewise; None without them.
+    validation : KernelFitInput or None
+        The held-out rows and targets on the device, likewise.
     """
 
     def __init__(self, context, definite_penalty=None):
@@ -43,6 +51,7 @@ class EveryPointOperators:
         self.problem = operator_problem(problem, self.measurements)
         # The operator plan once the layout is known, and the rows' grid codes where it takes the grid.
         self.operator_plan, self.center_codes = None, None
+        self.train = self.held_out = self.validation = None
 
     def centers_host(self):
         return self.context.prepared.X[self.context.prepared.order]
@@ -54,33 +63,43 @@ class EveryPointOperators:
         return plan_eigenpro2_layout(self.problem, budget, device, planning, self.definite_penalty)
 
     def build(self, plan):
-        """The operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for, cached when it says so.
+        """``train`` and ``held_out``: the operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for.
 
-        A cache the device refuses is recorded and the fit planned again without it
-        (:meth:`AttemptContext.cached_or_planned_again`).
+        Cached when the plan says so; a cache the device refuses is recorded and the
+        fit planned again without it (:meth:`AttemptContext.cached_or_planned_again`).
         """
-        validation = self.context.validation_tensors()
+        self.validation = self.context.validation_tensors()
         self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
-        operators = self._evaluated_operators(plan, validation)
+        self._evaluated_operators(plan)
         if plan.cached:
-            fill = lambda: self._caches(plan, operators)  # noqa: E731
-            operators = self.context.cached_or_planned_again(fill, plan, "K(X, X)")
-        return dataclasses.replace(operators, validation=validation)
+            self.context.cached_or_planned_again(lambda: self._caches(plan), plan, "K(X, X)")
+
+    def release(self):
+        """Drop the operators and the held-out rows: the kernel cache goes before the centers are copied out.
+
+        One copy of X less at the peak.
+        """
+        self.train = self.held_out = self.validation = None
 
     def device_cache(self, coef):
         return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
-    def held_out_score(self, operators):
-        """``score(coef)`` of ``K(X_val, X) @ coef`` against the held-out targets (row blocks halved out of memory)."""
-        held_out, n_rows = operators.held_out, operators.held_out.shape[0]
+    def held_out_score(self):
+        """``score(coef)`` of ``K(X_val, X) @ coef`` against the held-out targets (row blocks halved out of memory).
+
+        None without held-out rows.
+        """
+        if self.validation is None:
+            return None
+        held_out, n_rows = self.held_out, self.held_out.shape[0]
 
         def predict(coef, row_block):
             return in_row_blocks(lambda rows: held_out.matmul(coef, rows=rows), n_rows, row_block)
 
-        return self.context.held_out_score(predict, n_rows, operators.validation.Y)
+        return self.context.held_out_score(predict, n_rows, self.validation.Y)
 
-    def _evaluated_operators(self, plan, validation):
-        """``K(X, X)`` and ``K(X_val, X)`` (or None) as operators that evaluate their blocks, on the grid or not.
+    def _evaluated_operators(self, plan):
+        """``train`` and ``held_out`` (or None) as operators that evaluate their blocks, on the grid or not.
 
         Held-out rows off the training rows' grid are evaluated in float blocks.
         """
@@ -88,11 +107,10 @@ class EveryPointOperators:
         # measure_operator checked that the rows lie on the plan's grid, where it takes one.
         factory = CenterOperators.of(self.context.kernel, self.X_dev, self.operator_plan.grid, self.centers_dev)
         self.center_codes = factory.codes
-        train = factory.operator(self.X_dev, blocks, factory.codes)
-        held_out = None
+        self.train = factory.operator(self.X_dev, blocks, factory.codes)
+        validation, self.held_out = self.validation, None
         if validation is not None:
-            held_out = factory.operator(validation.X, blocks, factory.encode(validation.X))
-        return _EveryPointOperatorPair(train, held_out)
+            self.held_out = factory.operator(validation.X, blocks, factory.encode(validation.X))
 
     def _product_rate(self, entries, seconds, block_shape):
         """``entries`` kernel entries in ``seconds``: their products' GFLOP/s against ``torch.mm``'s at the blocks."""
@@ -125,13 +143,13 @@ class EveryPointOperators:
             rate = f"evaluated K(X, X): {self._product_rate(n * n, seconds, (rows, plan.column_block))}"
         runtime.log(f"[{self.context.parameters.name}] a typical epoch ({seconds:.3g} s) {rate}")
 
-    def _caches(self, plan, operators):
-        """``K(X, X)`` and ``K(X_val, X)`` filled from ``operators`` into :class:`CachedOperator` objects."""
+    def _caches(self, plan):
+        """``train`` and ``held_out`` replaced by the :class:`CachedOperator` objects they fill."""
         tic = time.perf_counter()
         storage = getattr(torch, CACHE_DTYPE_NAMES[plan.cache_itemsize])
         blocks = (plan.row_block, CACHE_FILL_COLUMNS)
-        train = operators.train.cached(storage, *blocks, symmetric=True)
-        held_out = None if operators.held_out is None else operators.held_out.cached(storage, *blocks)
+        train = self.train.cached(storage, *blocks, symmetric=True)
+        held_out = None if self.held_out is None else self.held_out.cached(storage, *blocks)
         synchronize(self.context.device)
         log = self.context.runtime.log
         if log is not None:
@@ -144,16 +162,7 @@ class EveryPointOperators:
                 f"[{self.context.parameters.name}] kernel cached: {rows} x {n_columns}, "
                 f"{self.operator_plan.describe()}, {seconds:.1f} s, {self._product_rate(entries, seconds, blocks)}"
             )
-        return _EveryPointOperatorPair(train, held_out)
-
-
-@dataclass(frozen=True)
-class _EveryPointOperatorPair:
-    """The operators of a fit on every point: ``K(X, X)`` and, with held-out rows, ``K(X_val, X)`` and those rows."""
-
-    train: object
-    held_out: object = None
-    validation: KernelFitInput | None = None
+        self.train, self.held_out = train, held_out
 
 
 @dataclass(frozen=True)
