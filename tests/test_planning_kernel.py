@@ -32,6 +32,7 @@ from skgpu_kernel.planning.solver import (
     FULL_KERNEL_CG_MAX_ROWS,
     plan_alpha,
     plan_auto_centers,
+    plan_centers_cg,
     plan_centers_solver,
     plan_full_kernel_solver,
     refit_with_penalty,
@@ -266,26 +267,27 @@ def test_memory_account_sums_its_items():
     ],
 )
 def test_centers_solver_table(case, problem, budget, solver, expected):
-    choice = plan_centers_solver(problem, budget, solver)
-    assert choice.solver == expected, case
-    assert choice.memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
+    assert plan_centers_solver(problem, budget, solver) == expected, case
+    layout = plan_centers_cg(problem, budget)
+    assert layout.memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
     # CG stores K(X, Z) (10000 x 1000 float32, 40 MB) whenever it is chosen here.
-    assert choice.stores_kernel == (expected == "cg")
-    assert choice.memory["K(X, Z) stored"] == (40_000_000 if expected == "cg" else 0)
-    assert choice.memory.fits() or expected == "eigenpro"
+    assert layout.stores_kernel == (expected == "cg")
+    assert layout.memory["K(X, Z) stored"] == (40_000_000 if expected == "cg" else 0)
+    assert layout.memory.fits() or expected == "eigenpro"
 
 
 def test_centers_solver_stores_k_xz_only_where_it_fits():
     # 10000 rows x 1000 centers: data 0.48 MB + factors 16 MB + row block 16.4 MB = 32.9 MB
     # without K(X, Z), 72.9 MB with it (40 MB in float32).
     problem = KernelProblem(10_000, 10, 1, 4, 1, n_centers=1000)
-    without = plan_centers_solver(problem, 50_000_000, "auto")
-    assert (without.solver, without.stores_kernel) == ("eigenpro", False)
-    asked = plan_centers_solver(problem, 50_000_000, "cg")
-    assert (asked.solver, asked.stores_kernel) == ("cg", False) and asked.memory.fits()
+    assert plan_centers_solver(problem, 50_000_000, "auto") == "eigenpro"
+    assert plan_centers_solver(problem, 50_000_000, "cg") == "cg"
+    asked = plan_centers_cg(problem, 50_000_000, required=True)
+    assert not asked.stores_kernel and asked.memory.fits()
     assert asked.memory.total == 480_000 + 16_000_000 + 2048 * 1000 * 8
-    stored = plan_centers_solver(problem, 73_000_000, "cg")
-    assert (stored.solver, stored.stores_kernel) == ("cg", True)
+    assert plan_centers_solver(problem, 73_000_000, "auto") == "cg"
+    stored = plan_centers_cg(problem, 73_000_000, required=True)
+    assert stored.stores_kernel
     assert stored.memory.total == asked.memory.total + 40_000_000 <= 73_000_000
 
 
@@ -502,14 +504,12 @@ def test_auto_centers_table(case, n_rows, budget, sizes, expected, reason):
     assert reason in count.reason, case
     if expected is None:
         return
-    choice = plan_centers_solver(dataclasses.replace(problem, n_centers=expected), budget, "auto")
+    choice = plan_centers_cg(dataclasses.replace(problem, n_centers=expected), budget)
     assert choice.stores_kernel == ("lowered" in reason or reason == "= 5047"), case
     if choice.stores_kernel:  # the memory account of what CG will hold is within the budget
         assert choice.memory.fits() and choice.memory["K(X, Z) stored"] == 4 * n_rows * expected
     if "lowered" in reason:  # the largest p that stores
-        assert not plan_centers_solver(
-            dataclasses.replace(problem, n_centers=expected + 1), budget, "auto"
-        ).stores_kernel
+        assert not plan_centers_cg(dataclasses.replace(problem, n_centers=expected + 1), budget).stores_kernel
 
 
 def test_training_memory_plan_counts_the_grid_codes_and_their_int32_block():

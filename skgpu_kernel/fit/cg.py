@@ -12,7 +12,7 @@ from ..cg_preconditioner import PenalisedRows, shifted_condition, shifted_rpchol
 from ..operators.row_blocks import center_operator
 from ..out_of_memory import in_row_blocks
 from ..planning.operator import operator_problem, plan_operator
-from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_solver, plan_every_point_cg
+from ..planning.solver import CG_MAX_CONDITION, full_kernel_cg_conditioned, plan_centers_cg, plan_every_point_cg
 from ..planning.stopping import plan_cg_stopping, plan_divergence
 from ..preconditioner import nystrom_eigenvalues
 from ..solvers.centers_cg import solve_centers_cg
@@ -133,14 +133,14 @@ def run_centers_cg(context, attempt):
     problem = context.problem_with(n_centers=centers.shape[0], centers_from_data=prepared.centers_from_data)
     measurements = context.measured(problem, X, None if prepared.centers_from_data else centers)
     problem = operator_problem(problem, measurements)
-    choice = plan_centers_solver(problem, runtime.budget, "cg")
-    operator_plan = plan_operator(problem, measurements, context.itemsize if choice.stores_kernel else 0)
+    layout = plan_centers_cg(problem, runtime.budget, required=True)
+    operator_plan = plan_operator(problem, measurements, context.itemsize if layout.stores_kernel else 0)
     operator = CentersOperator.build(context, operator_plan, X, centers)
     rows = centers_row_blocks(context, operator, centers)
     if runtime.log is not None:
         runtime.log(
             f"[{context.parameters.name}] device={context.device}, dtype={runtime.dtype}, n={X.shape[0]}, solver cg "
-            f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {choice.memory.describe()}"
+            f"on {centers.shape[0]} centers, K(X, Z): {operator.plan.describe()}, {layout.memory.describe()}"
         )
     coef_init = None if context.coef_init is None else context.coef_init.to(context.device)
     shares = None if prepared.center_shares is None else torch.as_tensor(prepared.center_shares)

@@ -261,7 +261,7 @@ def plan_kernel_fit(problem, budget, parameters):
 
 def _centers_solver(problem, budget, parameters):
     """CG or EigenPro 3 for a model on centers; a given ``alpha > 0`` must get CG."""
-    solver = plan_centers_solver(problem, budget, parameters.solver).solver
+    solver = plan_centers_solver(problem, budget, parameters.solver)
     alpha = parameters.alpha
     if solver == "eigenpro" and not isinstance(alpha, str) and alpha > 0:
         sharded_or_streamed = problem.n_shards > 1 or problem.streamed

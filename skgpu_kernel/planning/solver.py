@@ -26,12 +26,14 @@ __all__ = [
     "CG_ROW_BLOCK",
     "FULL_KERNEL_CG_MAX_ROWS",
     "LOO_MIN_COVERAGE",
+    "CentersCGLayout",
     "CentersPlan",
     "EveryPointCGPlan",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
     "plan_alpha",
     "plan_auto_centers",
+    "plan_centers_cg",
     "plan_centers_solver",
     "plan_every_point_cg",
     "plan_full_kernel_solver",
@@ -60,32 +62,39 @@ LOO_MIN_COVERAGE = 0.95
 
 @dataclass(frozen=True)
 class CentersPlan:
-    """A model on centers: how many (:func:`plan_auto_centers`) or how they are fitted (:func:`plan_centers_solver`).
+    """How many centers ``n_centers="auto"`` takes, and why (:func:`plan_auto_centers`).
 
     Attributes
     ----------
     n_centers : int or None
         The centers (None: every training point).
     reason : str
-        Why ``n_centers="auto"`` chose that count, in words ("" for the solver's choice).
-    solver : {"cg", "eigenpro"} or None
-        The solver on those centers (None: the count alone was planned).
-    memory : MemoryAccount or None
+        Why, in words.
+    """
+
+    n_centers: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class CentersCGLayout:
+    """How CG on centers holds its operands (:func:`plan_centers_cg`): ``K(X, Z)`` stored or not, and the memory.
+
+    Attributes
+    ----------
+    memory : MemoryAccount
         What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
     stores_kernel : bool
         CG computes ``K(X, Z)`` once and reads it on every iteration; otherwise
         every iteration evaluates it again, block by block.
     """
 
-    n_centers: int | None
-    reason: str = ""
-    solver: str | None = None
-    memory: MemoryAccount | None = None
-    stores_kernel: bool = False
+    memory: MemoryAccount
+    stores_kernel: bool
 
 
 def plan_centers_solver(problem, budget, solver):
-    """Which solver fits the model on ``p`` centers, ``"cg"`` or ``"eigenpro"``, and whether CG stores ``K(X, Z)``.
+    """Which solver fits the model on ``p`` centers: ``"cg"`` where it stores ``K(X, Z)``, else ``"eigenpro"``.
 
     Conjugate gradients on the penalised normal equations, preconditioned with the
     ``K(centers, centers)`` factor (Falkon's), reach the exact solution in tens of
@@ -100,24 +109,55 @@ def plan_centers_solver(problem, budget, solver):
     ``Ridge(solver="auto")`` picks a direct solver when it can), and EigenPro 3
     otherwise: for centers sharded over devices or ranks, for streamed data, or
     when ``K(X, Z)`` or the ``p x p`` factors do not fit.  ``solver="cg"`` stores
-    ``K(X, Z)`` when it fits and evaluates it every iteration otherwise.
+    ``K(X, Z)`` when it fits and evaluates it every iteration otherwise
+    (:func:`plan_centers_cg`).
 
     Parameters
     ----------
     problem : KernelProblem
         With ``n_centers`` set.
     budget : int
-    solver : {"auto", "cg", "eigenpro"}
+    solver : str
+        ``"auto"``, ``"cg"``, ``"eigenpro"``, or another registered solver's name,
+        which runs as named.
 
     Returns
     -------
-    CentersPlan
+    str
 
     Raises
     ------
     ValueError
         ``solver="cg"`` where it cannot run: sharded centers, streamed data, or
         factors that do not fit the budget.
+    """
+    if solver == "auto":
+        return "cg" if plan_centers_cg(problem, budget).stores_kernel else "eigenpro"
+    if solver == "cg":
+        plan_centers_cg(problem, budget, required=True)
+    return solver
+
+
+def plan_centers_cg(problem, budget, required=False):
+    """CG on ``p`` centers: whether it stores ``K(X, Z)`` (where that fits the budget), and the memory it takes.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        With ``n_centers`` set.
+    budget : int
+    required : bool, default=False
+        CG is to run (``solver="cg"``): refuse where it cannot.
+
+    Returns
+    -------
+    CentersCGLayout
+
+    Raises
+    ------
+    ValueError
+        With ``required``: sharded centers, streamed data, or factors that do not
+        fit the budget.
     """
     p, rows = problem.n_centers, min(problem.n_rows, CG_ROW_BLOCK)
     memory = MemoryAccount(
@@ -130,16 +170,14 @@ def plan_centers_solver(problem, budget, solver):
     )
     stored = memory.with_item("K(X, Z) stored", problem.n_rows * p * problem.itemsize)
     possible = problem.n_shards == 1 and not problem.streamed
-    if solver == "cg" and not possible:
+    if required and not possible:
         raise ValueError("solver='cg' runs on one device with the data in memory; use solver='eigenpro' here.")
-    if solver == "cg" and not memory.fits():
+    if required and not memory.fits():
         raise ValueError(
             f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
         )
     stores_kernel = possible and stored.fits()
-    if solver == "auto":
-        solver = "cg" if stores_kernel else "eigenpro"
-    return CentersPlan(p, "", solver, stored if stores_kernel else memory, stores_kernel and solver == "cg")
+    return CentersCGLayout(stored if stores_kernel else memory, stores_kernel)
 
 
 # n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
@@ -167,7 +205,7 @@ def plan_auto_centers(problem, budget, device, parameters):
     there are at most ``AUTO_EVERY_POINT_MAX_ROWS`` rows.  Beyond, ``p =
     max(AUTO_CENTERS_MIN, AUTO_CENTERS_PER_ROOT sqrt(n))`` training rows, lowered to
     the largest ``p`` whose ``K(X, Z)`` CG can store next to its factors (each CG
-    iteration then costs one read of it, :func:`plan_centers_solver`) as long as
+    iteration then costs one read of it, :func:`plan_centers_cg`) as long as
     that leaves at least ``AUTO_CENTERS_MIN``; otherwise ``p`` stays and EigenPro 3
     evaluates ``K(X, Z)`` every epoch.
 
@@ -196,7 +234,7 @@ def plan_auto_centers(problem, budget, device, parameters):
     rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
 
     def stores(p):
-        return plan_centers_solver(dataclasses.replace(problem, n_centers=p), budget, "auto").stores_kernel
+        return plan_centers_cg(dataclasses.replace(problem, n_centers=p), budget).stores_kernel
 
     low, high = 0, target  # the largest p <= target whose K(X, Z) CG stores (0: none)
     while low < high:
@@ -254,7 +292,7 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
     if not full_kernel_cg_factors(problem):
         return "cg"
     as_centers = dataclasses.replace(problem, n_centers=problem.n_rows)
-    return plan_centers_solver(as_centers, budget, solver).solver
+    return plan_centers_solver(as_centers, budget, solver)
 
 
 # n x l float64 vectors the square system's CG holds at once (coefficients, residual,
