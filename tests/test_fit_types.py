@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TARGET_TYPES = 24
 # Today's counts (59 and 60 at the second part, 40 and 41 after the merges of
 # its third): a type added to the default path must replace one.
-MOST_TYPES = {"regressor": 40, "classifier": 41}
+MOST_TYPES = {"regressor": 39, "classifier": 40}
 
 
 def _counter():
