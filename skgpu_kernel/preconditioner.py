@@ -16,6 +16,7 @@ one sample under preconditioning is ``1 / k_P(x, x)``.  In the paper's notation
 ``q = k + 1`` eigenpairs are kept.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ from .operators import CenterOperators, OperatorBlocks, kernel_matrix, widened
 __all__ = [
     "EigenProPreconditioner",
     "PreconditionedDiagonal",
-    "SpectralSettings",
+    "Spectrum",
     "choose_n_components",
     "flattening_scales",
     "max_usable_components",
@@ -168,33 +169,34 @@ class PreconditionedDiagonal:
       and it is small only where the subsample already covers ``x``; rows equal to
       a subsample row take the subsample's exact form instead.
 
+    The eigenvalues ``mu``, the damping and the diagonal shift are read from the
+    :class:`Spectrum`.  The shares are not fields of the spectrum: they are
+    ``(s, s)`` and ``(r, q)`` float64 arrays (200 MB and 65 MB at ``s = 5000``,
+    ``q = 1000``) read only while the level is chosen, and the spectrum is kept
+    through the solve and broadcast to every rank.
+
     Attributes
     ----------
-    eigenvalues : ndarray of shape (s,)
-        ``mu``, the shifted eigenvalues of ``K_S / s``.
     subsample_fixed, subsample_shares : ndarray of shape (s,) and (s, s)
         ``fixed(x)`` and the shares ``p_i(x)^2 / mu_i`` of the subsample's rows.
     outside_fixed, outside_shares : ndarray of shape (r,) and (r, q)
         The same of the rows outside it (none: shapes (0,) and (0, 0)).
-    diagonal_shift : float
-        Added to every ``k(x, x)`` (the penalty's share of one sample's curvature).
     """
 
-    eigenvalues: np.ndarray
     subsample_fixed: np.ndarray
     subsample_shares: np.ndarray
     outside_fixed: np.ndarray
     outside_shares: np.ndarray
-    diagonal_shift: float = 0.0
 
-    def maximum(self, n_components, damping):
-        """``max_x k_P(x, x)`` with ``n_components`` directions flattened at ``damping``, shifts included."""
-        ratios = _flattening_ratios(self.eigenvalues, n_components, damping)
+    def maximum(self, spectrum, n_components):
+        """``max_x k_P(x, x)``, shifts included, with ``n_components`` of the measured ``spectrum`` flattened."""
+        ratios = _flattening_ratios(spectrum.eigenvalues, n_components, spectrum.damping)
         inside = _largest_diagonal(self.subsample_fixed, self.subsample_shares, ratios)
-        return max(inside, _largest_diagonal(self.outside_fixed, self.outside_shares, ratios)) + self.diagonal_shift
+        outside = _largest_diagonal(self.outside_fixed, self.outside_shares, ratios)
+        return max(inside, outside) + spectrum.diagonal_shift
 
 
-def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectral, column_block, n_outside=None):
+def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectrum, column_block, n_outside=None):
     """The :class:`PreconditionedDiagonal` of ``subsample`` (behind ``eigensystem``) and ``outside_rows``.
 
     Parameters
@@ -207,7 +209,9 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
         returns them (unshifted).
     outside_rows : Tensor of shape (r, d)
         Rows outside the subsample (none equal to a subsample row).
-    spectral : SpectralSettings
+    spectrum : Spectrum
+        Measured on ``subsample``: its eigenvalues are ``eigensystem``'s shifted by
+        its ``eigenvalue_shift``.
     column_block : int
     n_outside : int or None, default=None
         ``q``, the directions the rows outside are projected on (None: all); no
@@ -218,9 +222,8 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
     PreconditionedDiagonal
     """
     eigenvalues, eigenvectors = eigensystem
-    s, sigma = eigenvectors.shape[0], spectral.eigenvalue_shift
-    shifted = eigenvalues + sigma
-    positive = np.maximum(shifted, np.finfo(np.float64).tiny)
+    s, sigma = eigenvectors.shape[0], spectrum.eigenvalue_shift
+    positive = np.maximum(spectrum.eigenvalues, np.finfo(np.float64).tiny)
     # s lambda_i u_i(x_j)^2 = s^2 lambda_i psi_i(x_j)^2 (psi_i = u_i / sqrt(s)).
     weights = (eigenvectors.cpu().double().square() * float(s * s)).numpy() * eigenvalues[None, :]
     inside_fixed, inside_shares = (weights * (sigma / positive)).sum(axis=1), weights * (eigenvalues / positive)
@@ -235,8 +238,7 @@ def preconditioned_diagonal(kernel, subsample, eigensystem, outside_rows, spectr
         outside_fixed, outside_shares = np.maximum(residual, 0.0), shares
     else:
         outside_fixed, outside_shares = np.zeros(0), np.zeros((0, 0))
-    diagonal = (inside_fixed, inside_shares, outside_fixed, outside_shares)
-    return PreconditionedDiagonal(shifted, *diagonal, spectral.diagonal_shift)
+    return PreconditionedDiagonal(inside_fixed, inside_shares, outside_fixed, outside_shares)
 
 
 def _rows_outside(rows, subsample):
@@ -352,12 +354,18 @@ _BETA_PROBE_ROWS = 8192
 
 
 @dataclass(frozen=True)
-class SpectralSettings:
-    """What the preconditioner is asked for: components, damping and a ridge shift.
+class Spectrum:
+    """The preconditioner's spectrum: what it was asked for, what was measured and the preconditioner chosen.
+
+    The fit's request (``AttemptContext.spectral_settings``) sets the first five
+    fields; :func:`plan_preconditioner` returns the spectrum measured on the
+    Nystrom subsample, with the directions it flattened.
 
     Parameters
     ----------
     n_components : int or "auto"
+        The directions asked to be flattened (``preconditioner.n_components`` says
+        how many were).
     damping : float
         Exponent ``a`` in (0, 1].
     eigenvalue_shift : float, default=0.0
@@ -370,6 +378,16 @@ class SpectralSettings:
         Training rows one epoch visits.  ``n_components="auto"`` flattens no further
         than the first ``k`` whose preconditioned critical batch reaches it (see
         ``plan_preconditioner``); None sets no such limit.
+    eigenvalues : ndarray of shape (s,) or None, default=None
+        The eigenvalues of ``K_S / s``, descending, plus ``eigenvalue_shift``;
+        None until measured.
+    beta : float or None, default=None
+        ``max_x k(x, x)`` over the rows, plus ``diagonal_shift``.
+    beta_preconditioned : float or None, default=None
+        ``beta_P = max_x k_P(x, x)`` with the chosen directions flattened (at most
+        ``beta``; ``beta`` with none).
+    preconditioner : EigenProPreconditioner or None, default=None
+        The correction that flattens the chosen directions.
     """
 
     n_components: object = "auto"
@@ -377,23 +395,26 @@ class SpectralSettings:
     eigenvalue_shift: float = 0.0
     diagonal_shift: float = 0.0
     rows_per_epoch: int | None = None
-
-
-@dataclass
-class PreconditionerPlan:
-    """Everything the EigenPro setup decided from the spectrum."""
-
-    preconditioner: EigenProPreconditioner
-    eigenvalues: np.ndarray
-    beta: float
-    beta_preconditioned: float
-    critical_batch: float
-    critical_batch_preconditioned: float
+    eigenvalues: np.ndarray | None = None
+    beta: float | None = None
+    beta_preconditioned: float | None = None
+    preconditioner: EigenProPreconditioner | None = None
 
     @property
     def top_eigenvalue_preconditioned(self):
         """``lambda_1'``, the top eigenvalue after flattening (``lambda_1`` with no component)."""
         return self.preconditioner.top_eigenvalue
+
+    @property
+    def critical_batch(self):
+        """``m* = beta / lambda_1``, the critical batch without the preconditioner (inf for a zero spectrum)."""
+        return self.beta / self.eigenvalues[0] if self.eigenvalues[0] > 0 else math.inf
+
+    @property
+    def critical_batch_preconditioned(self):
+        """``m*(P) = beta_P / lambda_1'``, the critical batch with it (inf for a zero spectrum)."""
+        top = self.top_eigenvalue_preconditioned
+        return self.beta_preconditioned / top if top > 0 else math.inf
 
 
 def _default_components(candidates, subsample_size, rows_per_epoch):
@@ -410,7 +431,7 @@ def _default_components(candidates, subsample_size, rows_per_epoch):
     return min(candidates, subsample_size // 2)
 
 
-def plan_preconditioner(kernel, X, subsample_size, target_batch, spectral, column_block, probe_rows=None):
+def plan_preconditioner(kernel, X, subsample_size, target_batch, spectrum, column_block, probe_rows=None):
     """Build the EigenPro preconditioner for ``X`` (device tensor, random row order).
 
     The first ``subsample_size`` rows are the Nystrom subsample.  The preconditioned
@@ -423,7 +444,7 @@ def plan_preconditioner(kernel, X, subsample_size, target_batch, spectral, colum
     of the capacity run with the linear step ``m / beta_P`` and keep a margin for
     the error of the Nystrom estimate; beyond that, up to half the subsample's
     directions are flattened (every one when the subsample is every training row;
-    at most 1000, and only resolvable ones; ``spectral``
+    at most 1000, and only resolvable ones; ``spectrum``
     gives ``n_components``, the damping and the shifts of a ridge penalty, under which
     the eigenvalues and the diagonal are those of the penalised operator).  Each costs
     O(s l) per step, negligible next to the kernel block, and flattening more of
@@ -432,7 +453,7 @@ def plan_preconditioner(kernel, X, subsample_size, target_batch, spectral, colum
     directions the batch needed to 88.4% with 940 (mean of two seeds, batch 256).
 
     Flattening stops, whatever the capacity asks, at the first ``k`` whose
-    preconditioned critical batch ``m*(P)`` reaches ``spectral.rows_per_epoch``
+    preconditioned critical batch ``m*(P)`` reaches ``spectrum.rows_per_epoch``
     (``n``).  Below ``m*(P)`` the step is ``m / beta_P``, so a step contracts the
     flattened directions by ``m / m*(P)`` and an epoch of ``n / m`` steps by about
     ``n / m*(P)`` e-folds, whatever the batch: beyond ``m*(P) = n`` the top of the
@@ -442,52 +463,65 @@ def plan_preconditioner(kernel, X, subsample_size, target_batch, spectral, colum
 
     Returns
     -------
-    PreconditionerPlan
+    Spectrum
+        ``spectrum`` measured: its eigenvalues, ``beta``, ``beta_P`` and the
+        preconditioner.
     """
-    n_components, damping = spectral.n_components, spectral.damping
-    raw_eigenvalues, eigenvectors = nystrom_eigensystem(kernel, X[:subsample_size], X.dtype)  # the training dtype
+    subsample = X[:subsample_size]
+    raw_eigenvalues, eigenvectors = nystrom_eigensystem(kernel, subsample, X.dtype)  # the training dtype
     usable = min(max_usable_components(raw_eigenvalues, X.dtype), subsample_size - 1)
-    eigenvalues = raw_eigenvalues + spectral.eigenvalue_shift
-    if n_components == "auto":
+    if spectrum.n_components == "auto":
         candidates = min(usable, _MAX_AUTO_COMPONENTS)
     else:
-        warn_if_reduced(n_components, usable)
-        candidates = min(n_components, usable)
-
-    if probe_rows is None:
-        beta = kernel_diagonal_max(kernel, X)
-        outside = X[subsample_size : subsample_size + _BETA_PROBE_ROWS]
-    else:
-        beta = max(kernel_diagonal_max(kernel, X), kernel_diagonal_max(kernel, probe_rows))
-        outside = probe_rows[:_BETA_PROBE_ROWS]
-    beta += spectral.diagonal_shift
-    subsample = X[:subsample_size]
-    outside = _rows_outside(outside, subsample)
-    eigensystem = (raw_eigenvalues, eigenvectors)
-    diagonal = preconditioned_diagonal(kernel, subsample, eigensystem, outside, spectral, column_block, candidates)
+        warn_if_reduced(spectrum.n_components, usable)
+        candidates = min(spectrum.n_components, usable)
+    beta, outside = _unflattened_beta(kernel, X, subsample_size, probe_rows)
+    measured = dataclasses.replace(
+        spectrum,
+        eigenvalues=raw_eigenvalues + spectrum.eigenvalue_shift,
+        beta=beta + spectrum.diagonal_shift,
+    )
+    eigensystem, outside = (raw_eigenvalues, eigenvectors), _rows_outside(outside, subsample)
+    diagonal = preconditioned_diagonal(kernel, subsample, eigensystem, outside, measured, column_block, candidates)
 
     def beta_at(k):
-        return min(diagonal.maximum(k, damping), beta) if k else beta
+        return min(diagonal.maximum(measured, k), measured.beta) if k else measured.beta
 
-    if n_components == "auto":
-        needed = choose_n_components(eigenvalues, beta_at, target_batch, damping, candidates)
-        n_components = max(needed, _default_components(candidates, subsample_size, spectral.rows_per_epoch))
-        if spectral.rows_per_epoch is not None:
-            within_epoch = choose_n_components(eigenvalues, beta_at, spectral.rows_per_epoch, damping, candidates)
-            n_components = min(n_components, within_epoch)
-    else:
-        n_components = candidates
-    preconditioner = EigenProPreconditioner(eigenvalues, eigenvectors, n_components, damping, X.dtype, X.device)
-    beta_preconditioned = beta_at(n_components)
-    top = preconditioner.top_eigenvalue
-    critical_batch_preconditioned = beta_preconditioned / top if top > 0 else math.inf
-    if spectral.n_components != "auto":
-        warn_if_beyond_epoch(n_components, critical_batch_preconditioned, spectral.rows_per_epoch)
-    return PreconditionerPlan(
-        preconditioner=preconditioner,
-        eigenvalues=eigenvalues,
-        beta=beta,
-        beta_preconditioned=beta_preconditioned,
-        critical_batch=beta / eigenvalues[0] if eigenvalues[0] > 0 else math.inf,
-        critical_batch_preconditioned=critical_batch_preconditioned,
+    n_components = _chosen_components(measured, beta_at, target_batch, candidates, subsample_size)
+    preconditioner = EigenProPreconditioner(
+        measured.eigenvalues, eigenvectors, n_components, spectrum.damping, X.dtype, X.device
     )
+    chosen = dataclasses.replace(measured, beta_preconditioned=beta_at(n_components), preconditioner=preconditioner)
+    if spectrum.n_components != "auto":
+        warn_if_beyond_epoch(n_components, chosen.critical_batch_preconditioned, spectrum.rows_per_epoch)
+    return chosen
+
+
+def _unflattened_beta(kernel, X, subsample_size, probe_rows):
+    """``max_x k(x, x)`` over ``X`` (and ``probe_rows``), and the rows the preconditioned diagonal is probed on.
+
+    Those are up to 8192 of ``probe_rows`` where given, else the rows of ``X``
+    after its subsample.
+    """
+    if probe_rows is None:
+        return kernel_diagonal_max(kernel, X), X[subsample_size : subsample_size + _BETA_PROBE_ROWS]
+    beta = max(kernel_diagonal_max(kernel, X), kernel_diagonal_max(kernel, probe_rows))
+    return beta, probe_rows[:_BETA_PROBE_ROWS]
+
+
+def _chosen_components(spectrum, beta_at, target_batch, candidates, subsample_size):
+    """The ``k`` flattened of the measured ``spectrum``: ``candidates`` where it was asked for a number.
+
+    ``"auto"`` flattens the directions the target batch needs, more up to
+    :func:`_default_components`, and no further than a critical batch of
+    ``rows_per_epoch`` (see :func:`plan_preconditioner`).
+    """
+    if spectrum.n_components != "auto":
+        return candidates
+    eigenvalues, damping, rows = spectrum.eigenvalues, spectrum.damping, spectrum.rows_per_epoch
+    needed = choose_n_components(eigenvalues, beta_at, target_batch, damping, candidates)
+    n_components = max(needed, _default_components(candidates, subsample_size, rows))
+    if rows is not None:
+        within_epoch = choose_n_components(eigenvalues, beta_at, rows, damping, candidates)
+        n_components = min(n_components, within_epoch)
+    return n_components

@@ -7,7 +7,7 @@ import torch
 from skgpu_kernel import AdaptiveKernelRegressor
 from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning.kernel import preconditioner_target
-from skgpu_kernel.preconditioner import SpectralSettings, plan_preconditioner
+from skgpu_kernel.preconditioner import Spectrum, plan_preconditioner
 
 
 def _interpolation_case(bandwidth, seed=0, n=300, n_test=200):
@@ -61,9 +61,9 @@ def test_a_given_batch_loses_no_accuracy_against_the_automatic_one(batch_size):
 def _components(n_rows, subsample_size, capacity):
     rng = np.random.RandomState(0)
     X = torch.as_tensor(rng.randn(n_rows, 5))
-    spectral = SpectralSettings(rows_per_epoch=n_rows)
+    spectrum = Spectrum(rows_per_epoch=n_rows)
     plan = plan_preconditioner(
-        Gaussian(bandwidth=2.0), X, subsample_size, preconditioner_target(capacity), spectral, 1024
+        Gaussian(bandwidth=2.0), X, subsample_size, preconditioner_target(capacity), spectrum, 1024
     )
     return plan.preconditioner.n_components, plan.critical_batch_preconditioned
 

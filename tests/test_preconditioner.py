@@ -8,7 +8,7 @@ from skgpu_kernel.kernels import Gaussian
 from skgpu_kernel.planning.kernel import operating_batch, preconditioner_target
 from skgpu_kernel.preconditioner import (
     EigenProPreconditioner,
-    SpectralSettings,
+    Spectrum,
     choose_n_components,
     flattening_scales,
     max_usable_components,
@@ -64,9 +64,7 @@ def test_a_float32_fit_decomposes_its_subsample_in_float32_within_float32_roundi
 
     monkeypatch.setattr("skgpu_kernel.preconditioner.nystrom_eigensystem", recorded)
     for rows in (X, X.double()):
-        plan_preconditioner(
-            kernel, rows, 100, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
-        )
+        plan_preconditioner(kernel, rows, 100, preconditioner_target(30), Spectrum("auto", 0.95), column_block=64)
     assert asked == [torch.float32, torch.float64]
 
 
@@ -130,17 +128,17 @@ def test_preconditioned_diagonal_is_that_of_the_preconditioned_kernel(data, shif
     kernel = Gaussian(bandwidth=1.0)
     s, k, damping, diagonal_shift = 60, 8, 0.95, 0.5
     values, vectors = nystrom_eigensystem(kernel, data[:s])
-    spectral = SpectralSettings(k, damping, eigenvalue_shift=shift, diagonal_shift=diagonal_shift)
-    diagonal = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[s:], spectral, 16, n_outside=20)
+    spectrum = Spectrum(k, damping, shift, diagonal_shift, eigenvalues=values + shift)  # measured on data[:s]
+    diagonal = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[s:], spectrum, 16, n_outside=20)
     # k_P = K + shift I - K(., S) Psi diag(D) Psi^T K(S, .) with D from the shifted eigenvalues, densely.
     psi = vectors[:, :k].numpy()
     block = kernel(data, data[:s]).numpy()
     scales = flattening_scales(values + shift, k, damping)
     dense = 1.0 + diagonal_shift - (((block @ psi) ** 2) * scales).sum(axis=1)
-    assert diagonal.maximum(k, damping) == pytest.approx(dense.max(), rel=1e-9)
-    assert diagonal.maximum(0, damping) == pytest.approx(1.0 + diagonal_shift, rel=1e-12)
-    subsample_only = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[:0], spectral, 16)
-    assert subsample_only.maximum(k, damping) == pytest.approx(dense[:s].max(), rel=1e-9)
+    assert diagonal.maximum(spectrum, k) == pytest.approx(dense.max(), rel=1e-9)
+    assert diagonal.maximum(spectrum, 0) == pytest.approx(1.0 + diagonal_shift, rel=1e-12)
+    subsample_only = preconditioned_diagonal(kernel, data[:s], (values, vectors), data[:0], spectrum, 16)
+    assert subsample_only.maximum(spectrum, k) == pytest.approx(dense[:s].max(), rel=1e-9)
 
 
 def _fit_like_problem(n=1080, d=5, seed=0):
@@ -151,9 +149,9 @@ def _fit_like_problem(n=1080, d=5, seed=0):
 
 def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_rounding(monkeypatch):
     X = _fit_like_problem()
-    kernel, spectral = Gaussian(bandwidth=1.0), SpectralSettings("auto", 0.95, rows_per_epoch=X.shape[0])
+    kernel, spectrum = Gaussian(bandwidth=1.0), Spectrum("auto", 0.95, rows_per_epoch=X.shape[0])
     reference = plan_preconditioner(
-        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectral, column_block=1024
+        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectrum, column_block=1024
     )
     assert reference.preconditioner.n_components == 1000
     eigh = torch.linalg.eigh
@@ -165,7 +163,7 @@ def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_r
 
     monkeypatch.setattr(torch.linalg, "eigh", perturbed_eigh)
     perturbed = plan_preconditioner(
-        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectral, column_block=1024
+        kernel, X, X.shape[0], preconditioner_target(X.shape[0]), spectrum, column_block=1024
     )
     assert perturbed.preconditioner.n_components == reference.preconditioner.n_components
     for batch in (34, 256):
@@ -179,9 +177,7 @@ def test_the_step_size_does_not_move_when_the_subsample_kernel_is_perturbed_at_r
 
 def test_plan_widens_the_critical_batch_to_the_target(data):
     kernel = Gaussian(bandwidth=2.0)
-    plan = plan_preconditioner(
-        kernel, data, 100, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
-    )
+    plan = plan_preconditioner(kernel, data, 100, preconditioner_target(30), Spectrum("auto", 0.95), column_block=64)
     assert plan.critical_batch_preconditioned >= 2 * 30 > plan.critical_batch
     assert operating_batch(30, plan.critical_batch_preconditioned, 120) == 30
     assert plan.beta == pytest.approx(1.0)
@@ -200,18 +196,18 @@ def test_auto_flattening_stops_where_the_critical_batch_reaches_an_epoch(rng):
     data = torch.as_tensor(rng.uniform(-1, 1, (600, 3)))
     kernel, rows = Gaussian(bandwidth=2.0), 600
     unlimited = plan_preconditioner(
-        kernel, data, 400, preconditioner_target(30), SpectralSettings("auto", 0.95), column_block=64
+        kernel, data, 400, preconditioner_target(30), Spectrum("auto", 0.95), column_block=64
     )
     flattened = unlimited.preconditioner.n_components
     assert flattened == min(max_usable_components(unlimited.eigenvalues, torch.float64), 200)
     assert unlimited.critical_batch_preconditioned > 10 * rows
 
-    spectral = SpectralSettings("auto", 0.95, rows_per_epoch=rows)
-    limited = plan_preconditioner(kernel, data, 400, preconditioner_target(30), spectral, column_block=64)
+    spectrum = Spectrum("auto", 0.95, rows_per_epoch=rows)
+    limited = plan_preconditioner(kernel, data, 400, preconditioner_target(30), spectrum, column_block=64)
     k = limited.preconditioner.n_components
     assert 0 < k < flattened
     assert limited.critical_batch_preconditioned >= rows
-    one_fewer = SpectralSettings(k - 1, 0.95, rows_per_epoch=rows)
+    one_fewer = Spectrum(k - 1, 0.95, rows_per_epoch=rows)
     assert (
         plan_preconditioner(
             kernel, data, 400, preconditioner_target(30), one_fewer, column_block=64
@@ -219,7 +215,7 @@ def test_auto_flattening_stops_where_the_critical_batch_reaches_an_epoch(rng):
         < rows
     )
     # An explicit n_components is flattened as asked, with a warning that says why it is slow.
-    explicit = SpectralSettings(flattened, 0.95, rows_per_epoch=rows)
+    explicit = Spectrum(flattened, 0.95, rows_per_epoch=rows)
     with pytest.warns(RuntimeWarning, match=rf"n_components={flattened} puts the preconditioned critical batch"):
         as_asked = plan_preconditioner(kernel, data, 400, preconditioner_target(30), explicit, column_block=64)
     assert as_asked.preconditioner.n_components == flattened

@@ -12,7 +12,7 @@ from ..operators import OperatorPlan, measure_operator
 from ..out_of_memory import ShrinkingStage, halvings, out_of_memory_reason, release_cached_memory
 from ..planning.kernel import KernelProblem
 from ..planning.operator import operator_probe_shape
-from ..preconditioner import SpectralSettings
+from ..preconditioner import Spectrum
 from ..process_group import agree_on_object
 from .attempts import Fallback, FallbackNeeded
 
@@ -248,6 +248,9 @@ class AttemptContext:
         return None if batch_size == "auto" else min(batch_size, n_rows)
 
     def spectral_settings(self, n_rows, eigenvalue_shift, diagonal_shift):
-        """What EigenPro's preconditioner is asked for: the user's components and damping, a penalty's shifts, ``n``."""
+        """The :class:`~skgpu_kernel.preconditioner.Spectrum` EigenPro's preconditioner is asked for (not yet measured).
+
+        The user's components and damping, a penalty's shifts, ``n``.
+        """
         parameters = self.parameters
-        return SpectralSettings(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)
+        return Spectrum(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)

@@ -22,7 +22,7 @@ class KernelFitResult:
     plan : KernelFitPlan or None
         None for CG on centers, which plans no batch (CG on every point has its
         plan, ``method="cg"``: its subsample, row blocks and kernel cache).
-    spectrum : PreconditionerPlan or None
+    spectrum : Spectrum or None
         None for CG, which has none.
     throughputs : dict
     centers : ndarray
