@@ -288,7 +288,7 @@ class _EigenPro3Stages:
             center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
         else:
             center_shards = self._shards(plan.column_block)
-            if plan.cache_centers:  # else (or where the device refuses it) K(Z, Z) is evaluated per product
+            if plan.layout.cache_centers:  # else (or where the device refuses it) K(Z, Z) is evaluated per product
                 context.cached_or_evaluated(lambda: center_shards.cache(self.Z_dev, plan.row_block), None, "K(Z, Z)")
         return IterativeProjection(
             center_shards, self.Z_dev, preconditioner, PROJECTION_MAX_ITERATIONS, PROJECTION_TOL, plan.row_block
@@ -303,7 +303,7 @@ class _EigenPro3Stages:
                 sources.append(as_row_source(data.weights / data.weights.max(), "sample_weight"))
             seed = int(runtime.rng.randint(np.iinfo(np.int32).max)) + runtime.epochs_done
             offset = context.to_device.offset
-            return StreamedBatches(sources, context.device, runtime.dtype, offset, plan.buffer_rows, seed)
+            return StreamedBatches(sources, context.device, runtime.dtype, offset, plan.layout.buffer_rows, seed)
         order = data.order
         Y_dev = context.to_device(data.Y[order], center=False)
         return InMemoryBatches(self.X_dev, Y_dev, context.weights_tensor(data.weights[order]), runtime.generator)

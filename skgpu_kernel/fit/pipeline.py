@@ -2,7 +2,7 @@
 
 :func:`fit_kernel_model` is the one fit function of the kernel machines: each
 stage is a module of this package and adds its decisions to one
-:class:`~skgpu_kernel.fit.resolve.FitPlan`.  Random draws happen in a fixed order
+:class:`~skgpu_kernel.planning.kernel_policy.FitPlan`.  Random draws happen in a fixed order
 (validation split, shuffle, then a streamed fit's seed), so that a seed gives the
 same model whatever the path.
 """

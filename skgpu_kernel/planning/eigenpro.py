@@ -140,6 +140,11 @@ class EigenPro3Layout:
         return self.cached and self.problem.centers_from_data
 
     @property
+    def cache_itemsize(self):
+        """Bytes per entry of the ``K(X, Z)`` cache (the training dtype's), 0 when not cached."""
+        return self.problem.itemsize if self.cached else 0
+
+    @property
     def choices(self):
         """The three decisions that every rank of a distributed fit must share."""
         return (self.cached, self.exact, self.cache_centers)
@@ -281,51 +286,61 @@ def _choose_cache_and_projection(problem, memory, parameters):
 
 @dataclass(frozen=True)
 class KernelFitPlan:
-    """Every decision of a kernel fit, with the memory it takes on the main device.
+    """Every decision of a kernel fit, with the memory it takes on the main device: its layout, sized.
+
+    The layout's decisions (subsample, cache, the memory's batch limit, EigenPro
+    3's projection choices and buffers) are read from it, not copied.
 
     Attributes
     ----------
     method : {"eigenpro2", "eigenpro3", "cg"}
         ``"cg"``: CG on every point (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`).
-    subsample_size : int
+    layout : EigenPro2Layout or EigenPro3Layout
+        What was decided before measuring.
     capacity : int
         Measured batch capacity ``m_G`` (or the given batch size).
-    memory_limit : int
-        Largest batch the memory allows.
     batch_size : int
     column_block : int
         Columns of a kernel block at ``batch_size``.
-    cached : bool
+    memory : MemoryAccount
     projection : {"exact", "iterative"} or None
-    cache_centers : bool
     n_temporary : int
         Temporary centers between projections (0 for EigenPro 2).
     row_block : int
         Rows of a kernel block when caching, projecting or validating.
-    buffer_rows : int
-    cache_itemsize : int
-        Bytes per entry of the kernel cache (0 when not cached).
-    memory : MemoryAccount
     warnings : tuple of str
         What the caller must tell the user about a decision (a clamped batch):
         planning decides, the fit stage that runs the plan warns.
     """
 
     method: str
-    subsample_size: int
+    layout: object
     capacity: int
-    memory_limit: int
     batch_size: int
     column_block: int
     memory: MemoryAccount
-    cached: bool = False
     projection: str | None = None
-    cache_centers: bool = False
     n_temporary: int = 0
     row_block: int = 0
-    buffer_rows: int = 0
-    cache_itemsize: int = 0
     warnings: tuple = ()
+
+    @property
+    def subsample_size(self):
+        return self.layout.subsample_size
+
+    @property
+    def memory_limit(self):
+        """Largest batch the memory allows."""
+        return self.layout.memory_limit
+
+    @property
+    def cached(self):
+        return self.layout.cached
+
+    @property
+    def cache_itemsize(self):
+        """Bytes per entry of the kernel cache (0 when not cached)."""
+        return self.layout.cache_itemsize
 
     def describe(self):
         """One line for ``verbose``."""
@@ -362,13 +377,11 @@ def fit_plan(method, sized, **decisions):
     layout, capacity, batch_size, account = sized
     return KernelFitPlan(
         method=method,
-        subsample_size=layout.subsample_size,
+        layout=layout,
         capacity=capacity,
-        memory_limit=layout.memory_limit,
         batch_size=batch_size,
         column_block=layout.column_block(batch_size),
         memory=account,
-        cached=layout.cached,
         **decisions,
     )
 
@@ -395,9 +408,7 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, parameters):
     if layout.cached and parameters.batch_size == "auto":
         batch_size = min(batch_size, cached_batch_limit(problem.n_rows))
     sized = (layout, capacity, batch_size, every_point_account(layout, batch_size))
-    return fit_plan(
-        "eigenpro2", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout), warnings=warnings
-    )
+    return fit_plan("eigenpro2", sized, row_block=fill_rows(layout), warnings=warnings)
 
 
 def every_point_account(layout, batch_size):
@@ -450,11 +461,8 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
     return fit_plan(
         "eigenpro3",
         (layout, capacity, batch_size, account),
-        cache_itemsize=problem.itemsize if layout.cached else 0,
         projection=projection,
-        cache_centers=layout.cache_centers,
         n_temporary=n_temporary,
         row_block=max(min(batch_size, 4096), 1),
-        buffer_rows=layout.buffer_rows,
         warnings=warnings,
     )

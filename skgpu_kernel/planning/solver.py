@@ -350,7 +350,7 @@ def plan_every_point_cg(layout):
     components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
     account = account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
     sized = (layout, capacity, row_block, account)
-    fit = fit_plan("cg", sized, cache_itemsize=layout.cache_itemsize, row_block=fill_rows(layout))
+    fit = fit_plan("cg", sized, row_block=fill_rows(layout))
     return EveryPointCGPlan(fit, components)
 
 
@@ -451,7 +451,7 @@ def plan_alpha(alpha, uses_centers, solver, classifier=False, weighted=False):
         return "given", float(alpha)
     if uses_centers:
         # EigenPro 3's SGD has no penalty (early stopping regularises); CG needs one.
-        # (CG on every point too: KernelFitPolicy.needs_penalty.)
+        # (CG on every point too: FitPlan.needs_penalty.)
         return ("loo", 0.0) if solver == "cg" else ("zero", None)
     if alpha == "loo" or (classifier and weighted):
         # An interpolating (or early-stopped) classifier fits every training label
