@@ -66,10 +66,10 @@ class FitPlan:
     split), as far as it is known before any measurement; where the penalty is
     chosen by leave-one-out the tune stage measures it and :meth:`with_alpha`
     settles the rest.  The resolve stage adds the kernel and the rows, the tune
-    stage the bandwidth and penalty (:data:`TUNING_FIELDS`), made once per kernel
+    stage the bandwidth and penalty (``TUNING_FIELDS``), made once per kernel
     per fit and reused by every fit of that kernel on the same rows or on a subset
     of them (feature learning's candidates, the path's later steps, the final
-    refit): never run again silently.  The plan stage adds :attr:`direct`.
+    refit): never run again silently.  The plan stage adds ``direct``.
 
     Attributes
     ----------
@@ -98,7 +98,7 @@ class FitPlan:
         The rows, with ``n_centers="auto"`` counted.
     tuned : bool
         The tune stage has chosen the bandwidth and the penalty (the fields
-        below, :data:`TUNING_FIELDS`).
+        below, ``TUNING_FIELDS``).
     bandwidth_selection : BandwidthSelection or None
     alpha_selection : AlphaSelection or None
         None where ``alpha`` was given.
@@ -113,7 +113,7 @@ class FitPlan:
         The host rows tuned on (the array itself, not a copy): the criterion's
         solution is a model of exactly these rows in these features.
     direct : str or None
-        :func:`plan_direct_solve`'s decision (None: the solver iterates).
+        ``plan_direct_solve``'s decision (None: the solver iterates).
     """
 
     problem: KernelProblem
