@@ -2,15 +2,18 @@
 
 The memory plan is made from the memory free when a fit starts; a device that is
 shared (or fragmented) may still refuse an allocation.  Every stage that allocates in
-proportion to a planned size (the kernel cache, the Nystrom subsample of the
-preconditioner, the AGOP's row blocks, the validation scores, ``predict``) runs
-through :class:`ShrinkingStage`, the one place that retries: out of device memory,
+proportion to a planned size and keeps the plan's decisions (the AGOP's row blocks,
+the validation scores, ``predict``, a cache whose entries are evaluated instead) runs
+through :class:`ShrinkingStage`, the one place that retries in place: out of device memory,
 CUDA's cached blocks are released, the stage's size goes to the next smaller one
 (halved, or from a cache to blocks evaluated per product) and the stage runs again.
-A kernel solver's loop that runs out of memory is refit by the fit's one fallback
-loop with half its batch (``AttemptContext.solved_or_halved``, stage ``"epoch
-batch"``); the linear models' SGD loop halves its batch in place
-(``skgpu_kernel.solvers.sgd``).  Both report through the same :class:`MemoryEvents`.
+Where the smaller size changes a decision of the plan, the fit's one fallback loop
+runs a new attempt planned with it instead: a kernel solver's loop refit with half
+its batch (``AttemptContext.solved_or_halved``, stage ``"epoch batch"``), EigenPro's
+preconditioner, and CG on every point's condition estimate, with half the Nystrom
+subsample (``AttemptContext.on_subsample``, stage ``"preconditioner subsample"``);
+the linear models' SGD loop halves its batch in place (``skgpu_kernel.solvers.sgd``).
+All report through the same :class:`MemoryEvents`.
 
 Each step is appended to the fit's record of what was tried (``fit_attempts_``; for
 ``predict``, which changes no fitted attribute, to a list the estimator turns into a

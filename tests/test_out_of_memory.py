@@ -280,6 +280,18 @@ def test_the_record_places_each_event_after_the_run_it_happened_in():
     assert not outcome.disturbed.kernel_cached_ and outcome.disturbed.batch_size_ == 64
 
 
+def test_a_smaller_subsample_is_a_new_attempt_planned_with_it():
+    """Out of memory in the preconditioner's subsample: the model is the one planned with half of it, recorded."""
+    case = CASES["preconditioner subsample"]
+    outcome = run_case(case)
+    record = outcome.disturbed.fit_attempts_
+    assert [entry.get("event") for entry in record] == [None, "out_of_memory", None]
+    assert record[2]["reason"].endswith("refit with subsample_size 200")
+    X, y, X_test, _ = smooth_problem(case.n)
+    planned = AdaptiveKernelRegressor(**{**case.params, **case.extra, "subsample_size": 200}).fit(X, y)
+    np.testing.assert_array_equal(outcome.predicted, planned.predict(X_test))
+
+
 def test_changed_decisions_show_in_the_fitted_attributes():
     subsample = run_case(CASES["preconditioner subsample"])
     assert subsample.undisturbed.subsample_size_ == 400 and subsample.disturbed.subsample_size_ == 200

@@ -17,7 +17,7 @@ CG_FALLBACK_REFITS = 3
 # What a fallback may change of the attempt before it: the plan's solver and penalty, the
 # parameters the fit plans with, and the coefficients the attempt starts from.
 PLAN_CHANGES = ("solver", "alpha")
-PARAMETER_CHANGES = ("cache_kernel", "cache_dtype", "n_components", "batch_size")
+PARAMETER_CHANGES = ("cache_kernel", "cache_dtype", "n_components", "batch_size", "subsample_size")
 FALLBACK_CHANGES = (*PLAN_CHANGES, *PARAMETER_CHANGES, "coef_init")
 
 
@@ -27,7 +27,7 @@ class Fallback:
 
     Made by :meth:`of`.  The next attempt runs a new plan, the last one with
     ``changes`` (:meth:`Attempt.after`): the solver, the penalty, the cache or its
-    dtype the fit plans with, EigenPro's preconditioner components or batch, the
+    dtype the fit plans with, EigenPro's preconditioner components, batch or subsample, the
     coefficients to start from (None unless given: the fit's warm start).
 
     Attributes

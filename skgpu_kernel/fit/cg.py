@@ -49,9 +49,9 @@ def run_every_point_cg(context, attempt):
     # CG needs K + alpha W^-1 positive definite: a 16-bit cache only where its rounding is harmless.
     rows = EveryPointOperators(context, definite_penalty=context.ridge())
     X_dev = rows.X_dev
-    layout, eigenvalues = context.on_subsample(
-        rows.layout(), rows.layout, lambda sized: _subsample_spectrum(context, X_dev, sized.subsample_size)
-    )
+    layout = rows.layout()
+    size = layout.subsample_size
+    eigenvalues = context.on_subsample(lambda: _subsample_spectrum(context, X_dev, size), size)
     cg_plan = plan_every_point_cg(layout)
     weights = context.weights_tensor(data.weights[data.order])
     penalised = PenalisedRows(rows.problem.n_rows, context.ridge(), weights, runtime.dtype)

@@ -84,25 +84,24 @@ class AttemptContext:
             sizes = iter([next(sizes)])
         return ShrinkingStage(stage, what, sizes, self.device, self.events)
 
-    def planning(self, subsample_size=None):
-        """What the layout planners read: the estimator's parameters, with another ``subsample_size`` if given."""
-        planning = self.parameters
-        return planning if subsample_size is None else dataclasses.replace(planning, subsample_size=subsample_size)
+    def on_subsample(self, compute, subsample_size):
+        """``compute()`` on the layout's Nystrom subsample of ``subsample_size``; out of memory, the fit planned again.
 
-    def on_subsample(self, layout, layout_for, compute):
-        """``(layout, compute(layout))`` on the layout's Nystrom subsample, halved where the device runs out of memory.
-
-        A smaller subsample is a new layout (``layout_for(size)``: its memory plan
-        and cache), down to :data:`SMALLEST_SUBSAMPLE` points.
+        A smaller subsample is a new plan (its layout, memory and cache follow it):
+        the driver runs a new attempt with half the subsample
+        (:meth:`_planned_again`, stage ``"preconditioner subsample"``), down to
+        :data:`SMALLEST_SUBSAMPLE` points.
         """
-        planned = layout.subsample_size
-
-        def run(size):
-            sized = layout if size == planned else layout_for(size)
-            return sized, compute(sized)
-
-        sizes = halvings(planned, min(planned, SMALLEST_SUBSAMPLE))
-        return self.shrinking("preconditioner subsample", "subsample_size", sizes)(run)
+        try:
+            return compute()
+        except (torch.OutOfMemoryError, RuntimeError) as error:
+            reason = out_of_memory_reason(error)
+            halved = max(subsample_size // 2, SMALLEST_SUBSAMPLE)
+            if halved >= subsample_size or self.runtime.group is not None:
+                raise
+        why = f"out of memory in the preconditioner's subsample of {subsample_size} rows ({reason})"
+        fallback = Fallback.of(f"{why}: refit with subsample_size {halved}", subsample_size=halved)
+        self._planned_again(fallback, "preconditioner subsample", subsample_size, reason)
 
     def reported(self, solution):
         """``solution``, once the warnings its solver reported (``Solution.warnings``) are raised: no solver warns."""
@@ -128,14 +127,28 @@ class AttemptContext:
             if batch_size == 1 or self.runtime.group is not None:
                 raise
             halved = batch_size // 2
-        release_cached_memory(self.device)  # after the failed run's frames are gone: its tensors are freed
+        fallback = Fallback.of(
+            f"out of memory in a step of {batch_size} rows ({reason}): refit with batch_size {halved}",
+            batch_size=halved,
+        )
+        self._planned_again(fallback, "epoch batch", batch_size, reason)
+
+    def _planned_again(self, fallback, stage, planned, reason):
+        """Raise ``fallback``, a new attempt with one planned size smaller than ``planned``, out of memory in ``stage``.
+
+        Called once the failed run's frames are gone (its tensors freed): CUDA's
+        cached blocks are released, the random state this attempt started from is
+        restored (the new attempt makes the same draws, so that the two differ by
+        the size alone), and the shrink is recorded as ``stage``'s.
+        """
+        ((what, smaller),) = fallback.changes.items()
+        release_cached_memory(self.device)
         for source, state in self._draws:
             source.set_state(state)
-        self.events.shrank("epoch batch", "batch_size", batch_size, halved, reason)
-        why = f"out of memory in a step of {batch_size} rows ({reason}): refit with batch_size {halved}"
+        self.events.shrank(stage, what, planned, smaller, reason)
         if self.runtime.log is not None:
-            self.runtime.log(f"[{self.parameters.name}] {why}")
-        raise FallbackNeeded(Fallback.of(why, batch_size=halved))
+            self.runtime.log(f"[{self.parameters.name}] {fallback.reason}")
+        raise FallbackNeeded(fallback)
 
     def cached_or_planned_again(self, fill, plan, what):
         """``fill()`` the plan's kernel cache ``what``; where the device refuses it, the fit planned again without one.

@@ -44,7 +44,7 @@ def _run_eigenpro(stages):
     layout = stages.layout()
     measured = stages.capacity(layout)
     capacity = measured.batch
-    layout, spectrum = context.on_subsample(layout, stages.layout, lambda sized: stages.spectrum(sized, capacity))
+    spectrum = context.on_subsample(lambda: stages.spectrum(layout, capacity), layout.subsample_size)
     n_components = spectrum.preconditioner.n_components
     _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, bandwidth_of(context.kernel))
     plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
@@ -111,8 +111,8 @@ class _EigenPro2Stages:
     def device_cache(self, coef):
         return self.rows.device_cache(coef)
 
-    def layout(self, subsample_size=None):
-        return self.rows.layout(subsample_size)
+    def layout(self):
+        return self.rows.layout()
 
     def capacity(self, layout):
         return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, self.problem)
@@ -199,9 +199,9 @@ class _EigenPro3Stages:
     def device_cache(self, coef):
         return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
-    def layout(self, subsample_size=None):
+    def layout(self):
         context = self.context
-        runtime, planning, device = context.runtime, context.planning(subsample_size), context.device
+        runtime, planning, device = context.runtime, context.parameters, context.device
         layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning)
         # Ranks may see different free memory; they must take the same path.
         choices = agree(layout.choices, runtime.group, device)

@@ -56,11 +56,10 @@ class EveryPointOperators:
     def centers_host(self):
         return self.context.prepared.X[self.context.prepared.order]
 
-    def layout(self, subsample_size=None):
+    def layout(self):
         context = self.context
-        planning = context.planning(subsample_size)
         budget, device = context.runtime.budget, context.device
-        return plan_eigenpro2_layout(self.problem, budget, device, planning, self.definite_penalty)
+        return plan_eigenpro2_layout(self.problem, budget, device, context.parameters, self.definite_penalty)
 
     def build(self, plan):
         """``train`` and ``held_out``: the operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for.
