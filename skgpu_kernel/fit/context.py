@@ -33,19 +33,33 @@ class AttemptContext:
 
     def __init__(self, prepared, runtime, events, attempt):
         self.prepared, self.runtime = prepared, runtime
-        # The attempt's own plan (the prepared fit's, or a fallback's new one): its penalty,
-        # the parameters it plans with; and the coefficients it starts from.
+        # The attempt's own plan (the prepared fit's, or a fallback's new one), and the
+        # coefficients it starts from.
         self.plan = attempt.plan
-        self.alpha, self.parameters, self.kernel = attempt.plan.alpha, attempt.plan.parameters, attempt.plan.kernel
         self.coef_init = prepared.coef_init if attempt.coef_init is None else attempt.coef_init
         self.device = runtime.devices[0]
         self.to_device = DeviceCopier(self.device, runtime.dtype, prepared.offset)
         self.itemsize = runtime.itemsize
         self.events = events  # this attempt's own, which the driver adds to the record after it
-        # The draws the attempt starts from: a refit with half the batch makes the same ones.
+        # The draws the attempt starts from: a refit with half the batch or subsample makes the same ones.
         self._draws = [
             (source, source.get_state()) for source in (runtime.rng, runtime.generator) if source is not None
         ]
+
+    @property
+    def alpha(self):
+        """The attempt's penalty."""
+        return self.plan.alpha
+
+    @property
+    def parameters(self):
+        """The parameters the attempt plans with (a fallback's cache, components, batch or subsample in place)."""
+        return self.plan.parameters
+
+    @property
+    def kernel(self):
+        """The kernel fitted with."""
+        return self.plan.kernel
 
     def rows(self, indices):
         """The training rows ``indices`` on the device, centred in the fit's dtype, as ``to_device(X[indices])``."""

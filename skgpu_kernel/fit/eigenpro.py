@@ -201,12 +201,12 @@ class _EigenPro3Stages:
 
     def layout(self):
         context = self.context
-        runtime, planning, device = context.runtime, context.parameters, context.device
-        layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning)
+        runtime, parameters, device = context.runtime, context.parameters, context.device
+        layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, parameters)
         # Ranks may see different free memory; they must take the same path.
         choices = agree(layout.choices, runtime.group, device)
         if tuple(choices) != layout.choices:
-            layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, planning, choices)
+            layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, parameters, choices)
         return layout
 
     def capacity(self, layout):
