@@ -40,11 +40,11 @@ def without_cg_basis(monkeypatch):
     """CG on every point planned with no room for its preconditioner's basis."""
     import dataclasses
 
-    from skgpu_kernel.fit import cg
+    from skgpu_kernel.planning import run
 
-    planned = cg.plan_every_point_cg
+    planned = run.plan_every_point_cg
     monkeypatch.setattr(
-        cg, "plan_every_point_cg", lambda layout: dataclasses.replace(planned(layout), max_components=0)
+        run, "plan_every_point_cg", lambda layout: dataclasses.replace(planned(layout), max_components=0)
     )
 
 

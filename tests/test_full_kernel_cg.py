@@ -226,13 +226,13 @@ def test_the_preconditioner_basis_is_planned_within_the_budget():
         return plan_every_point_cg(layout)
 
     roomy = planned(10**10)
-    assert roomy.max_components == SHIFTED_MAX_COMPONENTS and roomy.fit.memory.fits()
-    assert roomy.fit.method == "cg" and roomy.fit.batch_size == CG_ROW_BLOCK and not roomy.fit.cached
-    before_basis = roomy.fit.memory.total - SHIFTED_MAX_COMPONENTS * per_component
+    assert roomy.max_components == SHIFTED_MAX_COMPONENTS and roomy.memory.fits()
+    assert roomy.method == "cg" and roomy.batch_size == CG_ROW_BLOCK and not roomy.cached
+    before_basis = roomy.memory.total - SHIFTED_MAX_COMPONENTS * per_component
     tight = planned(before_basis + 300 * per_component + 5)
-    assert tight.max_components == 300 and tight.fit.memory.fits()
+    assert tight.max_components == 300 and tight.memory.fits()
     none = planned(before_basis)
-    assert none.max_components == 0 and none.fit.memory.fits()
+    assert none.max_components == 0 and none.memory.fits()
 
 
 def test_without_room_for_a_basis_cg_still_solves_a_well_conditioned_system(beyond_factors, without_cg_basis):

@@ -108,6 +108,10 @@ class Attempt:
         coef_init = changes.get("coef_init")
         return Attempt(dataclasses.replace(plan, **plan_changes), fallback.reason, coef_init, n_refits)
 
+    def ran(self, run):
+        """This attempt with its solver ``run`` planned (:func:`~skgpu_kernel.planning.run.plan_run`) on its plan."""
+        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, run=run))
+
     def finished(self):
         """This attempt as the result keeps it: its plan without the rows tuned on or the criteria's solutions."""
         return dataclasses.replace(self, plan=self.plan.finished(), coef_init=None)
@@ -135,7 +139,7 @@ def safer_attempt(attempt, outcome, data, dtype, why):
        weight), at most :data:`CG_FALLBACK_REFITS` times, EigenPro 3 excepted (its
        SGD has no penalty): the last resort, it changes the model.
     """
-    operator_plan, spectrum = outcome.operator, outcome.spectrum
+    operator_plan, spectrum = outcome.operator, outcome.spectrum  # None where the run planned none
     if operator_plan is not None and operator_plan.cache_dtype == "float16":
         wider = str(dtype).removeprefix("torch.")
         reason = f"{why}: the 16-bit kernel cache's rounding; refit with the cache in {wider}"

@@ -281,3 +281,63 @@ class AttemptContext:
         """
         parameters = self.parameters
         return Spectrum(parameters.n_components, parameters.damping, eigenvalue_shift, diagonal_shift, n_rows)
+
+
+class MeasuringStep:
+    """A run's measuring step: what the planning call (:func:`~skgpu_kernel.planning.run.plan_run`) asks the device.
+
+    It measures the operator ``K(rows, centers)`` and tells the rows' facts the
+    plan reads; each run hands in the measurements its planning asks for (the
+    batch capacity, the spectrum, the choices every rank takes, the condition of
+    CG's system) as functions of the layout chosen.
+
+    Parameters
+    ----------
+    context : AttemptContext
+    rows : Tensor or None
+        The training rows on the device (None: streamed).
+    centers : Tensor or None
+        The centers on the device where they are not rows of ``rows``.
+    **measurements : callable
+        ``capacity(layout, problem)``, ``spectrum(layout, capacity)``,
+        ``agreed(choices)``, ``condition(layout, max_components)``: those the run's
+        planning asks for.
+    """
+
+    def __init__(self, context, rows, centers=None, **measurements):
+        self.context, self.measured_rows, self.measured_centers = context, rows, centers
+        self.measurements = measurements
+
+    @property
+    def device(self):
+        return self.context.device
+
+    @property
+    def held_out(self):
+        """Whether held-out rows score each epoch."""
+        return self.context.prepared.validation is not None
+
+    @property
+    def ridge(self):
+        """The attempt's penalty on the scale of the normalised weights (:meth:`AttemptContext.ridge`)."""
+        return self.context.ridge()
+
+    def operator(self, problem):
+        """The operator's facts (grid, int8 products' speed), measured once (:meth:`AttemptContext.measured`)."""
+        return self.context.measured(problem, self.measured_rows, self.measured_centers)
+
+    def capacity(self, layout, problem):
+        """The batch capacity (:class:`~skgpu_kernel.device.SaturationBatch`) of ``layout``."""
+        return self.measurements["capacity"](layout, problem)
+
+    def spectrum(self, layout, capacity):
+        """The preconditioner's :class:`~skgpu_kernel.preconditioner.Spectrum` on ``layout``'s subsample."""
+        return self.measurements["spectrum"](layout, capacity)
+
+    def agreed(self, choices):
+        """The layout's ``choices`` every rank of a process group takes."""
+        return self.measurements["agreed"](choices)
+
+    def condition(self, layout, max_components):
+        """The estimated condition number of CG's preconditioned system on ``layout``'s subsample."""
+        return self.measurements["condition"](layout, max_components)

@@ -1,4 +1,4 @@
-"""EigenPro 2 and EigenPro 3 attempts: layout, measured capacity, spectrum, plan, operator, loop."""
+"""EigenPro 2 and EigenPro 3 attempts: the run planned in one call (measured capacity and spectrum), operator, loop."""
 
 import dataclasses
 import functools
@@ -11,7 +11,6 @@ from .._validation import unequal_weights
 from .._warnings import warn_user
 from ..kernels import bandwidth_of
 from ..operators import CenterShards, center_codes
-from ..planning.eigenpro import plan_eigenpro2, plan_eigenpro3, plan_eigenpro3_layout
 from ..planning.kernel import (
     BETA_PROBE_ROWS,
     PROJECTION_JITTER,
@@ -19,8 +18,7 @@ from ..planning.kernel import (
     PROJECTION_TOL,
     preconditioner_target,
 )
-from ..planning.operator import operator_problem, plan_operator
-from ..planning.stopping import plan_stopping
+from ..planning.run import plan_run
 from ..preconditioner import max_usable_components, plan_preconditioner
 from ..process_group import agree, agree_on_object
 from ..row_sources import as_row_source
@@ -29,78 +27,85 @@ from ..scaling_rules import warn_if_warmup_fills_run
 from ..solvers.eigenpro import EigenProPlan, solve_eigenpro2
 from ..solvers.eigenpro3 import ExactProjection, InMemoryBatches, IterativeProjection, StreamedBatches, solve_eigenpro3
 from ..solvers.solution import Targets
+from .context import MeasuringStep
 from .finish import KernelFitResult
 from .operator import EveryPointOperators
 
 
-def _run_eigenpro(stages):
-    """Layout, measured capacity, spectrum, plan, then the loop: the stages of both EigenPro solvers.
+def _run_eigenpro(stages, attempt):
+    """Plan (one call, which asks the stages' measuring step), build, then the loop: both EigenPro solvers.
 
-    ``stages`` (:class:`_EigenPro2Stages` or :class:`_EigenPro3Stages`) says what
-    each stage does for its model; this function runs them in order.
+    ``stages`` (:class:`_EigenPro2Stages` or :class:`_EigenPro3Stages`) measures for
+    the planning call and says what each stage does for its model; this function
+    runs them in order.
     """
     context = stages.context
     runtime, parameters = context.runtime, context.parameters
-    layout = stages.layout()
-    measured = stages.capacity(layout)
-    capacity = measured.batch
-    spectrum = context.on_subsample(lambda: stages.spectrum(layout, capacity), layout.subsample_size)
-    n_components = spectrum.preconditioner.n_components
-    _warn_if_degenerate_kernel(spectrum, layout.subsample_size, runtime.dtype, bandwidth_of(context.kernel))
-    plan = stages.plan(layout, capacity, spectrum.critical_batch_preconditioned)
+    plan = plan_run(stages.run, stages.problem, context.plan, stages.measuring_step())
+    spectrum = plan.spectrum
+    _warn_if_degenerate_kernel(spectrum, plan.subsample_size, runtime.dtype, bandwidth_of(context.kernel))
     for message in plan.warnings:
         warn_user(message, UserWarning)
     stages.prepare(plan)
-    n = stages.problem.n_rows
-    steps_per_epoch = math.ceil(n / plan.batch_size)
+    steps_per_epoch = math.ceil(stages.problem.n_rows / plan.batch_size)
     learning_rate_for = _learning_rate_function(parameters.scaling_rule, spectrum, parameters.n_epochs)
     warn_if_warmup_fills_run(
         parameters.scaling_rule,
         _schedule_context(spectrum, plan.batch_size, steps_per_epoch, parameters.n_epochs),
     )
-    if runtime.log is not None:
-        runtime.log(
-            f"[{parameters.name}] {stages.where()}, dtype={runtime.dtype}, n={n}, {plan.describe()}, "
-            f"{stages.operator_plan.describe()}, critical batch "
-            f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with {n_components} "
-            f"components, scaling rule {parameters.scaling_rule!r}, step size "
-            f"{learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch):.4g}"
-        )
+    _log_plan(stages, plan, learning_rate_for(runtime.first_step, plan.batch_size, steps_per_epoch))
+    n_components = spectrum.preconditioner.n_components
     solver_plan = EigenProPlan(
         batch_size=plan.batch_size,
         learning_rate_for=learning_rate_for,
         n_epochs=parameters.n_epochs,
         first_step=runtime.first_step,
-        stopping=plan_stopping(
-            parameters.tol, parameters.n_iter_no_change, validation=context.prepared.validation is not None
-        ),
+        stopping=plan.stopping,
         log=runtime.log,
         events=dataclasses.replace(context.events, log=None),  # the loops log their own line
         preconditioner=spectrum.preconditioner if n_components else None,
     )
-    result = context.solved_or_halved(functools.partial(stages.solve, layout, plan, solver_plan), plan.batch_size)
+    result = context.solved_or_halved(functools.partial(stages.solve, plan, solver_plan), plan.batch_size)
     context.reported(result)
     stages.release()  # the kernel cache, freed before the centers are copied out: one copy of X less at the peak
-    outcome = KernelFitResult(
-        result, plan, spectrum, measured.throughputs, stages.centers_host(), stages.device_cache(result.coef)
+    device_cache = stages.device_cache(result.coef)
+    return KernelFitResult(result, centers=stages.centers_host(), device_cache=device_cache, attempt=attempt.ran(plan))
+
+
+def _log_plan(stages, plan, first_step_size):
+    """``verbose``: the run's plan, its operator, spectrum, scaling rule and first step size."""
+    context = stages.context
+    runtime, parameters, spectrum = context.runtime, context.parameters, plan.spectrum
+    if runtime.log is None:
+        return
+    runtime.log(
+        f"[{parameters.name}] {stages.where()}, dtype={runtime.dtype}, n={stages.problem.n_rows}, {plan.describe()}, "
+        f"{plan.operator.describe()}, critical batch "
+        f"{spectrum.critical_batch:.1f} -> {spectrum.critical_batch_preconditioned:.1f} with "
+        f"{spectrum.preconditioner.n_components} components, scaling rule {parameters.scaling_rule!r}, step size "
+        f"{first_step_size:.4g}"
     )
-    return dataclasses.replace(outcome, operator=stages.operator_plan)
 
 
 class _EigenPro2Stages:
-    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the solver ``solve_eigenpro2``."""
+    """EigenPro 2's stages for :func:`_run_eigenpro`: every training row a center, the solver ``solve_eigenpro2``.
+
+    Its measuring step measures ``K(X, X)``, the batch capacity and the spectrum
+    on the layout's subsample.
+    """
+
+    run = "eigenpro2"
 
     def __init__(self, context):
         self.context = context
         self.rows = EveryPointOperators(context)
 
+    def measuring_step(self):
+        return MeasuringStep(self.context, self.rows.X_dev, capacity=self.capacity, spectrum=self.spectrum)
+
     @property
     def problem(self):
         return self.rows.problem
-
-    @property
-    def operator_plan(self):
-        return self.rows.operator_plan
 
     def where(self):
         return f"device={self.context.device}"
@@ -111,11 +116,8 @@ class _EigenPro2Stages:
     def device_cache(self, coef):
         return self.rows.device_cache(coef)
 
-    def layout(self):
-        return self.rows.layout()
-
-    def capacity(self, layout):
-        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, self.problem)
+    def capacity(self, layout, problem):
+        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, problem)
 
     def spectrum(self, layout, capacity):
         # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
@@ -124,12 +126,10 @@ class _EigenPro2Stages:
         ridge = context.ridge()
         spectral = context.spectral_settings(n_rows, ridge / n_rows, ridge)
         target = preconditioner_target(capacity)
-        return plan_preconditioner(
-            context.kernel, self.rows.X_dev, layout.subsample_size, target, spectral, layout.column_block(1024)
+        X_dev, size = self.rows.X_dev, layout.subsample_size
+        return context.on_subsample(
+            lambda: plan_preconditioner(context.kernel, X_dev, size, target, spectral, layout.column_block(1024)), size
         )
-
-    def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro2(layout, capacity, critical_batch, self.context.parameters)
 
     def prepare(self, plan):
         """The operators of ``K(X, X)`` (and ``K(X_val, X)``) the plan asks for."""
@@ -138,7 +138,7 @@ class _EigenPro2Stages:
     def release(self):
         self.rows.release()
 
-    def solve(self, layout, plan, solver_plan):
+    def solve(self, plan, solver_plan):
         context = self.context
         data = context.prepared
         Y_dev = context.to_device(data.Y[data.order], center=False)
@@ -149,7 +149,7 @@ class _EigenPro2Stages:
             validation=validation,
             coef_init=None if context.coef_init is None else context.starting_coef(self.problem.n_rows),
             ridge=context.ridge(),
-            column_block_for=layout.column_block,
+            column_block_for=plan.layout.column_block,
             generator=context.runtime.generator,
         )
         operator = self.rows.train
@@ -160,21 +160,25 @@ class _EigenPro2Stages:
 
 def run_eigenpro2(context, attempt):
     """EigenPro 2 (every training row a center): :func:`_run_eigenpro` on :class:`_EigenPro2Stages`."""
-    return _run_eigenpro(_EigenPro2Stages(context))
+    return _run_eigenpro(_EigenPro2Stages(context), attempt)
 
 
 class _EigenPro3Stages:
     """EigenPro 3's stages for :func:`_run_eigenpro`: ``p`` centers; the solver ``solve_eigenpro3``.
 
-    The centers' shards, the projection and the batches (in memory or streamed);
-    :meth:`prepare` and :meth:`solve` are the one place their cache and grid
-    branches are taken.
+    Its measuring step measures ``K(X, Z)``, the batch capacity and the spectrum
+    on the centers' subsample, and agrees with the other ranks of a process group
+    on each and on the layout's choices.  The centers' shards, the projection and the batches
+    (in memory or streamed); :meth:`prepare` and :meth:`solve` are the one place
+    their cache and grid branches are taken.
     """
+
+    run = "eigenpro3"
 
     def __init__(self, context):
         self.context = context
         data, runtime = context.prepared, context.runtime
-        problem = context.problem_with(
+        self.problem = context.problem_with(
             n_centers=data.centers.shape[0],
             n_shards=runtime.n_shards,
             centers_from_data=data.centers_from_data,
@@ -182,11 +186,13 @@ class _EigenPro3Stages:
         )
         self.Z_dev = context.centers()
         self.centers_dev = context.kernel.prepare_centers(self.Z_dev)
-        self.X_dev = None if problem.streamed else context.rows(data.order)
-        centers = None if problem.centers_from_data else self.Z_dev
-        self.measurements = context.measured(problem, self.X_dev, centers)
-        self.problem = operator_problem(problem, self.measurements)
+        self.X_dev = None if self.problem.streamed else context.rows(data.order)
         self.operator_plan, self.center_codes = None, None
+
+    def measuring_step(self):
+        centers = None if self.problem.centers_from_data else self.Z_dev
+        measured = {"capacity": self.capacity, "spectrum": self.spectrum, "agreed": self.agreed}
+        return MeasuringStep(self.context, self.X_dev, centers, **measured)
 
     def where(self):
         group = self.context.runtime.group
@@ -199,27 +205,24 @@ class _EigenPro3Stages:
     def device_cache(self, coef):
         return self.context.prediction_tensors(self.centers_dev, coef, self.operator_plan, self.center_codes)
 
-    def layout(self):
-        context = self.context
-        runtime, parameters, device = context.runtime, context.parameters, context.device
-        layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, parameters)
-        # Ranks may see different free memory; they must take the same path.
-        choices = agree(layout.choices, runtime.group, device)
-        if tuple(choices) != layout.choices:
-            layout = plan_eigenpro3_layout(self.problem, runtime.budget, device, parameters, choices)
-        return layout
+    def agreed(self, choices):
+        """The layout's choices of rank 0, which every rank takes (ranks may see different free memory)."""
+        return agree(choices, self.context.runtime.group, self.context.device)
 
-    def capacity(self, layout):
+    def capacity(self, layout, problem):
         context = self.context
         probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
-        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, self.problem)
-        if context.given_batch(self.problem.n_rows) is None and not layout.cached:
+        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, problem)
+        if context.given_batch(problem.n_rows) is None and not layout.cached:
             # Ranks time their own devices; they must agree on the batch to stay in step.
             (agreed,) = agree([measured.batch], context.runtime.group, context.device)
             measured = measured.bounded(agreed)
         return measured
 
     def spectrum(self, layout, capacity):
+        return self.context.on_subsample(lambda: self._spectrum(layout, capacity), layout.subsample_size)
+
+    def _spectrum(self, layout, capacity):
         # The spectrum is estimated on the first s centers (the Nystrom subsample), and
         # the preconditioned beta also on training rows outside it.
         context, data = self.context, self.context.prepared
@@ -238,13 +241,12 @@ class _EigenPro3Stages:
         # ranks' steps must be the same: rank 0's spectrum is everyone's.
         return agree_on_object(spectrum, context.runtime.group, context.device)
 
-    def plan(self, layout, capacity, critical_batch):
-        return plan_eigenpro3(layout, capacity, critical_batch, self.context.parameters)
-
     def prepare(self, plan):
-        """The operator plan of ``K(X, Z)`` (the shards, cache and projection are built by :meth:`solve`)."""
-        cache_itemsize = self.context.itemsize if plan.cached else 0
-        self.operator_plan = plan_operator(self.problem, self.measurements, cache_itemsize)
+        """The run's operator plan, and the centers' grid codes where it takes the grid.
+
+        The shards, cache and projection are built by :meth:`solve`.
+        """
+        self.operator_plan = plan.operator
         if self.operator_plan.on_grid:
             self.center_codes = center_codes(self.Z_dev, self.operator_plan.grid)
 
@@ -257,7 +259,7 @@ class _EigenPro3Stages:
         kernel = self.context.kernel
         return CenterShards(kernel, self.Z_dev, runtime.devices, column_block, group=runtime.group, grid=grid)
 
-    def solve(self, layout, plan, solver_plan):
+    def solve(self, plan, solver_plan):
         context = self.context
         shards = self._shards(plan.column_block)
         if plan.cached:
@@ -273,7 +275,7 @@ class _EigenPro3Stages:
         solver_plan = dataclasses.replace(
             solver_plan,
             validation=score,
-            coef_init=context.starting_coef(self.problem.n_centers),
+            coef_init=context.starting_coef(plan.layout.problem.n_centers),
             projection=projection,
             n_temporary=plan.n_temporary,
         )
@@ -284,7 +286,7 @@ class _EigenPro3Stages:
         if plan.projection == "exact":
             jitter = max(PROJECTION_JITTER, 10 * torch.finfo(context.runtime.dtype).eps)
             return ExactProjection(context.kernel, self.Z_dev, jitter, context.runtime.dtype)
-        if plan.cached and self.problem.centers_from_data:
+        if plan.cached and plan.layout.problem.centers_from_data:
             center_shards = shards  # K(Z, Z) is the first p rows of the K(X, Z) cache
         else:
             center_shards = self._shards(plan.column_block)
@@ -311,7 +313,7 @@ class _EigenPro3Stages:
 
 def run_eigenpro3(context, attempt):
     """EigenPro 3 (``p`` centers): :func:`_run_eigenpro` on :class:`_EigenPro3Stages`."""
-    return _run_eigenpro(_EigenPro3Stages(context))
+    return _run_eigenpro(_EigenPro3Stages(context), attempt)
 
 
 def _learning_rate_function(scaling_rule, spectrum, n_epochs):

@@ -19,25 +19,19 @@ class KernelFitResult:
     loop : Solution or None
         The coefficients (in the order of ``centers``), epochs, steps, history;
         None where a path gave up before solving (``fallback`` set).
-    plan : KernelFitPlan or None
-        None for CG on centers, which plans no batch (CG on every point has its
-        plan, ``method="cg"``: its subsample, row blocks and kernel cache).
-    spectrum : Spectrum or None
-        None for CG, which has none.
-    throughputs : dict
     centers : ndarray
     device_cache : PredictionTensors
         The tensors of predictions after fit.
-    operator : OperatorPlan or None
-        How the products were computed (grid, cache, shards, streaming).
     fallback : Fallback or None
         The attempt a path asks the driver to run next (:func:`~skgpu_kernel.fit.solve.run_solver`).
     attempt : Attempt or None
-        The attempt that produced the model (set by the driver), whose plan holds
-        every decision it ran with: its ``solver`` (``solver_``: a registered
-        solver's name), ``alpha`` (``alpha_``), kernel, held-out split and the tune
-        stage's selections (read by the properties of the same names; the finish
-        stage keeps it without the rows tuned on or the criteria's solutions).
+        The attempt that produced the model (a path sets it with its run planned,
+        the driver where the path planned none), whose plan holds every decision
+        it ran with: its ``solver`` (``solver_``: a registered solver's name),
+        ``alpha`` (``alpha_``), kernel, held-out split, the tune stage's
+        selections and the solver's run (:attr:`run`) (read by the properties of
+        the same names; the finish stage keeps it without the rows tuned on or
+        the criteria's solutions).
     attempts : list of dict
         The fit's record of what was tried, in order (set by the driver): the
         events earlier stages reported, then every solver run the driver made, the
@@ -80,12 +74,8 @@ class KernelFitResult:
     """
 
     loop: Solution | None
-    plan: object = None
-    spectrum: object = None
-    throughputs: dict = dataclasses.field(default_factory=dict)
     centers: np.ndarray | None = None
     device_cache: object = None
-    operator: object = None
     fallback: object = None
     attempt: object = None
     attempts: list = dataclasses.field(default_factory=list)
@@ -101,6 +91,30 @@ class KernelFitResult:
     iteration: int = 0
     temperature: float | None = None
     calibration: str | None = None
+
+    @property
+    def run(self):
+        """The solver run's plan (a :class:`~skgpu_kernel.planning.eigenpro.KernelFitPlan`); None where none ran.
+
+        Its layout, batch, operator plan (as carried out: without a cache the
+        device refused), spectrum and the capacity probe's timings.
+        """
+        return None if self.attempt is None else self.attempt.plan.run
+
+    @property
+    def operator(self):
+        """How the products were computed (grid, cache, shards, streaming): the run's; None without one."""
+        return None if self.run is None else self.run.operator
+
+    @property
+    def spectrum(self):
+        """EigenPro's spectrum and preconditioner (the run's); None for CG, which has none."""
+        return None if self.run is None else self.run.spectrum
+
+    @property
+    def throughputs(self):
+        """The batch capacity probe's timings (empty where none ran)."""
+        return {} if self.run is None else self.run.throughputs
 
     @property
     def kernel(self):
@@ -147,7 +161,7 @@ class KernelFitResult:
         spectrum (EigenPro) the preconditioner; None (or 0) where the solver has no
         such decision.
         """
-        operator, plan, spectrum = self.operator, self.plan, self.spectrum
+        operator, plan, spectrum = self.operator, self.run, self.spectrum
         decisions = {
             "kernel_cached_": operator is not None and operator.cached,
             "kernel_cache_dtype_": None if operator is None else operator.cache_dtype,

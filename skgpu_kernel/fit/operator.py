@@ -15,23 +15,22 @@ from ..operators import (
 )
 from ..operators.row_blocks import CachedRowBlocks, KernelRowBlocks
 from ..out_of_memory import in_row_blocks
-from ..planning.eigenpro import plan_eigenpro2_layout
 from ..planning.kernel import CACHE_DTYPE_NAMES, CACHE_FILL_COLUMNS
-from ..planning.operator import operator_problem, plan_operator
 from ..planning.solver import CG_ROW_BLOCK
 
 
 class EveryPointOperators:
     """``K(X, X)`` with a center at every training row (and ``K(X_val, X)``): what EigenPro 2 and CG there read.
 
-    The training rows on the device in the fit's order, what the device measures of
-    their operator (their grid, int8 products' speed), the problem's sizes, EigenPro
-    2's layout (subsample, memory, cache) and the operators the operator plan asks
-    for (:meth:`build`): the one place the cache and grid branches of ``K(X, X)``
-    are taken.
+    The training rows on the device in the fit's order, the problem's sizes, and
+    the operators the run's plan asks for (:meth:`build`): the one place the
+    cache and grid branches of ``K(X, X)`` are taken.
 
     Attributes
     ----------
+    problem : KernelProblem
+        The sizes, before the operator is measured (the plan's layout holds the
+        measured problem).
     train : operator or None
         ``K(X, X)`` once built (:meth:`build`), until :meth:`release`.
     held_out : operator or None
@@ -40,26 +39,19 @@ class EveryPointOperators:
         The held-out rows and targets on the device, likewise.
     """
 
-    def __init__(self, context, definite_penalty=None):
-        self.context, self.definite_penalty = context, definite_penalty
+    def __init__(self, context):
+        self.context = context
         data = context.prepared
         n_validation = 0 if data.validation is None else data.validation.X.shape[0]
-        problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
+        self.problem = context.problem_with(n_validation=n_validation, unit_bounded_kernel=context.kernel.unit_bounded)
         self.X_dev = context.rows(data.order)
         self.centers_dev = context.kernel.prepare_centers(self.X_dev)
-        self.measurements = context.measured(problem, self.X_dev)
-        self.problem = operator_problem(problem, self.measurements)
-        # The operator plan once the layout is known, and the rows' grid codes where it takes the grid.
+        # The operator plan once the run is planned, and the rows' grid codes where it takes the grid.
         self.operator_plan, self.center_codes = None, None
         self.train = self.held_out = self.validation = None
 
     def centers_host(self):
         return self.context.prepared.X[self.context.prepared.order]
-
-    def layout(self):
-        context = self.context
-        budget, device = context.runtime.budget, context.device
-        return plan_eigenpro2_layout(self.problem, budget, device, context.parameters, self.definite_penalty)
 
     def build(self, plan):
         """``train`` and ``held_out``: the operators of ``K(X, X)`` and ``K(X_val, X)`` the plan asks for.
@@ -68,7 +60,7 @@ class EveryPointOperators:
         fit planned again without it (:meth:`AttemptContext.cached_or_planned_again`).
         """
         self.validation = self.context.validation_tensors()
-        self.operator_plan = plan_operator(self.problem, self.measurements, plan.cache_itemsize)
+        self.operator_plan = plan.operator
         self._evaluated_operators(plan)
         if plan.cached:
             self.context.cached_or_planned_again(lambda: self._caches(plan), plan, "K(X, X)")

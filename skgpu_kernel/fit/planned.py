@@ -12,6 +12,7 @@ import torch
 
 from ..blockwise import DeviceCopier, rows_taken
 from ..operators import CenterOperators, OperatorBlocks
+from ..planning.run import plan_registered_run
 from ..solvers.solution import Targets
 from .attempts import Fallback, FallbackNeeded
 from .finish import KernelFitResult
@@ -39,7 +40,7 @@ def run_planned(context, attempt, solver):
     KernelFitResult
     """
     data, runtime, kernel, device = context.prepared, context.runtime, context.kernel, context.device
-    plan = solver.rule(context.problem_with(), runtime.budget, attempt.alpha)
+    plan = plan_registered_run(solver.rule, context.problem_with(), attempt.plan)
     centers = data.X[data.order]  # every training row, in the fit's order
     # One copy of the rows to the device, uncentred in float64: K is evaluated on them
     # centred in float64, and the prediction tensors hold them centred in the fit's dtype.

@@ -10,8 +10,10 @@ fallbacks and last check included.  The user guide's "Adding a solver" walks
 through it.
 
 EigenPro and CG are registered with their attempts (``fit/eigenpro.py``,
-``fit/cg.py``): their layouts, spectra and operator speeds are measured and
-planned inside the attempt.
+``fit/cg.py``): each plans its run in one call
+(:func:`~skgpu_kernel.planning.run.plan_run`), which asks the attempt's
+measuring step for the operator's speed, the batch capacity and the spectrum,
+before any operator is built.
 """
 
 import collections.abc
@@ -63,7 +65,7 @@ class RegisteredSolver:
         none): the algorithm on ``K(X, X)``.
     every_point, centers : callable or None
         The attempt ``(context, attempt) -> KernelFitResult`` of a solver that
-        plans inside its run (EigenPro's and CG's), for a model with a center at
+        plans a measured run (EigenPro's and CG's), for a model with a center at
         every training point and one on centers; None where it has none.  A
         solver with a ``rule`` and a ``solve`` runs on every point through
         :func:`~skgpu_kernel.fit.planned.run_planned`.

@@ -148,8 +148,9 @@ def run_solver(attempt, prepared, runtime):
 
 
 def _as_run(outcome, attempt, record):
-    """``outcome`` with the attempt that produced it and the fit's record of what was tried."""
-    return dataclasses.replace(outcome, attempt=attempt, attempts=list(record))
+    """``outcome`` with the attempt that produced it (the path's, with its run planned) and the fit's record."""
+    ran = attempt if outcome.attempt is None else outcome.attempt
+    return dataclasses.replace(outcome, attempt=ran, attempts=list(record))
 
 
 def _warn_of(fallback, attempt, requested):

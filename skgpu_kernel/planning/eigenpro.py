@@ -293,12 +293,13 @@ class KernelFitPlan:
 
     Attributes
     ----------
-    method : {"eigenpro2", "eigenpro3", "cg"}
-        ``"cg"``: CG on every point (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`).
-    layout : EigenPro2Layout or EigenPro3Layout
+    method : {"eigenpro2", "eigenpro3", "cg", "centers_cg"}
+        ``"cg"``: CG on every point (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`);
+        ``"centers_cg"``: CG on centers (:func:`~skgpu_kernel.planning.solver.plan_centers_cg`).
+    layout : EigenPro2Layout or EigenPro3Layout or CentersCGLayout
         What was decided before measuring.
     capacity : int
-        Measured batch capacity ``m_G`` (or the given batch size).
+        Measured batch capacity ``m_G`` (or the given batch size; 0 for CG on centers).
     batch_size : int
     column_block : int
         Columns of a kernel block at ``batch_size``.
@@ -311,6 +312,25 @@ class KernelFitPlan:
     warnings : tuple of str
         What the caller must tell the user about a decision (a clamped batch):
         planning decides, the fit stage that runs the plan warns.
+    operator : OperatorPlan or None
+        How every product of the run is computed (grid, cache, shards, streaming),
+        from the operator's measured facts (:func:`~skgpu_kernel.planning.run.plan_run`).
+    spectrum : Spectrum or None
+        EigenPro's preconditioner and the spectrum measured for this layout; None for CG.
+    throughputs : dict
+        The batch capacity probe's timings (empty where none ran).
+    stopping : StoppingPlan or CGStoppingPlan or None
+        When the run's loop stops.
+    max_components : int
+        CG on every point: the most columns of the preconditioner's basis the
+        budget leaves room for next to the kernel's items and CG's vectors.
+    condition : float or None
+        CG on every point: the preconditioned system's estimated condition number,
+        from the layout's Nystrom subsample.
+    declined : str or None
+        Why the run should not run as planned (CG on every point beyond its
+        condition bound: the attempt asks the driver for EigenPro 2), in words;
+        None: it runs.
     """
 
     method: str
@@ -323,6 +343,13 @@ class KernelFitPlan:
     n_temporary: int = 0
     row_block: int = 0
     warnings: tuple = ()
+    operator: object = None
+    spectrum: object = None
+    throughputs: dict = dataclasses.field(default_factory=dict)
+    stopping: object = None
+    max_components: int = 0
+    condition: float | None = None
+    declined: str | None = None
 
     @property
     def subsample_size(self):
@@ -344,6 +371,8 @@ class KernelFitPlan:
 
     def describe(self):
         """One line for ``verbose``."""
+        if self.method == "centers_cg":
+            return self.memory.describe()
         cached = f"cached ({8 * self.cache_itemsize}-bit)"
         if self.method == "cg":
             read = cached if self.cached else f"computed {self.batch_size} rows at a time"

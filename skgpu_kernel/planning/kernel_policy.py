@@ -114,6 +114,11 @@ class FitPlan:
         solution is a model of exactly these rows in these features.
     direct : str or None
         ``plan_direct_solve``'s decision (None: the solver iterates).
+    run : KernelFitPlan or None
+        The attempt's solver run, once planned
+        (:func:`~skgpu_kernel.planning.run.plan_run`: layout, measured capacity
+        and spectrum, batch, operator plan, stopping); None before, and for a
+        solver that plans no run (the direct solve, a registered solver).
     """
 
     problem: KernelProblem
@@ -134,6 +139,7 @@ class FitPlan:
     scored_rows: np.ndarray | None = None
     X: object = dataclasses.field(default=None, repr=False, compare=False)
     direct: str | None = None
+    run: object = None
 
     @property
     def uses_centers(self):

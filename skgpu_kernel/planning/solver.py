@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from ._account import MemoryAccount
-from .eigenpro import KernelFitPlan, every_point_account, fill_rows, fit_plan
+from .eigenpro import every_point_account, fill_rows, fit_plan
 from .kernel import (
     SHIFTED_MAX_COMPONENTS,
     TrainingMemoryPlan,
@@ -28,7 +28,6 @@ __all__ = [
     "LOO_MIN_COVERAGE",
     "CentersCGLayout",
     "CentersPlan",
-    "EveryPointCGPlan",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
     "plan_alpha",
@@ -84,13 +83,27 @@ class CentersCGLayout:
     ----------
     memory : MemoryAccount
         What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
-    stores_kernel : bool
-        CG computes ``K(X, Z)`` once and reads it on every iteration; otherwise
+    cache_itemsize : int
+        Bytes per entry of the stored ``K(X, Z)`` (the training dtype's), 0 where
         every iteration evaluates it again, block by block.
     """
 
     memory: MemoryAccount
-    stores_kernel: bool
+    cache_itemsize: int
+
+    @property
+    def stores_kernel(self):
+        """CG computes ``K(X, Z)`` once and reads it on every iteration."""
+        return self.cache_itemsize > 0
+
+    @property
+    def cached(self):
+        return self.stores_kernel
+
+    @property
+    def subsample_size(self):
+        """None: CG on centers has no Nystrom subsample (its preconditioner factorises ``K(Z, Z)``)."""
+        return None
 
 
 def plan_centers_solver(problem, budget, solver):
@@ -177,7 +190,7 @@ def plan_centers_cg(problem, budget, required=False):
             f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
         )
     stores_kernel = possible and stored.fits()
-    return CentersCGLayout(stored if stores_kernel else memory, stores_kernel)
+    return CentersCGLayout(stored if stores_kernel else memory, problem.itemsize if stores_kernel else 0)
 
 
 # n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
@@ -301,26 +314,6 @@ def plan_full_kernel_solver(problem, budget, solver, alpha):
 _CG_VECTORS = 8
 
 
-@dataclass(frozen=True)
-class EveryPointCGPlan:
-    """CG on every point: how ``K(X, X)`` is read, and the preconditioner's size.
-
-    Attributes
-    ----------
-    fit : KernelFitPlan
-        ``method="cg"`` on EigenPro 2's layout (the same subsample, cache and
-        blocks): CG has no batch, and ``batch_size`` is the row block an uncached
-        pass evaluates at once.  Its ``memory`` holds CG's vectors and the
-        preconditioner's basis too.
-    max_components : int
-        The most columns of the preconditioner's basis the budget leaves room for
-        (at most ``SHIFTED_MAX_COMPONENTS``).
-    """
-
-    fit: KernelFitPlan
-    max_components: int
-
-
 def plan_every_point_cg(layout):
     """The plan of CG on every point on EigenPro 2's ``layout``: row blocks, memory, preconditioner basis.
 
@@ -336,7 +329,11 @@ def plan_every_point_cg(layout):
 
     Returns
     -------
-    EveryPointCGPlan
+    KernelFitPlan
+        ``method="cg"`` on EigenPro 2's layout (the same subsample, cache and
+        blocks): CG has no batch, and ``batch_size`` is the row block an uncached
+        pass evaluates at once.  Its ``memory`` holds CG's vectors and the
+        preconditioner's basis too, of ``max_components`` columns at most.
     """
     problem = layout.problem
     n = problem.n_rows
@@ -350,8 +347,7 @@ def plan_every_point_cg(layout):
     components = int(min(SHIFTED_MAX_COMPONENTS, max(account.budget - account.total, 0) // max(per_component, 1)))
     account = account.with_item("preconditioner basis (and its float64 sketch)", components * per_component)
     sized = (layout, capacity, row_block, account)
-    fit = fit_plan("cg", sized, row_block=fill_rows(layout))
-    return EveryPointCGPlan(fit, components)
+    return fit_plan("cg", sized, row_block=fill_rows(layout), max_components=components)
 
 
 # CG on every point beyond Falkon's factors runs where its preconditioned system's

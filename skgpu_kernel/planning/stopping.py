@@ -203,6 +203,9 @@ class CGStoppingPlan:
     residual_ceiling : float
         A run that ends with its residual above this is unfinished whatever
         stopped it, the objective's rule included (``CG_RESIDUAL_CEILING``).
+    objective_divergence : DivergenceRule or None
+        The training objective's divergence rule, watched on CG on every point's
+        square system (whose merit is not the objective); None on centers.
     """
 
     residual_tol: float
@@ -210,6 +213,7 @@ class CGStoppingPlan:
     residual_patience: int | None
     objective: StoppingPlan
     residual_ceiling: float = CG_RESIDUAL_CEILING
+    objective_divergence: object = None
 
     def unfinished(self, stop, residual):
         """Whether a run that ended by ``stop`` with the relative ``residual`` is unfinished (it warns).
@@ -241,7 +245,7 @@ def plan_cg_stopping(tol, n_iter_no_change, float64, square_system=False):
         objective rule is not needed.
     square_system : bool, default=False
         CG on every point's ``K + alpha W^-1``, whose residual is not monotone (no
-        stall is read).
+        stall is read) and whose training objective has a divergence rule of its own.
 
     Returns
     -------
@@ -260,6 +264,7 @@ def plan_cg_stopping(tol, n_iter_no_change, float64, square_system=False):
         stated_tol=CG_TOL if float64 else CG_ROUNDING_TOL,
         residual_patience=None if square_system else CG_RESIDUAL_PATIENCE,
         objective=objective,
+        objective_divergence=plan_divergence("objective") if square_system else None,
     )
 
 

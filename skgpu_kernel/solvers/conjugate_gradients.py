@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..planning.stopping import NEVER, DivergenceRule, StoppingPlan, plan_divergence
+from ..planning.stopping import CG_MERIT_DIVERGENCE, NEVER, DivergenceRule, StoppingPlan
 from .epochs import EpochClock, Stopping, epoch_record, format_record
 from .solution import Solution
 
@@ -200,7 +200,7 @@ class _Monitor:
     def __init__(self, coef, settings):
         self.n_iter_no_change = settings.n_iter_no_change
         self.warnings = []  # (message, category): the fit raises them, CG never warns
-        self.merit_rule = plan_divergence("merit")
+        self.merit_rule = CG_MERIT_DIVERGENCE
         self.best_loss, self.best_coef = math.inf, coef.clone()
         self.lowest_residual, self.without_new_low = math.inf, 0
         self.objective = Stopping(settings.stopping)

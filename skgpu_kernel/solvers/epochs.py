@@ -37,7 +37,7 @@ import time
 import torch
 
 from ..device import synchronize
-from ..planning.stopping import ANNEAL_FACTOR, plan_divergence
+from ..planning.stopping import ANNEAL_FACTOR, EIGENPRO_DIVERGENCE
 
 __all__ = [
     "CORE_KEYS",
@@ -382,5 +382,4 @@ def _diverged(train_loss, loss_of_zero_model, lowest_loss, dtype):
     # floor within an epoch or two.
     rounding_floor = loss_of_zero_model * (1e3 * torch.finfo(dtype).eps) ** 2
     floor = max(rounding_floor, _NOISE_FLOOR * loss_of_zero_model)
-    rule = plan_divergence("epoch loss")
-    return rule.exceeded(train_loss, lowest_loss, loss_of_zero_model, floor) is not None
+    return EIGENPRO_DIVERGENCE.exceeded(train_loss, lowest_loss, loss_of_zero_model, floor) is not None
