@@ -32,7 +32,7 @@ cost is about three ``rows x s x s`` products, well under one epoch of EigenPro 
 unless the features are few.  Candidates are per-sample penalties ``alpha /
 sum(w)``, a quarter of a decade apart (half a decade apart cost Computers 1%).
 
-A classifier's criterion (:class:`ClassCodes` given) is the weighted leave-one-out
+A classifier's criterion (its codes' intercept given) is the weighted leave-one-out
 misclassification rate of the class codes' scores: the squared error of the codes
 also penalises confident correct scores, and on LetterRecognition it chose a
 penalty with test error 0.026 where the misclassifications chose one with 0.024.
@@ -66,7 +66,6 @@ __all__ = [
     "PENALTY_GRID",
     "AlphaSelection",
     "BandwidthSelection",
-    "ClassCodes",
     "best_classifier",
     "select_alpha",
     "select_bandwidth",
@@ -187,24 +186,6 @@ class AlphaSelection:
 
 
 @dataclass(frozen=True)
-class ClassCodes:
-    """What the classification criterion reads besides the codes.
-
-    Attributes
-    ----------
-    labels : Tensor of shape (rows,)
-        Each row's class index (into the columns of the codes; for one column of
-        ``+-1`` codes, 1 for the positive class).
-    offset : Tensor of shape (l,)
-        Added to a leave-one-out prediction of the codes as given to give the
-        classifier's score (the intercept subtracted from them).
-    """
-
-    labels: torch.Tensor
-    offset: torch.Tensor
-
-
-@dataclass(frozen=True)
 class BandwidthSelection:
     """The bandwidth ``bandwidth="auto"`` chose, and the criterion behind it.
 
@@ -251,7 +232,9 @@ class BandwidthSelection:
         )
 
 
-def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, classes=None, penalties=PENALTY_GRID):
+def select_alpha(
+    kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, code_intercept=None, penalties=PENALTY_GRID
+):
     """Choose the ridge penalty by the leave-one-out error of a Nystrom ridge model.
 
     Parameters
@@ -270,10 +253,13 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         (measured first, on one block of rows outside the subsample): a model that
         misses more of it is not the model being fitted, and the criterion would
         take the signal it misses for noise.
-    classes : ClassCodes or None, default=None
-        Given, the penalty of :func:`best_classifier` (the fewest weighted
-        leave-one-out misclassifications, up to a standard error, then the
-        smallest squared error of the codes); None: the smallest squared error.
+    code_intercept : Tensor of shape (l,) or None, default=None
+        A classifier's: ``Y`` are its class codes (one column of ``+-1`` codes, or
+        one column per class) less this intercept.  Given, the penalty of
+        :func:`best_classifier` (the fewest weighted leave-one-out
+        misclassifications, up to a standard error, then the smallest squared error
+        of the codes), a row's class being the one its codes name; None: the
+        smallest squared error.
     penalties : array-like, default=PENALTY_GRID
         The candidate per-sample penalties ``alpha / sum(w)``.
 
@@ -295,7 +281,7 @@ def select_alpha(kernel, X, Y, weights, subsample_size, min_coverage=0.0, *, cla
         features = _NystromFeatures(kernel, X, subsample_size)
         basis, eigenvalues = _CentredBasis.of_features(features, Y, w), features.eigenvalues
     total = float(w.sum())
-    errors, misclassified = _loo_errors(basis, Y, w, penalties * total, classes)
+    errors, misclassified = _loo_errors(basis, Y, w, penalties * total, code_intercept)
     if misclassified is None:
         best = int(np.argmin(errors))
     else:
@@ -342,7 +328,9 @@ def best_classifier(misclassification, squared_errors, n_effective):
     return int(tied[np.argmin(squared_errors[tied])])
 
 
-def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, penalties=PENALTY_GRID, widest=None):
+def select_bandwidth(
+    kernel, X, Y, weights, subsample_size, *, code_intercept=None, penalties=PENALTY_GRID, widest=None
+):
     """Choose the bandwidth of a radial kernel with its penalty, by the criterion of :func:`select_alpha`.
 
     The candidates are ``kernel.bandwidth * BANDWIDTH_FACTORS``; each scored one
@@ -356,7 +344,7 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     ----------
     kernel : RadialKernel
         With the scale rule's bandwidth.
-    X, Y, weights, subsample_size, classes, penalties
+    X, Y, weights, subsample_size, code_intercept, penalties
         As for :func:`select_alpha` (scored without a coverage gate).
     widest : float or None, default=None
         The largest factor of the scale rule scored (None: the whole grid).
@@ -374,7 +362,9 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     def score(index):
         if index not in scored:
             candidate = clone(kernel).set_params(bandwidth=float(bandwidths[index]))
-            scored[index] = select_alpha(candidate, X, Y, weights, subsample_size, classes=classes, penalties=penalties)
+            scored[index] = select_alpha(
+                candidate, X, Y, weights, subsample_size, code_intercept=code_intercept, penalties=penalties
+            )
         return scored[index].criterion
 
     best = _walk_octaves(score, int(np.argmin(np.abs(np.log(factors)))), len(bandwidths))
@@ -384,7 +374,7 @@ def select_bandwidth(kernel, X, Y, weights, subsample_size, *, classes=None, pen
     for index, selection in scored.items():
         errors[index] = selection.criterion[0]
         squared[index] = selection.criterion[-1]
-    if classes is None:
+    if code_intercept is None:
         best = int(np.nanargmin(errors))
     else:
         n_effective = X.shape[0] if weights is None else _effective_rows(weights)
@@ -595,21 +585,22 @@ def _leading(values, vectors, relative_floor):
     return values[keep], vectors[:, keep]
 
 
-def _loo_errors(basis, Y, w, alphas, classes=None):
+def _loo_errors(basis, Y, w, alphas, code_intercept=None):
     """Weighted sums of squared leave-one-out residuals and of misclassifications, for each alpha.
 
     With the centred, weighted features ``Q S V^T`` (a :class:`_CentredBasis`), the
     hat matrix is ``Q diag(s^2 / (s^2 + alpha)) Q^T`` plus the intercept's ``w_i /
     sum(w)``; residual ``i`` left out is the fitted residual over ``1 - h_ii``, and
-    the prediction left out the target minus it.  The misclassifications are None
-    without ``classes``.
+    the prediction left out the target minus it.  A row's class is the one its codes
+    (``Y`` plus ``code_intercept``) name, as a prediction's is; the misclassifications
+    are None without ``code_intercept`` (a regressor).
     """
     squares = basis.squares
     alphas = torch.as_tensor(alphas, dtype=torch.float64, device=squares.device)
     shrink = squares[:, None] / (squares[:, None] + alphas[None, :])  # (k, candidates)
     shrunk = (basis.coordinates[:, None, :] * shrink[:, :, None]).flatten(1)  # (k, candidates * l)
     total, errors = w.sum(), torch.zeros(len(alphas), dtype=torch.float64, device=squares.device)
-    misclassified = None if classes is None else torch.zeros_like(errors)
+    misclassified = None if code_intercept is None else torch.zeros_like(errors)
     for start, stop, rows in basis.basis_blocks():
         sqrt_w = w[start:stop, None].sqrt()
         targets = sqrt_w * (Y[start:stop].double() - basis.target_mean)
@@ -617,10 +608,10 @@ def _loo_errors(basis, Y, w, alphas, classes=None):
         leverage = rows**2 @ shrink + (w[start:stop] / total)[:, None]
         residuals = (targets[:, None, :] - fitted) / (1.0 - leverage).clamp_min(1e-12)[:, :, None]
         errors += (residuals**2).sum(dim=(0, 2))
-        if classes is not None:
-            codes = Y[start:stop].double() + classes.offset
+        if code_intercept is not None:
+            codes = Y[start:stop].double() + code_intercept
             left_out = codes[:, None, :] - residuals / sqrt_w[:, :, None]  # (rows, candidates, l)
-            wrong = _predicted_class(left_out) != classes.labels[start:stop, None]
+            wrong = _predicted_class(left_out) != _predicted_class(codes)[:, None]
             misclassified += (w[start:stop, None] * wrong).sum(dim=0)
     errors = errors.cpu().numpy()
     errors = np.where(np.isfinite(errors), errors, math.inf)

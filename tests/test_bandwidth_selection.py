@@ -10,7 +10,6 @@ from skgpu_kernel.kernels import Gaussian, Laplacian, auto_bandwidth
 from skgpu_kernel.regularization import (
     BANDWIDTH_FACTORS,
     PENALTY_GRID,
-    ClassCodes,
     _half_octave_towards_the_better_octave,
     select_bandwidth,
 )
@@ -99,9 +98,13 @@ def test_the_search_scores_a_brute_force_leave_one_out(n_classes):
     intercept = codes.mean(axis=0)
     weights = rng.uniform(0.5, 2.0, size=90)
     kernel, X_t = Gaussian(bandwidth=auto_bandwidth(X)), torch.as_tensor(X)
-    classes = ClassCodes(torch.as_tensor(labels), torch.as_tensor(intercept))
     search = select_bandwidth(
-        kernel, X_t, torch.as_tensor(codes - intercept), torch.as_tensor(weights), 90, classes=classes
+        kernel,
+        X_t,
+        torch.as_tensor(codes - intercept),
+        torch.as_tensor(weights),
+        90,
+        code_intercept=torch.as_tensor(intercept),
     )
     chosen = search.selection
     phi = kernel_features(Gaussian(bandwidth=search.bandwidth), X_t)  # every row a feature: kernel ridge

@@ -245,8 +245,8 @@ def test_the_path_stops_after_patience_fits_without_a_lower_loss(monkeypatch):
     losses = iter([1.0, 0.5, 0.7, 0.8, 0.1, 0.05])  # the plain model, then the path's steps
     candidate = feature_learning._CandidateRows.candidate
 
-    def scored(self, fit, transform, parameters, tuning):
-        scored = candidate(self, fit, transform, parameters, tuning)
+    def scored(self, fit, transform, plan, budget):
+        scored = candidate(self, fit, transform, plan, budget)
         return dataclasses.replace(scored, losses=np.full(10, next(losses)))
 
     monkeypatch.setattr(feature_learning._CandidateRows, "candidate", scored)

@@ -23,7 +23,7 @@ TARGET_TYPES = 24
 # Today's counts (59 and 60 at the second part, 40 and 41 after the merges of
 # its third; this part's folds, each named in benchmarks/RESULTS.md, lower them): a type
 # added to the default path must replace one.
-MOST_TYPES = {"regressor": 36, "classifier": 37}
+MOST_TYPES = {"regressor": 36, "classifier": 36}
 
 
 def _counter():

@@ -250,7 +250,7 @@ def _learnt(request, runtime):
     iteration = candidates.index(chosen)
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     # The kept candidate refitted with its kernel, bandwidth and penalty, on the fit's own preconditioner subsample.
-    final_parameters = dataclasses.replace(chosen.parameters, subsample_size=parameters.subsample_size)
+    final_parameters = dataclasses.replace(chosen.plan.parameters, subsample_size=parameters.subsample_size)
     final_request = _transformed(request.with_parameters(final_parameters), chosen.transform)
     final_plan = chosen.plan
     if chosen is not plain and rows.learning is not data:  # the path's kernel tuned on every row, now
@@ -306,23 +306,19 @@ def _plain_on_split(request, runtime):
     plan = tune_kernel(request, runtime)
     rows = _CandidateRows.drawn(request, runtime, plan)
     fit = fit_kernel_model(request.on(rows.training), _fresh(runtime), plan)
-    return rows, rows.candidate(fit, None, request, plan)
+    return rows, rows.candidate(fit, None, plan, runtime.budget)
 
 
 @dataclass(frozen=True)
 class _CandidateRows:
     """The rows feature learning fits its candidates on (``training``), and scores them on (``held_out``).
 
-    ``learning`` holds both: every row, or the subsample they were split from;
-    ``parameters`` score a candidate (its validation score and losses) and
-    ``budget`` is the device memory the held-out predictions may take.
+    ``learning`` holds both: every row, or the subsample they were split from.
     """
 
     learning: object
     training: object
     held_out: object
-    parameters: object = None
-    budget: int = 0
 
     @classmethod
     def drawn(cls, request, runtime, plan):
@@ -341,29 +337,34 @@ class _CandidateRows:
             log_fit(runtime, parameters, f"feature learning: candidates on {learning} of the {n_rows} rows")
             data = rows_of(data, np.sort(rng.permutation(n_rows)[:learning]))
         train, held_out = holdout_split(data.X.shape[0], parameters.validation_fraction, rng, data.stratify)
-        return cls(data, rows_of(data, train), rows_of(data, held_out), parameters, runtime.budget)
+        return cls(data, rows_of(data, train), rows_of(data, held_out))
 
-    def candidate(self, fit, transform, request, plan):
-        """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score."""
+    def candidate(self, fit, transform, plan, budget):
+        """``fit`` (in the features ``X L``) as a candidate: its per-row losses and its validation score.
+
+        ``plan`` is the tuned plan ``fit`` ran with, whose parameters score it; its
+        held-out predictions may take ``budget`` bytes of device memory.
+        """
         events = MemoryEvents(_events_of(fit), fit.solver)
-        predictions = _held_out_decisions(fit, self.held_out, transform, self.budget, events)
-        Y = self.held_out.Y
-        score = float(self.parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
-        losses = _row_losses(predictions, Y, self.parameters.classifier)
-        return _Candidate(transform, request.parameters, plan, losses, score, predictions, tuple(events.records))
+        predictions = _held_out_decisions(fit, self.held_out, transform, budget, events)
+        Y, parameters = self.held_out.Y, plan.parameters
+        score = float(parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
+        losses = _row_losses(predictions, Y, parameters.classifier)
+        return _Candidate(transform, plan, losses, score, predictions, tuple(events.records))
 
 
 @dataclass(frozen=True, eq=False)
 class _Candidate:
     """A model the held-out rows scored: its features ``X L``, what it is refitted with, its losses.
 
-    ``events``: the fit's record of events up to and including the candidate's
-    fit and scoring (earlier ones first), which the next stage is handed.
+    ``plan``: the tuned ``FitPlan`` it was fitted with and is refitted with (its
+    parameters included); ``events``: the fit's record of events up to and
+    including the candidate's fit and scoring (earlier ones first), which the next
+    stage is handed.
     """
 
     transform: np.ndarray | None
-    parameters: object
-    plan: object  # the tuned FitPlan it is refitted with
+    plan: object
     losses: np.ndarray
     score: float
     decisions: np.ndarray  # on the held-out rows, intercept included
@@ -420,7 +421,7 @@ def _learning_path(request, training, rows, runtime):
     for step in range(n_iter + 1):
         fitted_on = _transformed(training, transform)
         fit = fit_kernel_model(fitted_on, _fresh(runtime), plan)
-        path.append(rows.candidate(fit, transform, fitted_on, plan))
+        path.append(rows.candidate(fit, transform, plan, runtime.budget))
         runtime = runtime.recorded(path[-1].events)
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))

@@ -13,13 +13,7 @@ from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import bandwidth_of, searches_bandwidth
 from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
 from ..planning.kernel_policy import PENALISED_REFIT_ROWS, TUNING_FIELDS, carries_subsample_penalty
-from ..regularization import (
-    LOO_MAX_ROWS,
-    PENALTY_GRID,
-    ClassCodes,
-    select_alpha,
-    select_bandwidth,
-)
+from ..regularization import LOO_MAX_ROWS, PENALTY_GRID, select_alpha, select_bandwidth
 from .prepare import kernel_offset, target_intercept
 from .request import log_fit
 from .resolve import resolve
@@ -163,14 +157,17 @@ class LooRows:
         Rows and targets (the codes less the intercept for a classifier).
     weights : Tensor or None
         None when every weight is equal.
-    classes : ClassCodes or None
-        A classifier's labels: its criterion counts misclassifications.
+    code_intercept : Tensor or None
+        A classifier's intercept of its codes: its criterion counts the
+        misclassifications of the classes the codes name.
+    indices : ndarray or None
+        The rows of the fit's data these are, in their order.
     """
 
     X: torch.Tensor
     Y: torch.Tensor
     weights: torch.Tensor | None
-    classes: ClassCodes | None
+    code_intercept: torch.Tensor | None
     indices: np.ndarray | None = None
 
     @classmethod
@@ -183,13 +180,11 @@ class LooRows:
         # draws (validation split, epoch orders) as they would be with alpha given.
         rows = copy.deepcopy(runtime.rng).permutation(data.X.shape[0])[:count]
         w = None if data.equal_weights else torch.as_tensor(data.weights[rows], dtype=torch.float64, device=device)
-        classes = None
+        code_intercept = None
         if parameters.classifier:
-            # The class indices are the code columns, and for +-1 codes 1 is the positive class.
-            labels = torch.as_tensor(np.asarray(data.stratify[rows], dtype=np.int64), device=device)
-            classes = ClassCodes(labels, torch.as_tensor(intercept, dtype=torch.float64, device=device))
+            code_intercept = torch.as_tensor(intercept, dtype=torch.float64, device=device)
         X = to_device(rows_taken(data.X, data.X_device, rows))
-        return cls(X, to_device(data.Y[rows] - intercept, center=False), w, classes, rows)
+        return cls(X, to_device(data.Y[rows] - intercept, center=False), w, code_intercept, rows)
 
     @property
     def n_rows(self):
@@ -198,13 +193,14 @@ class LooRows:
     def head(self, count):
         """The first ``count`` rows."""
         weights = None if self.weights is None else self.weights[:count]
-        classes = self.classes and dataclasses.replace(self.classes, labels=self.classes.labels[:count])
-        return LooRows(self.X[:count], self.Y[:count], weights, classes, self.indices[:count])
+        return LooRows(self.X[:count], self.Y[:count], weights, self.code_intercept, self.indices[:count])
 
     def select_alpha(self, kernel, min_coverage=0.0):
         """:func:`~skgpu_kernel.regularization.select_alpha` on these rows."""
         subsample = auto_subsample_size(self.n_rows)
-        return select_alpha(kernel, self.X, self.Y, self.weights, subsample, min_coverage, classes=self.classes)
+        return select_alpha(
+            kernel, self.X, self.Y, self.weights, subsample, min_coverage, code_intercept=self.code_intercept
+        )
 
     def search_bandwidth(self, kernel, penalties, n_rows, search_rows):
         """:func:`~skgpu_kernel.regularization.select_bandwidth` on the first ``search_rows`` rows.
@@ -224,7 +220,7 @@ class LooRows:
             searched.Y,
             searched.weights,
             count,
-            classes=searched.classes,
+            code_intercept=searched.code_intercept,
             penalties=penalties,
             widest=widest,
         )
@@ -251,10 +247,7 @@ def criterion_alpha(prepared, runtime):
     Y = to_device(prepared.Y[rows, :n_targets], center=False)
     weights = prepared.weights[rows]
     w = None if unequal_weights(weights) is None else torch.as_tensor(weights, dtype=torch.float64, device=device)
-    classes = None
+    code_intercept = None
     if prepared.plan.parameters.classifier:
-        intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
-        codes = Y + intercept
-        labels = (codes[:, 0] > 0).long() if codes.shape[1] == 1 else codes.argmax(dim=1)
-        classes = ClassCodes(labels, intercept)
-    return LooRows(X, Y, w, classes, rows).select_alpha(prepared.plan.kernel).alpha
+        code_intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
+    return LooRows(X, Y, w, code_intercept, rows).select_alpha(prepared.plan.kernel).alpha
