@@ -31,6 +31,11 @@ The same record takes the step halvings of an EigenPro loop that diverged
 "from": ..., "to": ..., "reason": ...}``, and a stage run again where the result it
 was handed did not apply (a tuning handed to a fit whose policy it does not
 match) as ``{"event": "ran_again", "stage": "tune", "solver": None, "reason": ...}``.
+
+:class:`MemoryEvents` records what happened and where; the ``"solver"`` of each event
+is the fit's fact, not the recorder's: :func:`record_with_events` stamps it where a
+stage's events join the fit's record, the one place that knows whose run they
+happened in.
 """
 
 import dataclasses
@@ -48,6 +53,7 @@ __all__ = [
     "halvings",
     "in_row_blocks",
     "out_of_memory_reason",
+    "record_with_events",
     "release_cached_memory",
 ]
 
@@ -60,21 +66,19 @@ _REASON_CHARACTERS = 200
 
 @dataclass
 class MemoryEvents:
-    """Where the out-of-memory events of a fit go: its record (``fit_attempts_``), in order.
+    """Where the out-of-memory events of a stage go, in order, until they join the fit's record (``fit_attempts_``).
 
     Parameters
     ----------
     records : list
-        The fit's record; each event is appended to it as a dict (see the module's
-        docstring).
-    solver : str or None
-        The solver whose run (or whose model) the events happen in.
+        The events of a stage, each appended to it as a dict (see the module's
+        docstring), without the solver: :func:`record_with_events` adds them to the
+        fit's record with it.
     log : callable or None
         Receives a line per event (``verbose``).
     """
 
     records: list = dataclasses.field(default_factory=list)
-    solver: str | None = None
     log: Callable | None = None
 
     def shrank(self, stage, what, old, new, reason):
@@ -82,7 +86,6 @@ class MemoryEvents:
         record = {
             "event": "out_of_memory",
             "stage": stage,
-            "solver": self.solver,
             "shrank": what,
             "from": old,
             "to": new,
@@ -94,16 +97,52 @@ class MemoryEvents:
 
     def changed(self, stage, what, old, new, reason):
         """Record that ``stage`` went on with ``what`` changed from ``old`` to ``new`` after a divergence."""
-        record = {"event": "diverged", "stage": stage, "solver": self.solver, "changed": what}
+        record = {"event": "diverged", "stage": stage, "changed": what}
         self.records.append({**record, "from": old, "to": new, "reason": reason})
         if self.log is not None:
             self.log(f"diverged in the {stage}: {what} {old:g} -> {new:g} ({reason})")
 
     def ran_again(self, stage, reason):
         """Record that ``stage`` ran again where its handed result did not apply, because of ``reason``."""
-        self.records.append({"event": "ran_again", "stage": stage, "solver": self.solver, "reason": reason})
+        self.records.append({"event": "ran_again", "stage": stage, "reason": reason})
         if self.log is not None:
             self.log(f"the {stage} stage ran again: {reason}")
+
+
+def record_with_events(record, events, solver):
+    """The fit's ``record`` followed by the records of ``events``, each stamped with ``solver``.
+
+    The one place a stage's events join the fit's record (``fit_attempts_``): the
+    caller knows whose run (or model) they happened in, the recorder does not.
+    Each event keeps its keys in the record's order, ``"solver"`` after ``"stage"``.
+
+    Parameters
+    ----------
+    record : iterable of dict
+        The fit's record so far (earlier events and attempts); not changed.
+    events : MemoryEvents
+        The events of a stage run after it.
+    solver : str or None
+        The solver whose run (or whose model) the events happened in; None for a
+        stage before any solver (the tune stage run again).
+
+    Returns
+    -------
+    list of dict
+        A new list: ``record``'s entries, then each event with its ``"solver"``.
+
+    Examples
+    --------
+    >>> events = MemoryEvents()
+    >>> events.ran_again("tune", "the tuning handed in did not apply")
+    >>> record_with_events([], events, None)
+    [{'event': 'ran_again', 'stage': 'tune', 'solver': None, 'reason': 'the tuning handed in did not apply'}]
+    """
+    # Unpacked after the leading keys, an event's own "event" and "stage" keep their places.
+    stamped = [
+        {"event": event["event"], "stage": event["stage"], "solver": solver, **event} for event in events.records
+    ]
+    return [*record, *stamped]
 
 
 def out_of_memory_reason(error):

@@ -96,18 +96,20 @@ _KEPT_FEATURE_BYTES = 2**30
 
 @dataclass(frozen=True)
 class AlphaSelection:
-    """The chosen ``alpha`` and the criterion behind it.
+    """The chosen penalty and the criterion behind it; its ``alpha`` (a property) is the penalty on the rows scored.
 
     Attributes
     ----------
-    alpha : float
-        For the rows scored (``penalty * sum(w)``).
     penalty : float
         The chosen per-sample penalty ``alpha / sum(w)``.
     penalties, loo_errors : ndarray
         The candidates and their weighted mean leave-one-out squared errors.
-    n_rows, n_features : int
-        Rows scored and Nystrom features used.
+    n_rows : int
+        Rows scored.
+    weight_sum : float
+        Their weights' sum, ``sum(w)`` (``n_rows`` unweighted).
+    n_features : int
+        Nystrom features used.
     coverage : float
         The share of the kernel's trace that the features capture on rows outside the
         subsample, ``sum_i w_i ||phi(x_i)||^2 / sum_i w_i k(x_i, x_i)`` (1 for an exact
@@ -134,17 +136,27 @@ class AlphaSelection:
         had no subsample (every row a feature) or did not reach its features.
     """
 
-    alpha: float
     penalty: float
     penalties: np.ndarray
     loo_errors: np.ndarray | None
     n_rows: int
+    weight_sum: float
     n_features: int
     coverage: float = 1.0
     loo_misclassification: np.ndarray | None = None
     solution: Solution | None = None
     carried: bool = False
     nystrom_eigenvalues: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def alpha(self):
+        """The chosen ``alpha`` for the rows scored, ``penalty * sum(w)`` (0 where nothing was scored).
+
+        Derived, not stored: the fit's own ``alpha`` lives in its plan
+        (:class:`~skgpu_kernel.planning.kernel_policy.FitPlan`), which may apply the
+        penalty to another weight total (a tuning handed to a subset of its rows).
+        """
+        return self.penalty * self.weight_sum
 
     @property
     def scored(self):
@@ -163,7 +175,7 @@ class AlphaSelection:
         """This selection, or an unscored one (``alpha`` 0) when the features capture less than ``min_coverage``."""
         if self.coverage >= min_coverage:
             return self
-        return AlphaSelection(0.0, 0.0, self.penalties, None, self.n_rows, self.n_features, self.coverage)
+        return AlphaSelection(0.0, self.penalties, None, self.n_rows, self.weight_sum, self.n_features, self.coverage)
 
     def carried_to(self, coverage):
         """This exact criterion's ``alpha``, as it is, for a fit of more rows than it scored.
@@ -270,6 +282,7 @@ def select_alpha(
     rows = X.shape[0]
     penalties = np.asarray(penalties, dtype=np.float64)
     w = torch.ones(rows, dtype=torch.float64, device=X.device) if weights is None else weights.double()
+    total = float(w.sum())
     eigenvalues = None
     if subsample_size >= rows:
         basis, coverage = _CentredBasis.of_kernel(kernel, X, Y, w), 1.0
@@ -277,10 +290,9 @@ def select_alpha(
         # Measured before the features, whose eigendecomposition a failed gate does not need.
         coverage = _nystrom_coverage(kernel, X, subsample_size, w)
         if coverage < min_coverage:
-            return AlphaSelection(0.0, 0.0, penalties, None, rows, 0, coverage)
+            return AlphaSelection(0.0, penalties, None, rows, total, 0, coverage)
         features = _NystromFeatures(kernel, X, subsample_size)
         basis, eigenvalues = _CentredBasis.of_features(features, Y, w), features.eigenvalues
-    total = float(w.sum())
     errors, misclassified = _loo_errors(basis, Y, w, penalties * total, code_intercept)
     if misclassified is None:
         best = int(np.argmin(errors))
@@ -288,11 +300,11 @@ def select_alpha(
         best = best_classifier(misclassified / total, errors, _effective_rows(w))
     penalty = float(penalties[best])
     return AlphaSelection(
-        penalty * total,
         penalty,
         penalties,
         errors / total,
         rows,
+        total,
         basis.n_features,
         coverage,
         None if misclassified is None else misclassified / total,

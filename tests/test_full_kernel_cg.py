@@ -364,7 +364,7 @@ def test_cg_on_every_point_decomposes_its_own_subsample_where_the_criterions_is_
 
 def test_the_criterions_spectrum_serves_only_the_kernel_it_scored():
     spectrum = np.array([1.0, 0.5])
-    selection = AlphaSelection(0.1, 0.01, np.array([0.01]), np.array([1.0]), 10, 2, nystrom_eigenvalues=spectrum)
+    selection = AlphaSelection(0.01, np.array([0.01]), np.array([1.0]), 10, 10.0, 2, nystrom_eigenvalues=spectrum)
     kernel = Gaussian(bandwidth=1.0)
     # Every row of a 20-row problem, alpha by leave-one-out: the policy's part of a resolved plan.
     policy = plan_kernel_fit(KernelProblem(20, 2, 1, 8), 10**9, KernelFitParameters())

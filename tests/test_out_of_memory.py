@@ -277,6 +277,9 @@ def test_the_record_places_each_event_after_the_run_it_happened_in():
     record = outcome.disturbed.fit_attempts_
     assert [entry.get("event") for entry in record] == [None, "out_of_memory", None]
     assert record[0]["reason"] == "planned" and record[2]["reason"].startswith("the kernel cache")
+    # The solver is stamped where the events join the record, in the record's order of keys.
+    assert list(record[1]) == ["event", "stage", "solver", "shrank", "from", "to", "reason"]
+    assert record[1]["solver"] == record[0]["solver"] == "eigenpro"
     assert not outcome.disturbed.kernel_cached_ and outcome.disturbed.batch_size_ == 64
 
 

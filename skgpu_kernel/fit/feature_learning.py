@@ -52,7 +52,7 @@ from ..agop import average_gradient_outer_product, block_diagonal, metric_from_a
 from ..blockwise import DeviceCopier, taken_on_device
 from ..calibration import fit_temperature
 from ..kernels import make_kernel
-from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings
+from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings, record_with_events
 from ..planning.agop import (
     CALIBRATION_FOLDS,
     CALIBRATION_HELD_OUT_ROWS,
@@ -190,10 +190,11 @@ def _calibrated_on_rows_left_out(request, runtime, mode):
     """
     split = _rows_left_out(request.data, runtime)
     result = _fitted(request.on(split.training), runtime, mode, None)
-    events = MemoryEvents(list(result.attempts), result.solver)  # its decisions' events join the record
+    events = MemoryEvents()
     decisions = _held_out_decisions(result, split.held_out, result.transform, runtime.budget, events)
     temperature = fit_temperature(decisions, split.held_out.Y, split.held_out.weights)
-    return dataclasses.replace(result, attempts=events.records, temperature=temperature, calibration="final-held-out")
+    attempts = record_with_events(result.attempts, events, result.solver)  # its decisions' events join the record
+    return dataclasses.replace(result, attempts=attempts, temperature=temperature, calibration="final-held-out")
 
 
 def _rows_left_out(data, runtime):
@@ -217,9 +218,9 @@ def _cross_fitted_plain(request, runtime):
     decisions = np.zeros_like(data.Y, dtype=np.float64)
     for train, held_out in _folds(data, runtime):
         fit = fit_kernel_model(request.on(rows_of(data, train)), _fresh(runtime), plan)
-        events = MemoryEvents(_events_of(fit), fit.solver)
+        events = MemoryEvents()
         decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime.budget, events)
-        runtime = runtime.recorded(events.records)
+        runtime = runtime.recorded(record_with_events(_events_of(fit), events, fit.solver))
     temperature = fit_temperature(decisions, data.Y, data.weights)
     final = fit_kernel_model(request, runtime, plan)
     return dataclasses.replace(final, temperature=temperature, calibration="cross-fitted")
@@ -345,12 +346,13 @@ class _CandidateRows:
         ``plan`` is the tuned plan ``fit`` ran with, whose parameters score it; its
         held-out predictions may take ``budget`` bytes of device memory.
         """
-        events = MemoryEvents(_events_of(fit), fit.solver)
+        events = MemoryEvents()
         predictions = _held_out_decisions(fit, self.held_out, transform, budget, events)
         Y, parameters = self.held_out.Y, plan.parameters
         score = float(parameters.validation_score(torch.as_tensor(predictions), torch.as_tensor(Y)))
         losses = _row_losses(predictions, Y, parameters.classifier)
-        return _Candidate(transform, plan, losses, score, predictions, tuple(events.records))
+        record = tuple(record_with_events(_events_of(fit), events, fit.solver))
+        return _Candidate(transform, plan, losses, score, predictions, record)
 
 
 @dataclass(frozen=True, eq=False)
@@ -385,7 +387,7 @@ def _held_out_decisions(fit, data, transform, budget, events):
 
 
 def _events_of(fit):
-    """The events of ``fit``'s record (earlier stages' first), as a list a stage may add its own to."""
+    """The events of ``fit``'s record (earlier stages' first), for a later stage's own to follow."""
     return [entry for entry in fit.attempts if "event" in entry]
 
 
@@ -427,9 +429,9 @@ def _learning_path(request, training, rows, runtime):
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
-        events = MemoryEvents(list(runtime.memory_events), fit.solver, runtime.log)
+        events = MemoryEvents(log=runtime.log)
         agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, diagonal_agop, runtime, events))
-        runtime = runtime.recorded(events.records)
+        runtime = runtime.recorded(record_with_events(runtime.memory_events, events, fit.solver))
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
             log_fit(runtime, parameters, "the predictor is constant on the rows: its AGOP ranks no feature")

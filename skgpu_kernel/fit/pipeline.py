@@ -7,7 +7,7 @@ stage is a module of this package and adds its decisions to one
 same model whatever the path.
 """
 
-from ..out_of_memory import MemoryEvents
+from ..out_of_memory import MemoryEvents, record_with_events
 from .plan import choose_solver
 from .request import log_fit
 from .resolve import resolve
@@ -38,9 +38,9 @@ def fit_kernel_model(request, runtime, plan=None):
         applied = applied_tuning(plan, resolved)
         if applied is None:  # the tune stage runs again, and says so in the record
             reason = "the tuning handed in scored no alpha where these rows' policy asks for one, or one where it "
-            rerun = MemoryEvents(list(runtime.memory_events))
+            rerun = MemoryEvents()
             rerun.ran_again("tune", reason + "asks for none")
-            runtime = runtime.recorded(rerun.records)
+            runtime = runtime.recorded(record_with_events(runtime.memory_events, rerun, None))  # before any solver
             log_fit(runtime, request.parameters, f"{reason}asks for none: tuned again")
         else:
             resolved = applied

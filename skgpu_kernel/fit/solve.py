@@ -19,7 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._warnings import warn_user
 from ..blockwise import DeviceCopier, PredictionTensors, rows_taken
-from ..out_of_memory import MemoryEvents
+from ..out_of_memory import MemoryEvents, record_with_events
 from ..planning.kernel_policy import DIRECT_FROM_TUNING
 from ..planning.solver import refit_with_penalty
 from ..planning.stopping import held_out_check_limit
@@ -121,9 +121,9 @@ def run_solver(attempt, prepared, runtime):
     while True:
         attempts.append(attempt)
         record.append(attempt.record())
-        events = MemoryEvents([], attempt.solver, runtime.log)
+        events = MemoryEvents(log=runtime.log)
         outcome = _run_attempt(attempt, prepared, runtime, events)
-        record.extend(events.records)
+        record = record_with_events(record, events, attempt.solver)
         fallback = outcome.fallback
         if fallback is None:
             check = _last_check(outcome, prepared, runtime)
