@@ -59,8 +59,9 @@ def test_every_type_a_default_fit_creates_is_named_in_the_glossary(name):
 @pytest.mark.xfail(
     strict=True,
     reason="issue 79 item 3: a default fit creates 36 dataclass types against the bound of 24 "
-    "(benchmarks/count_fit_types.py lists them); the folds left need one frozen plan made before any solver "
-    "runs (item 1: the layouts, KernelFitPlan and EigenProPlan as one plan of the attempt)",
+    "(benchmarks/count_fit_types.py lists them); what is left are distinct records of one stage each "
+    "(EigenPro 2's and CG on centers' layouts, the run plan and the EigenPro loop's plan with its hooks, "
+    "the rows as given, prepared and as the criteria's tensors): benchmarks/RESULTS.md, issue 79 fourth part",
 )
 def test_a_default_fit_creates_at_most_24_dataclass_types():
     assert len(_counter().count_default_fit("regressor")) <= TARGET_TYPES
