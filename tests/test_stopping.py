@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from skgpu_kernel import AdaptiveKernelRegressor, BufferedSGDRegressor, bmgd_fit
-from skgpu_kernel.fit import eigenpro as eigenpro_attempts
 from skgpu_kernel.parallel import Parle
+from skgpu_kernel.planning import run as run_planning
 from skgpu_kernel.planning import sgd as planning_sgd
 from skgpu_kernel.planning import stopping
 from skgpu_kernel.planning.sgd import plateaus_to_anneal
@@ -59,7 +59,7 @@ def plans(monkeypatch):
         made.append(plan_stopping(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(eigenpro_attempts, "plan_stopping", recording)
+    monkeypatch.setattr(run_planning, "plan_stopping", recording)  # an EigenPro run's plan
     monkeypatch.setattr(stopping, "plan_stopping", recording)  # inside CG's plan_cg_stopping
     monkeypatch.setattr(bmgd_fit, "plan_stopping", recording)
     return made
