@@ -299,7 +299,7 @@ class MeasuringStep:
     centers : Tensor or None
         The centers on the device where they are not rows of ``rows``.
     **measurements : callable
-        ``capacity(layout, problem)``, ``spectrum(layout, capacity)``,
+        ``capacity(layout)``, ``spectrum(layout, capacity)``,
         ``agreed(choices)``, ``condition(layout, max_components)``: those the run's
         planning asks for.
     """
@@ -326,9 +326,9 @@ class MeasuringStep:
         """The operator's facts (grid, int8 products' speed), measured once (:meth:`AttemptContext.measured`)."""
         return self.context.measured(problem, self.measured_rows, self.measured_centers)
 
-    def capacity(self, layout, problem):
+    def capacity(self, layout):
         """The batch capacity (:class:`~skgpu_kernel.device.SaturationBatch`) of ``layout``."""
-        return self.measurements["capacity"](layout, problem)
+        return self.measurements["capacity"](layout)
 
     def spectrum(self, layout, capacity):
         """The preconditioner's :class:`~skgpu_kernel.preconditioner.Spectrum` on ``layout``'s subsample."""

@@ -116,8 +116,8 @@ class _EigenPro2Stages:
     def device_cache(self, coef):
         return self.rows.device_cache(coef)
 
-    def capacity(self, layout, problem):
-        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, problem)
+    def capacity(self, layout):
+        return self.context.batch_capacity(layout, self.rows.X_dev, self.rows.centers_dev, layout.problem)
 
     def spectrum(self, layout, capacity):
         # The iteration solves (K + alpha I) a = Y: every eigenvalue of K / n moves up
@@ -209,11 +209,11 @@ class _EigenPro3Stages:
         """The layout's choices of rank 0, which every rank takes (ranks may see different free memory)."""
         return agree(choices, self.context.runtime.group, self.context.device)
 
-    def capacity(self, layout, problem):
+    def capacity(self, layout):
         context = self.context
         probe_rows = self.Z_dev if self.X_dev is None else self.X_dev
-        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, problem)
-        if context.given_batch(problem.n_rows) is None and not layout.cached:
+        measured = context.batch_capacity(layout, probe_rows, self.centers_dev, layout.problem)
+        if context.given_batch(layout.problem.n_rows) is None and not layout.cached:
             # Ranks time their own devices; they must agree on the batch to stay in step.
             (agreed,) = agree([measured.batch], context.runtime.group, context.device)
             measured = measured.bounded(agreed)

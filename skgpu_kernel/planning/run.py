@@ -14,7 +14,7 @@ What only the device can tell is measured by the run's measuring step,
    and the speed of int8 products (every run);
 2. ``measure.agreed(choices)``: the layout's choices every rank of a process group
    takes (EigenPro 3);
-3. ``measure.capacity(layout, problem)``: the batch capacity
+3. ``measure.capacity(layout)``: the batch capacity
    (:class:`~skgpu_kernel.device.SaturationBatch`) of the layout (EigenPro);
 4. ``measure.spectrum(layout, capacity)``: the preconditioner's spectrum on the
    layout's Nystrom subsample (EigenPro);
@@ -74,10 +74,9 @@ def plan_run(run, problem, attempt_plan, measure):
     return dataclasses.replace(plan, operator=operator)
 
 
-def _plan_eigenpro(plan_layout, plan_batch, problem, attempt_plan, measure):
-    """An EigenPro run: its layout, the capacity and spectrum measured for it, then its batch and blocks."""
-    layout = plan_layout(problem, attempt_plan.budget, measure.device, attempt_plan.parameters)
-    capacity = measure.capacity(layout, problem)
+def _plan_eigenpro(layout, plan_batch, attempt_plan, measure):
+    """An EigenPro run on ``layout``: the capacity and spectrum measured for it, then its batch and blocks."""
+    capacity = measure.capacity(layout)
     spectrum = measure.spectrum(layout, capacity.batch)
     parameters = attempt_plan.parameters
     plan = plan_batch(layout, capacity.batch, spectrum.critical_batch_preconditioned, parameters)
@@ -86,23 +85,18 @@ def _plan_eigenpro(plan_layout, plan_batch, problem, attempt_plan, measure):
 
 
 def _plan_eigenpro2(problem, attempt_plan, measure):
-    return _plan_eigenpro(plan_eigenpro2_layout, plan_eigenpro2, problem, attempt_plan, measure)
-
-
-def _agreed_eigenpro3_layout(problem, budget, device, parameters, measure):
-    """EigenPro 3's layout with the choices every rank takes (ranks may see different free memory)."""
-    layout = plan_eigenpro3_layout(problem, budget, device, parameters)
-    choices = measure.agreed(layout.choices)
-    if tuple(choices) != layout.choices:
-        layout = plan_eigenpro3_layout(problem, budget, device, parameters, choices)
-    return layout
+    layout = plan_eigenpro2_layout(problem, attempt_plan.budget, measure.device, attempt_plan.parameters)
+    return _plan_eigenpro(layout, plan_eigenpro2, attempt_plan, measure)
 
 
 def _plan_eigenpro3(problem, attempt_plan, measure):
-    def plan_layout(problem, budget, device, parameters):
-        return _agreed_eigenpro3_layout(problem, budget, device, parameters, measure)
-
-    return _plan_eigenpro(plan_layout, plan_eigenpro3, problem, attempt_plan, measure)
+    """EigenPro 3's run, on the layout choices every rank takes (ranks may see different free memory)."""
+    budget, parameters = attempt_plan.budget, attempt_plan.parameters
+    layout = plan_eigenpro3_layout(problem, budget, measure.device, parameters)
+    choices = measure.agreed(layout.choices)
+    if tuple(choices) != layout.choices:
+        layout = plan_eigenpro3_layout(problem, budget, measure.device, parameters, choices)
+    return _plan_eigenpro(layout, plan_eigenpro3, attempt_plan, measure)
 
 
 def _cg_stopping(problem, parameters, square_system=False):
