@@ -119,10 +119,14 @@ def measurement_arguments(doc):
     return args
 
 
+def table_header(columns):
+    """A markdown table's two header lines: the first column left-aligned, the others right-aligned."""
+    return ["| " + " | ".join(columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+
+
 def print_table_header(columns):
-    """A markdown table's header: the first column left-aligned, the others right-aligned."""
-    print("| " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * (len(columns) - 1))
+    """Print :func:`table_header`'s lines."""
+    print("\n".join(table_header(columns)))
 
 
 def mean_and_standard_error(values):

@@ -138,3 +138,22 @@ def test_a_set_is_worse_only_beyond_two_standard_errors_and_one_percent(monkeypa
     assert worse == ["steady"]
     ratios = [0.155 / 0.15, 0.12 / 0.10, 0.1005 / 0.10]
     assert geometric == pytest.approx(np.exp(np.mean(np.log(ratios))))
+
+
+def test_growth_slope_over_the_issue_sizes_only(monkeypatch):
+    """The growth benchmark's slope: time ~ rows^1.3 over 10k-200k gives 1.3; sizes outside do not count."""
+    growth = _benchmark_module(monkeypatch, "bench_growth")
+    sizes = [5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 400_000]
+    seconds = [(n / 1000) ** 1.3 for n in sizes]
+    seconds[0] = seconds[-1] = 1.0  # outside the bounds: must not move the slope
+    assert growth.log_slope(sizes, seconds) == pytest.approx(1.3, rel=1e-12)
+    assert np.isnan(growth.log_slope([5_000, 10_000], [1.0, 2.0]))
+
+
+def test_growth_table_ratios_against_catboost(monkeypatch):
+    """Each size's row gives our fit, predict and error as ratios of CatBoost's."""
+    growth = _benchmark_module(monkeypatch, "bench_growth")
+    cell = {"fit": 4.0, "predict": 0.5, "error": 0.3}
+    results = {"ours": {10_000: cell}, "CatBoost": {10_000: {"fit": 2.0, "predict": 0.05, "error": 0.25}}}
+    row = growth.table(results, [10_000], ["ours", "CatBoost"])[2]
+    assert row.endswith("| 2.00x | 10.00x | 1.20x |")
