@@ -157,3 +157,13 @@ def test_growth_table_ratios_against_catboost(monkeypatch):
     results = {"ours": {10_000: cell}, "CatBoost": {10_000: {"fit": 2.0, "predict": 0.05, "error": 0.25}}}
     row = growth.table(results, [10_000], ["ours", "CatBoost"])[2]
     assert row.endswith("| 2.00x | 10.00x | 1.20x |")
+
+
+def test_pace_row_ratios_and_bounds(monkeypatch):
+    """The pace benchmark's row: ours over CatBoost's fit, predict and error, and whether both bounds hold."""
+    pace = _benchmark_module(monkeypatch, "bench_pace")
+    catboost = {"fit": 2.0, "predict": 0.01, "error": 0.2}
+    within = {"rows": 5000, "ours": {"fit": 4.0, "predict": 0.1, "error": 0.2}, "CatBoost": catboost}
+    assert pace.line("DNA", within).endswith("| 2.00x | 10.0x | 1.000x | yes |")
+    slow_predict = {**within, "ours": {"fit": 1.0, "predict": 0.11, "error": 0.2}}
+    assert pace.line("DNA", slow_predict).endswith("| no |")
