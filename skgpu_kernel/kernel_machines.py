@@ -27,7 +27,6 @@ from .calibration import log_probabilities
 from .device import prediction_device, resolve_device, resolve_dtype, resolve_memory_budget
 from .fit import (
     FEATURE_LEARNING_MODES,
-    FitRequest,
     KernelContinuation,
     KernelFitInput,
     KernelFitParameters,
@@ -238,7 +237,7 @@ class _BaseAdaptiveKernel(BaseEstimator):
         )
         runtime = self._resolve_runtime(data.uses_centers)
         parameters = self._fit_parameters()
-        learnt = fit_with_feature_learning(FitRequest(data, parameters), runtime)
+        learnt = fit_with_feature_learning(data, parameters, runtime)
         self._store_fit(runtime, parameters.scaling_rule, learnt, output_dtype(X.dtype))
         if data.continuation is None:  # a warm start keeps the features, and the record, of the fit that learnt them
             self._store_features(learnt, X)

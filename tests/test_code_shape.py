@@ -420,9 +420,9 @@ def test_no_solver_class_inherits_from_another():
     assert not found, found
 
 
-# The stages of a kernel fit (issue 51) and the four objects that may cross them: the
-# request, the runtime and the plan in, the plan or a result out.
-STAGE_PARAMETERS = ("request", "runtime", "plan")
+# The stages of a kernel fit (issue 51) and the objects that may cross them: the rows,
+# the parameters, the runtime and the plan in, the plan or a result out.
+STAGE_PARAMETERS = ("data", "parameters", "runtime", "plan")
 
 
 def _fit_stages():
@@ -447,32 +447,35 @@ def _foreign_parameters(function):
 
 
 def test_the_stage_rule_finds_a_stage_taking_anything_else():
-    def stage(data, runtime, parameters, tuning=None):
+    def stage(request, runtime, parameters, tuning=None):
         return None
 
-    assert _foreign_parameters(stage) == ["data", "parameters", "tuning"]
-    assert _foreign_parameters(lambda request, runtime, plan=None: None) == []
+    assert _foreign_parameters(stage) == ["request", "tuning"]
+    assert _foreign_parameters(lambda data, parameters, runtime, plan=None: None) == []
 
 
-def test_a_fits_stages_take_only_the_request_the_runtime_and_the_plan():
+def test_a_fits_stages_take_only_the_rows_the_parameters_the_runtime_and_the_plan():
     found = {name: _foreign_parameters(getattr(module, name)) for name, module in _fit_stages().items()}
     assert not any(found.values()), found
 
 
 @pytest.mark.slow
-def test_only_four_objects_cross_a_fits_stages(monkeypatch):
-    """A default fit, each stage wrapped: its arguments and results are the request, runtime, plan and result."""
+def test_only_the_stage_objects_cross_a_fits_stages(monkeypatch):
+    """A default fit, each stage wrapped: its arguments and results are the stage objects alone.
+
+    The rows, the parameters, the runtime and the plan in; the plan or the result out.
+    """
     import importlib
     import pkgutil
 
     import numpy as np
 
     from skgpu_kernel import AdaptiveKernelClassifier, fit, kernel_machines
-    from skgpu_kernel.fit import FitRequest, KernelFitResult, KernelRuntime
+    from skgpu_kernel.fit import KernelFitInput, KernelFitParameters, KernelFitResult, KernelRuntime
     from skgpu_kernel.planning.agop import AUTO_LEARNING_MIN_ROWS
     from skgpu_kernel.planning.kernel_policy import FitPlan
 
-    allowed_in = (FitRequest, KernelRuntime, FitPlan, type(None))
+    allowed_in = (KernelFitInput, KernelFitParameters, KernelRuntime, FitPlan, type(None))
     allowed_out = (FitPlan, KernelFitResult)
     modules = [importlib.import_module(f"skgpu_kernel.fit.{info.name}") for info in pkgutil.iter_modules(fit.__path__)]
     crossed = {}

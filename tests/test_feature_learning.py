@@ -83,9 +83,9 @@ def test_each_kernel_is_tuned_once_per_fit_and_the_path_kernel_takes_the_scale_r
         searched.append(type(kernel).__name__)
         return search(kernel, *args, **kwargs)
 
-    def recorded(request, runtime):
-        plan = tune_kernel(request, runtime)
-        tuned.append((request.parameters.kernel, request.parameters.bandwidth, plan.by_rule))
+    def recorded(data, parameters, runtime):
+        plan = tune_kernel(data, parameters, runtime)
+        tuned.append((parameters.kernel, parameters.bandwidth, plan.by_rule))
         return plan
 
     monkeypatch.setattr(tune, "select_bandwidth", counted)
@@ -118,9 +118,9 @@ def test_the_path_fits_precondition_on_their_own_subsample_and_the_final_fit_on_
     fitted = []
     fit_kernel_model = feature_learning.fit_kernel_model
 
-    def recorded(request, *args, **kwargs):
-        fitted.append((request.parameters.kernel, request.parameters.subsample_size))
-        return fit_kernel_model(request, *args, **kwargs)
+    def recorded(data, parameters, *args, **kwargs):
+        fitted.append((parameters.kernel, parameters.subsample_size))
+        return fit_kernel_model(data, parameters, *args, **kwargs)
 
     monkeypatch.setattr(feature_learning, "fit_kernel_model", recorded)
     monkeypatch.setattr(feature_learning, "_learning_pays", lambda learnt, plain: True)
@@ -360,9 +360,9 @@ def test_beyond_the_bound_the_candidates_are_fitted_on_a_subsample_and_a_kept_pl
     fitted_rows = []
     fit = feature_learning.fit_kernel_model
 
-    def counted(request, runtime, plan=None):
-        fitted_rows.append(request.data.X.shape[0])
-        return fit(request, runtime, plan)
+    def counted(data, parameters, runtime, plan=None):
+        fitted_rows.append(data.X.shape[0])
+        return fit(data, parameters, runtime, plan)
 
     monkeypatch.setattr(feature_learning, "fit_kernel_model", counted)
     X, y = _few_relevant(3000, 7, n_noise=2)
@@ -383,11 +383,11 @@ def test_a_handed_tuning_that_does_not_apply_is_tuned_again_and_recorded(monkeyp
     fit = feature_learning.fit_kernel_model
     calls = []
 
-    def with_a_tuning_that_scored_no_alpha(request, runtime, plan=None):
+    def with_a_tuning_that_scored_no_alpha(data, parameters, runtime, plan=None):
         calls.append(plan is not None)
         if plan is not None and plan.alpha_selection is not None:
             plan = dataclasses.replace(plan, alpha_selection=None)
-        return fit(request, runtime, plan)
+        return fit(data, parameters, runtime, plan)
 
     monkeypatch.setattr(feature_learning, "fit_kernel_model", with_a_tuning_that_scored_no_alpha)
     X, y = _few_relevant(600, 5, n_noise=2)

@@ -269,11 +269,11 @@ def test_memory_account_sums_its_items():
 def test_centers_solver_table(case, problem, budget, solver, expected):
     assert plan_centers_solver(problem, budget, solver) == expected, case
     layout = plan_centers_cg(problem, budget)
-    assert layout.memory["K(Z, Z) factors (float64)"] == 16 * 1000**2
+    assert layout.account["K(Z, Z) factors (float64)"] == 16 * 1000**2
     # CG stores K(X, Z) (10000 x 1000 float32, 40 MB) whenever it is chosen here.
-    assert layout.stores_kernel == (expected == "cg")
-    assert layout.memory["K(X, Z) stored"] == (40_000_000 if expected == "cg" else 0)
-    assert layout.memory.fits() or expected == "eigenpro"
+    assert layout.cached == (expected == "cg")
+    assert layout.account["K(X, Z) stored"] == (40_000_000 if expected == "cg" else 0)
+    assert layout.account.fits() or expected == "eigenpro"
 
 
 def test_centers_solver_stores_k_xz_only_where_it_fits():
@@ -283,12 +283,12 @@ def test_centers_solver_stores_k_xz_only_where_it_fits():
     assert plan_centers_solver(problem, 50_000_000, "auto") == "eigenpro"
     assert plan_centers_solver(problem, 50_000_000, "cg") == "cg"
     asked = plan_centers_cg(problem, 50_000_000, required=True)
-    assert not asked.stores_kernel and asked.memory.fits()
-    assert asked.memory.total == 480_000 + 16_000_000 + 2048 * 1000 * 8
+    assert not asked.cached and asked.account.fits()
+    assert asked.account.total == 480_000 + 16_000_000 + 2048 * 1000 * 8
     assert plan_centers_solver(problem, 73_000_000, "auto") == "cg"
     stored = plan_centers_cg(problem, 73_000_000, required=True)
-    assert stored.stores_kernel
-    assert stored.memory.total == asked.memory.total + 40_000_000 <= 73_000_000
+    assert stored.cached
+    assert stored.account.total == asked.account.total + 40_000_000 <= 73_000_000
 
 
 def test_centers_solver_cg_that_cannot_run_is_an_error():
@@ -505,11 +505,11 @@ def test_auto_centers_table(case, n_rows, budget, sizes, expected, reason):
     if expected is None:
         return
     choice = plan_centers_cg(dataclasses.replace(problem, n_centers=expected), budget)
-    assert choice.stores_kernel == ("lowered" in reason or reason == "= 5047"), case
-    if choice.stores_kernel:  # the memory account of what CG will hold is within the budget
-        assert choice.memory.fits() and choice.memory["K(X, Z) stored"] == 4 * n_rows * expected
+    assert choice.cached == ("lowered" in reason or reason == "= 5047"), case
+    if choice.cached:  # the memory account of what CG will hold is within the budget
+        assert choice.account.fits() and choice.account["K(X, Z) stored"] == 4 * n_rows * expected
     if "lowered" in reason:  # the largest p that stores
-        assert not plan_centers_cg(dataclasses.replace(problem, n_centers=expected + 1), budget).stores_kernel
+        assert not plan_centers_cg(dataclasses.replace(problem, n_centers=expected + 1), budget).cached
 
 
 def test_training_memory_plan_counts_the_grid_codes_and_their_int32_block():

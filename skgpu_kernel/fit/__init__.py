@@ -2,11 +2,11 @@
 
 The shell validates and hands :func:`~skgpu_kernel.fit.pipeline.fit_kernel_model`
 (or :func:`~skgpu_kernel.fit.feature_learning.fit_with_feature_learning`, the
-same fit with learnt features around it) a request and a runtime; each stage is
-one module:
+same fit with learnt features around it) the rows, the parameters and a runtime;
+each stage is one module:
 
 ========================  ==========================================================
-``request``               what the shell hands over: rows, parameters, runtime
+``request``               what the shell hands over with the parameters: rows, runtime
 ``resolve``               every choice that needs no tuning (kernel, centers, policy)
 ``tune``                  bandwidth and penalty per kernel, once
 ``plan``                  the solver the driver starts with
@@ -23,15 +23,15 @@ The numerical algorithms are in :mod:`skgpu_kernel.solvers`; the decisions in
 :mod:`skgpu_kernel.planning`.  See the user guide's "How a fit runs".
 """
 
+from ..planning.parameters import KernelFitParameters
 from .feature_learning import FEATURE_LEARNING_MODES, fit_with_feature_learning, transformed_rows
 from .finish import KernelFitResult
 from .pipeline import fit_kernel_model
 from .registry import SolverNames, register_solver, solver_docs, unregister_solver
-from .request import FitRequest, KernelContinuation, KernelFitInput, KernelFitParameters, KernelRuntime
+from .request import KernelContinuation, KernelFitInput, KernelRuntime
 
 __all__ = [
     "FEATURE_LEARNING_MODES",
-    "FitRequest",
     "KernelContinuation",
     "KernelFitInput",
     "KernelFitParameters",

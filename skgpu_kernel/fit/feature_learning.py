@@ -124,7 +124,7 @@ def transformed_on_device(X, transform):
     return scaled.to(X.dtype)
 
 
-def fit_with_feature_learning(request, runtime):
+def fit_with_feature_learning(data, parameters, runtime):
     """The kernel fit, with the metric learnt from its AGOP where ``parameters.feature_learning`` asks.
 
     ``"auto"`` is resolved by :func:`~skgpu_kernel.planning.agop.plan_feature_learning`
@@ -134,7 +134,10 @@ def fit_with_feature_learning(request, runtime):
 
     Parameters
     ----------
-    request : FitRequest
+    data : KernelFitInput
+        The validated rows.
+    parameters : KernelFitParameters
+        The estimator's.
     runtime : KernelRuntime
 
     Returns
@@ -144,20 +147,20 @@ def fit_with_feature_learning(request, runtime):
         ``transform``, ``metric``, ``scores``, ``iteration``) and a classifier's
         ``temperature`` and ``calibration``.
     """
-    data = with_rows_on_device(request.data, runtime)
-    request, runtime = request.on(data), runtime_holding_rows(runtime, data)
-    parameters = request.parameters
+    data = with_rows_on_device(data, runtime)
+    runtime = runtime_holding_rows(runtime, data)
     requested = parameters.feature_learning
     in_memory, distributed, n_samples = not is_out_of_core(data.X), runtime.group is not None, data.X.shape[0]
     if data.continuation is not None:
         calibration = plan_calibration(parameters.classifier, None, n_samples, in_memory, distributed)
+        continued = data
         if calibration == "final-held-out":  # the rows the continued fit was fitted on
             training = _rows_left_out(data, runtime).training
-            request = request.on(dataclasses.replace(training, continuation=data.continuation))
-        return fit_kernel_model(_transformed(request, data.continuation.transform), runtime)
+            continued = dataclasses.replace(training, continuation=data.continuation)
+        return fit_kernel_model(_transformed_input(continued, data.continuation.transform), parameters, runtime)
     if requested in FEATURE_LEARNING_MODES:
-        _check_learnable(request)  # an explicit request fails before any fit
-    learnable = requested != "auto" or _learnable(request)
+        _check_learnable(data, parameters)  # an explicit request fails before any fit
+    learnable = requested != "auto" or _learnable(data, parameters)
     mode = plan_feature_learning(requested, n_samples, learnable, in_memory, distributed)
     calibration = plan_calibration(parameters.classifier, mode, n_samples, in_memory, distributed)
     if mode is not None and n_samples < 2:
@@ -166,30 +169,29 @@ def fit_with_feature_learning(request, runtime):
             f"n_samples={n_samples}. Set feature_learning=None to fit one sample."
         )
     if calibration == "final-held-out":
-        return _calibrated_on_rows_left_out(request, runtime, mode)
-    return _fitted(request, runtime, mode, calibration)
+        return _calibrated_on_rows_left_out(data, parameters, runtime, mode)
+    return _fitted(data, parameters, runtime, mode, calibration)
 
 
-def _fitted(request, runtime, mode, calibration):
+def _fitted(data, parameters, runtime, mode, calibration):
     """The fit: with feature learning (``mode``), or the plain model calibrated as ``calibration`` plans."""
     if mode is not None:
-        parameters = dataclasses.replace(request.parameters, feature_learning=mode)
-        return _learnt(request.with_parameters(parameters), runtime)
+        return _learnt(data, dataclasses.replace(parameters, feature_learning=mode), runtime)
     if calibration == "held-out":
-        return _held_out_plain(request, runtime)
+        return _held_out_plain(data, parameters, runtime)
     if calibration == "cross-fitted":
-        return _cross_fitted_plain(request, runtime)
-    return dataclasses.replace(fit_kernel_model(request, runtime), calibration=calibration)
+        return _cross_fitted_plain(data, parameters, runtime)
+    return dataclasses.replace(fit_kernel_model(data, parameters, runtime), calibration=calibration)
 
 
-def _calibrated_on_rows_left_out(request, runtime, mode):
+def _calibrated_on_rows_left_out(data, parameters, runtime, mode):
     """Above ``LEARNING_PATH_MAX_ROWS``: the fit without ``CALIBRATION_HELD_OUT_ROWS`` rows, which calibrate it.
 
     The rows are drawn first, from a copy of the fit's random state (stratified),
     and used for nothing else: the rest is the fit, feature learning included.
     """
-    split = _rows_left_out(request.data, runtime)
-    result = _fitted(request.on(split.training), runtime, mode, None)
+    split = _rows_left_out(data, runtime)
+    result = _fitted(split.training, parameters, runtime, mode, None)
     events = MemoryEvents()
     decisions = _held_out_decisions(result, split.held_out, result.transform, runtime.budget, events)
     temperature = fit_temperature(decisions, split.held_out.Y, split.held_out.weights)
@@ -206,23 +208,22 @@ def _rows_left_out(data, runtime):
     return _CandidateRows(data, rows_of(data, np.sort(train)), rows_of(data, np.sort(held_out)))
 
 
-def _cross_fitted_plain(request, runtime):
+def _cross_fitted_plain(data, parameters, runtime):
     """Under ``CALIBRATION_MIN_ROWS`` rows: the fit, and a temperature from cross-fitted decision values.
 
     Each of ``CALIBRATION_FOLDS`` folds (stratified where every class has as many
     rows, from a copy of the fit's random state) is predicted by the plain model
     fitted on the others with the kernel tuned on every row, the final fit's own.
     """
-    data = request.data
-    plan = tune_kernel(request, runtime)
+    plan = tune_kernel(data, parameters, runtime)
     decisions = np.zeros_like(data.Y, dtype=np.float64)
     for train, held_out in _folds(data, runtime):
-        fit = fit_kernel_model(request.on(rows_of(data, train)), _fresh(runtime), plan)
+        fit = fit_kernel_model(rows_of(data, train), parameters, _fresh(runtime), plan)
         events = MemoryEvents()
         decisions[held_out] = _held_out_decisions(fit, rows_of(data, held_out), None, runtime.budget, events)
         runtime = runtime.recorded(record_with_events(_events_of(fit), events, fit.solver))
     temperature = fit_temperature(decisions, data.Y, data.weights)
-    final = fit_kernel_model(request, runtime, plan)
+    final = fit_kernel_model(data, parameters, runtime, plan)
     return dataclasses.replace(final, temperature=temperature, calibration="cross-fitted")
 
 
@@ -238,13 +239,11 @@ def _folds(data, runtime):
     return list(folds.split(data.X, data.stratify if stratified else None))
 
 
-def _learnt(request, runtime):
+def _learnt(data, parameters, runtime):
     """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
-    data, parameters = request.data, request.parameters
-    rows, plain = _plain_on_split(request, runtime)
-    training = request.on(rows.training)
+    rows, plain = _plain_on_split(data, parameters, runtime)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(request.on(rows.learning), training, rows, runtime.recorded(plain.events))
+    path = _learning_path(rows, parameters, runtime.recorded(plain.events))
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
@@ -252,11 +251,11 @@ def _learnt(request, runtime):
     log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
     # The kept candidate refitted with its kernel, bandwidth and penalty, on the fit's own preconditioner subsample.
     final_parameters = dataclasses.replace(chosen.plan.parameters, subsample_size=parameters.subsample_size)
-    final_request = _transformed(request.with_parameters(final_parameters), chosen.transform)
+    final_rows = _transformed_input(data, chosen.transform)
     final_plan = chosen.plan
     if chosen is not plain and rows.learning is not data:  # the path's kernel tuned on every row, now
-        final_plan = tune_kernel(request.with_parameters(final_parameters), runtime).pinned()
-    final = fit_kernel_model(final_request, runtime.recorded(path[-1].events), final_plan)
+        final_plan = tune_kernel(data, final_parameters, runtime).pinned()
+    final = fit_kernel_model(final_rows, final_parameters, runtime.recorded(path[-1].events), final_plan)
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     mode = parameters.feature_learning
@@ -277,7 +276,7 @@ def _learnt(request, runtime):
     )
 
 
-def _held_out_plain(request, runtime):
+def _held_out_plain(data, parameters, runtime):
     """A classifier's fit without feature learning, and its plain model's decision values on held-out rows.
 
     The plain candidate of :func:`_learnt` alone: fitted on the held-out split's
@@ -285,9 +284,9 @@ def _held_out_plain(request, runtime):
     is the fit without the held-out model, bit for bit).  Its decision values on the
     held-out rows calibrate the classifier's probabilities.
     """
-    rows, plain = _plain_on_split(request, runtime)
-    temperature = _temperature(plain, rows, request.parameters)
-    final = fit_kernel_model(request, runtime.recorded(plain.events), plain.plan)
+    rows, plain = _plain_on_split(data, parameters, runtime)
+    temperature = _temperature(plain, rows, parameters)
+    final = fit_kernel_model(data, parameters, runtime.recorded(plain.events), plain.plan)
     return dataclasses.replace(final, temperature=temperature, calibration="held-out")
 
 
@@ -298,15 +297,15 @@ def _temperature(candidate, rows, parameters):
     return fit_temperature(candidate.decisions, rows.held_out.Y, rows.held_out.weights)
 
 
-def _plain_on_split(request, runtime):
+def _plain_on_split(data, parameters, runtime):
     """The held-out split (its :class:`_CandidateRows`), and the plain candidate fitted on its other rows and scored.
 
     The plain kernel is tuned on every row (``plain.plan``): the final refit's own,
     where the plain model is kept.
     """
-    plan = tune_kernel(request, runtime)
-    rows = _CandidateRows.drawn(request, runtime, plan)
-    fit = fit_kernel_model(request.on(rows.training), _fresh(runtime), plan)
+    plan = tune_kernel(data, parameters, runtime)
+    rows = _CandidateRows.drawn(data, runtime, plan)
+    fit = fit_kernel_model(rows.training, parameters, _fresh(runtime), plan)
     return rows, rows.candidate(fit, None, plan, runtime.budget)
 
 
@@ -322,15 +321,16 @@ class _CandidateRows:
     held_out: object
 
     @classmethod
-    def drawn(cls, request, runtime, plan):
-        """A held-out split of every row, or beyond ``LEARNING_PATH_MAX_ROWS`` of a seeded subsample.
+    def drawn(cls, data, runtime, plan):
+        """A held-out split of the rows ``data``, or beyond ``LEARNING_PATH_MAX_ROWS`` of a seeded subsample.
 
         The subsample's size is :func:`~skgpu_kernel.planning.agop.plan_learning_rows`'s,
-        from the final fit's rows and centers (``plan``, the plain kernel's on every row).
+        from the final fit's rows and centers (``plan``, the plain kernel's tuned on
+        every row, with the fit's parameters).
         Both are drawn from a copy of the fit's random state: the final fit draws
         what it would draw without feature learning.
         """
-        data, parameters = request.data, request.parameters
+        parameters = plan.parameters
         n_rows = data.X.shape[0]
         rng = copy.deepcopy(runtime.rng)
         learning = plan_learning_rows(n_rows, plan.data.n_centers, parameters.feature_learning_iter)
@@ -400,29 +400,27 @@ def _row_losses(predictions, Y, classifier):
     return (predictions.argmax(axis=1) != Y.argmax(axis=1)).astype(np.float64)
 
 
-def _learning_path(request, training, rows, runtime):
+def _learning_path(rows, parameters, runtime):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
     The path's kernel (its bandwidth :func:`_path_parameters`') has its penalty tuned
-    once, on every row of ``request`` (the learning rows: every row, or the
-    subsample beyond ``LEARNING_PATH_MAX_ROWS``) with ``M = I``, and its bandwidth
-    and ``alpha`` are kept for every metric (as xRFM keeps one bandwidth and one
-    penalty) and for the final refit.  The path stops after
-    ``feature_learning_iter`` updates or :data:`FEATURE_LEARNING_PATIENCE` without a
-    lower held-out loss.
+    once, on every row of ``rows.learning`` (every row, or the subsample beyond
+    ``LEARNING_PATH_MAX_ROWS``) with ``M = I``, and its bandwidth and ``alpha`` are
+    kept for every metric (as xRFM keeps one bandwidth and one penalty) and for the
+    final refit.  Each candidate is fitted on ``rows.training`` and scored on
+    ``rows.held_out``.  The path stops after ``feature_learning_iter`` updates or
+    :data:`FEATURE_LEARNING_PATIENCE` without a lower held-out loss.
     """
-    parameters = request.parameters
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
     path_parameters, transform, path = _path_parameters(parameters), None, []
     # A category's block of the metric needs the AGOP's entries among its levels: the
     # AGOP, the metric and L are vectors only for a diagonal mode without blocks.
-    blocks = request.data.column_blocks
+    blocks = rows.learning.column_blocks
     diagonal_agop = mode == "diagonal" and not len(blocks)
-    plan = tune_kernel(request.with_parameters(path_parameters), runtime).pinned()
-    training = training.with_parameters(path_parameters)
+    plan = tune_kernel(rows.learning, path_parameters, runtime).pinned()
     for step in range(n_iter + 1):
-        fitted_on = _transformed(training, transform)
-        fit = fit_kernel_model(fitted_on, _fresh(runtime), plan)
+        fitted_on = _transformed_input(rows.training, transform)
+        fit = fit_kernel_model(fitted_on, path_parameters, _fresh(runtime), plan)
         path.append(rows.candidate(fit, transform, plan, runtime.budget))
         runtime = runtime.recorded(path[-1].events)
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
@@ -430,7 +428,7 @@ def _learning_path(request, training, rows, runtime):
         if step == n_iter or step - best >= FEATURE_LEARNING_PATIENCE:
             break
         events = MemoryEvents(log=runtime.log)
-        agop = torch.as_tensor(_input_space_agop(fit, fitted_on.data, transform, diagonal_agop, runtime, events))
+        agop = torch.as_tensor(_input_space_agop(fit, fitted_on, transform, diagonal_agop, runtime, events))
         runtime = runtime.recorded(record_with_events(runtime.memory_events, events, fit.solver))
         del fit  # its kernel cache is freed before the next fit allocates its own
         if not bool(agop.any()):
@@ -475,25 +473,19 @@ def _learning_pays(learnt, plain):
     return bool(difference.mean() > LEARNING_MARGIN_SE * standard_error)
 
 
-def _check_learnable(request):
+def _check_learnable(data, parameters):
     """Fail before any fit when the kernel declares no gradient (it cannot learn features)."""
-    parameters = request.parameters
-    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X[:256])
+    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X[:256])
     kernel.gradient_kernel()
 
 
-def _learnable(request):
+def _learnable(data, parameters):
     """Whether the kernel declares its gradient (:meth:`~skgpu_kernel.kernels.RadialKernel.gradient_kernel`)."""
     try:
-        _check_learnable(request)
+        _check_learnable(data, parameters)
     except ValueError:  # Kernel.gradient_kernel's refusal
         return False
     return True
-
-
-def _transformed(request, transform):
-    """``request`` on its rows seen through ``L`` (:func:`_transformed_input`)."""
-    return request.on(_transformed_input(request.data, transform))
 
 
 def _transformed_input(data, transform):

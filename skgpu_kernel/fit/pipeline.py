@@ -15,12 +15,15 @@ from .solve import solve
 from .tune import applied_tuning, tune
 
 
-def fit_kernel_model(request, runtime, plan=None):
+def fit_kernel_model(data, parameters, runtime, plan=None):
     """Resolve, tune, choose the solver, solve: EigenPro 2, EigenPro 3, CG, or the tune stage's direct solution.
 
     Parameters
     ----------
-    request : FitRequest
+    data : KernelFitInput
+        The validated rows.
+    parameters : KernelFitParameters
+        The estimator's.
     runtime : KernelRuntime
     plan : FitPlan or None, default=None
         A tuned plan (:func:`tune_kernel`'s) of the same parameters on these rows or
@@ -33,7 +36,7 @@ def fit_kernel_model(request, runtime, plan=None):
     -------
     KernelFitResult
     """
-    resolved = resolve(request, runtime)
+    resolved = resolve(data, parameters, runtime)
     if plan is not None:
         applied = applied_tuning(plan, resolved)
         if applied is None:  # the tune stage runs again, and says so in the record
@@ -41,7 +44,7 @@ def fit_kernel_model(request, runtime, plan=None):
             rerun = MemoryEvents()
             rerun.ran_again("tune", reason + "asks for none")
             runtime = runtime.recorded(record_with_events(runtime.memory_events, rerun, None))  # before any solver
-            log_fit(runtime, request.parameters, f"{reason}asks for none: tuned again")
+            log_fit(runtime, parameters, f"{reason}asks for none: tuned again")
         else:
             resolved = applied
-    return solve(request, runtime, choose_solver(request, tune(request, runtime, resolved)))
+    return solve(runtime, choose_solver(tune(runtime, resolved)))

@@ -5,7 +5,7 @@ import dataclasses
 from ..planning.kernel_policy import DIRECT_FACTORED, plan_direct_solve
 
 
-def choose_solver(request, plan):
+def choose_solver(plan):
     """The solver stage's choice: the tune stage's solution, one factorisation, or the policy's solver.
 
     Returns
@@ -14,7 +14,7 @@ def choose_solver(request, plan):
         With ``direct`` (:func:`~skgpu_kernel.planning.kernel_policy.plan_direct_solve`), and ``solver``
         ``"direct"`` where it is a factorisation.
     """
-    parameters = request.parameters
+    parameters = plan.parameters
     warm_start, every_iteration = plan.data.continuation is not None, parameters.tol is None
     exact = plan.solves(plan.data.X)
     direct = plan_direct_solve(plan, exact, parameters.fit_intercept, warm_start, every_iteration)

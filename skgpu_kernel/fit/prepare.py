@@ -295,12 +295,12 @@ class PreparedFit:
         return indices if self.train is None else self.train[indices]
 
 
-def prepare(request, runtime, plan):
+def prepare(runtime, plan):
     """The prepare stage: split, centre, shuffle, draw the centers, the warm start, the joint intercept's column.
 
     Random draws in a fixed order: the validation split, then the shuffle.
     """
-    parameters, data, kernel = request.parameters, plan.data, plan.kernel
+    parameters, data, kernel = plan.parameters, plan.data, plan.kernel
     train, held_out = split_rows(data, plan.early_stopping, parameters.validation_fraction, runtime.rng)
     training = data if train is None else rows_of(data, train)
     validation = None if held_out is None else rows_of(data, held_out)

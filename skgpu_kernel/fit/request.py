@@ -1,4 +1,10 @@
-"""The request and runtime of a kernel fit: what the shell hands the pipeline."""
+"""What the shell hands a kernel fit: the validated rows, the warm start's continuation and the runtime.
+
+The rows (:class:`KernelFitInput`) and the estimator's parameters
+(:class:`~skgpu_kernel.planning.parameters.KernelFitParameters`) are passed as
+they are: from the resolve stage on, the plan holds both
+(:class:`~skgpu_kernel.planning.kernel_policy.FitPlan`).
+"""
 
 import dataclasses
 from collections.abc import Callable
@@ -8,7 +14,6 @@ import numpy as np
 import torch
 
 from .._validation import unequal_weights
-from ..planning.parameters import KernelFitParameters
 
 
 @dataclass(frozen=True)
@@ -76,27 +81,6 @@ class KernelFitInput:
     def equal_weights(self):
         """Every sample weight the same (the criteria then skip the weights)."""
         return unequal_weights(self.weights) is None
-
-
-@dataclass(frozen=True)
-class FitRequest:
-    """What one kernel fit is asked: the validated rows and the estimator's parameters.
-
-    One of the four objects that cross the stages of a fit, with the runtime
-    (:class:`KernelRuntime`), the plan (:class:`FitPlan`) and the result
-    (:class:`KernelFitResult`).
-    """
-
-    data: KernelFitInput
-    parameters: KernelFitParameters
-
-    def on(self, data):
-        """The same request on other rows (a subset, or the rows seen through a metric)."""
-        return dataclasses.replace(self, data=data)
-
-    def with_parameters(self, parameters):
-        """The same rows asked with other parameters (the learning path's kernel)."""
-        return dataclasses.replace(self, parameters=parameters)
 
 
 @dataclass(frozen=True)

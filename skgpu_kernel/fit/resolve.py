@@ -11,17 +11,23 @@ from .registry import AUTO, solver_attempt
 from .request import log_fit
 
 
-def resolve(request, runtime):
+def resolve(data, parameters, runtime):
     """The resolve stage: the kernel (its bandwidth by rule), ``n_centers="auto"`` counted, streaming, the policy.
+
+    Parameters
+    ----------
+    data : KernelFitInput
+    parameters : KernelFitParameters
+    runtime : KernelRuntime
 
     Returns
     -------
     FitPlan
-        Untuned.
+        Untuned, holding ``parameters`` and the rows (``n_centers="auto"``
+        counted), which every later stage reads from it.
     """
-    parameters = request.parameters
-    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, request.data.X)
-    data = _resolve_auto_centers(request.data, runtime, parameters, kernel)
+    kernel, _ = make_kernel(parameters.kernel, parameters.bandwidth, parameters.kernel_params, data.X)
+    data = _resolve_auto_centers(data, runtime, parameters, kernel)
     if parameters.solver != AUTO:  # a solver named for a layout it has no attempt for is refused before tuning
         solver_attempt(parameters.solver, data.uses_centers)
     streamed = data.uses_centers and streams_rows(data.X, data.Y.shape[1], runtime)

@@ -34,7 +34,7 @@ from .request import log_fit
 from .tune import criterion_alpha
 
 
-def solve(request, runtime, plan):
+def solve(runtime, plan):
     """The solve stage: the model of ``plan`` (every decision made), as the shell stores it.
 
     Returns
@@ -42,24 +42,24 @@ def solve(request, runtime, plan):
     KernelFitResult
     """
     if plan.direct == DIRECT_FROM_TUNING:
-        return _direct_model(request, runtime, plan)
-    return _solved_model(request, runtime, plan)
+        return _direct_model(runtime, plan)
+    return _solved_model(runtime, plan)
 
 
-def _solved_model(request, runtime, plan):
+def _solved_model(runtime, plan):
     """Prepare (split, centre, shuffle, draw the centers), run the plan's solver and its fallbacks, finish."""
-    prepared = prepare(request, runtime, plan)
+    prepared = prepare(runtime, plan)
     outcome = run_solver(Attempt(prepared.plan), prepared, runtime)
     return finished_model(outcome, prepared, runtime)
 
 
-def _direct_model(request, runtime, plan):
+def _direct_model(runtime, plan):
     """The tune stage's exact kernel ridge solution as the fit's model: no solver runs.
 
     The criterion scored every row as a feature, in the order of ``tuning.scored_rows``:
     those rows are the centers, its coefficients the model's.
     """
-    data, parameters = plan.data, request.parameters
+    data, parameters = plan.data, plan.parameters
     kernel, selection, order = plan.kernel, plan.alpha_selection, plan.scored_rows
     offset = kernel_offset(kernel, data.X)
     to_device = DeviceCopier(runtime.devices[0], runtime.dtype, offset)

@@ -19,8 +19,10 @@ from .request import log_fit
 from .resolve import resolve
 
 
-def tune(request, runtime, plan):
+def tune(runtime, plan):
     """The tune stage: ``plan`` with its bandwidth and penalty, chosen here unless it holds them already.
+
+    The rows and the parameters are the resolved plan's.
 
     Returns
     -------
@@ -28,11 +30,11 @@ def tune(request, runtime, plan):
     """
     if plan.tuned:
         return plan
-    return _tuned(request, runtime, plan)
+    return _tuned(runtime, plan)
 
 
-def tune_kernel(request, runtime):
-    """The bandwidth ("auto") and the penalty (leave-one-out) of the request's kernel on its rows.
+def tune_kernel(data, parameters, runtime):
+    """The bandwidth ("auto") and the penalty (leave-one-out) of the kernel of ``parameters`` on the rows ``data``.
 
     Draws from a copy of ``runtime``'s random state: a fit handed the plan
     draws what it would draw choosing them itself, and gives the same model.
@@ -42,7 +44,7 @@ def tune_kernel(request, runtime):
     FitPlan
         Tuned, for :func:`fit_kernel_model` to reuse on these rows or a subset.
     """
-    return tune(request, runtime, resolve(request, runtime))
+    return tune(runtime, resolve(data, parameters, runtime))
 
 
 def applied_tuning(tuned, resolved):
@@ -70,9 +72,9 @@ def applied_tuning(tuned, resolved):
     return dataclasses.replace(resolved, kernel=kernel, **tuning)
 
 
-def _tuned(request, runtime, plan):
+def _tuned(runtime, plan):
     """Search the bandwidth ("auto") and score the penalty where the policy asks; a warm start keeps its bandwidth."""
-    parameters, data, kernel = request.parameters, plan.data, plan.kernel
+    parameters, data, kernel = plan.parameters, plan.data, plan.kernel
     searched = searches_bandwidth(parameters.kernel, parameters.bandwidth)
     continued = data.continuation.bandwidth if searched and data.continuation is not None else None
     if continued is not None:

@@ -2,29 +2,31 @@
 
 A fit is planned in two stages because two facts are measured in between:
 
-1. the *layout* (:func:`plan_eigenpro2_layout`, :func:`plan_eigenpro3_layout`),
-   before any tensor exists: the Nystrom subsample, the memory model, whether
-   ``X`` is streamed, whether ``K(X, Z)`` is cached, which projection, and the
-   largest batch the memory allows (the throughput probe's upper bound);
+1. the *layout* (:func:`plan_eigenpro2_layout`, :func:`plan_eigenpro3_layout`: a
+   :class:`~skgpu_kernel.planning.kernel.KernelLayout`, the type every solver's
+   layout has), before any tensor exists: the Nystrom subsample, the memory
+   model, whether ``X`` is streamed, whether the kernel is cached, which
+   projection, and the largest batch the memory allows (the throughput probe's
+   upper bound);
 2. the *plan* (:func:`plan_eigenpro2`, :func:`plan_eigenpro3`), once the device's
    batch capacity is measured and the preconditioner's spectrum is known: the
    batch, the temporary centers, the blocks and the memory account.
 
 Pure functions of sizes, the memory budget and the user's parameters
-(:mod:`skgpu_kernel.planning.kernel` holds the problem, the memory models and the
-kernel cache's rule).
+(:mod:`skgpu_kernel.planning.kernel` holds the problem, the memory models, the
+layout and the kernel cache's rule).
 """
 
 import dataclasses
 from dataclasses import dataclass
 
-from ..device import batch_limit, column_block_size
+from ..device import batch_limit
 from ._account import MemoryAccount
 from .kernel import (
     CACHE_FILL_ROWS,
     MINIMAL_BATCH,
     CentersMemoryPlan,
-    KernelProblem,
+    KernelLayout,
     TrainingMemoryPlan,
     auto_subsample_size,
     cached_batch_limit,
@@ -34,8 +36,6 @@ from .kernel import (
 )
 
 __all__ = [
-    "EigenPro2Layout",
-    "EigenPro3Layout",
     "KernelFitPlan",
     "every_point_account",
     "fill_rows",
@@ -45,38 +45,6 @@ __all__ = [
     "plan_eigenpro3",
     "plan_eigenpro3_layout",
 ]
-
-
-@dataclass(frozen=True)
-class EigenPro2Layout:
-    """What an EigenPro 2 fit decides before measuring: subsample, memory model, cache, batch limit.
-
-    ``cache_itemsize`` is the bytes per entry of the ``K(X, X)`` cache (the training
-    dtype's, or 2 for float16 storage), 0 when kernel blocks are computed per batch.
-    """
-
-    problem: KernelProblem
-    subsample_size: int
-    memory: TrainingMemoryPlan
-    memory_limit: int
-    cache_itemsize: int = 0
-
-    @property
-    def cached(self):
-        return self.cache_itemsize > 0
-
-    @property
-    def cache_bytes(self):
-        return self.memory.cache_bytes(self.cache_itemsize) if self.cached else 0
-
-    def column_block(self, batch_size):
-        """Columns of a kernel block for ``batch_size`` rows."""
-        return self.memory.column_block(batch_size)
-
-    def batch_bytes(self, batch_size):
-        """What a batch adds to the fixed costs (and the cache)."""
-        memory = self.memory
-        return memory.cached_batch_bytes(batch_size) if self.cached else memory.batch_bytes(batch_size)
 
 
 def plan_eigenpro2_layout(problem, budget, device, parameters, definite_penalty=None):
@@ -97,7 +65,9 @@ def plan_eigenpro2_layout(problem, budget, device, parameters, definite_penalty=
 
     Returns
     -------
-    EigenPro2Layout
+    KernelLayout
+        On a ``TrainingMemoryPlan``: the subsample, the ``K(X, X)`` cache's
+        entries and the memory limit.
     """
     n = problem.n_rows
     subsample_size = (
@@ -107,69 +77,13 @@ def plan_eigenpro2_layout(problem, budget, device, parameters, definite_penalty=
     cache_itemsize = plan_kernel_cache(
         problem, memory, parameters.cache_kernel, parameters.cache_dtype, definite_penalty
     )
-    layout = EigenPro2Layout(problem, subsample_size, memory, 1, cache_itemsize)
-    limit = batch_limit(budget, memory.fixed_bytes + layout.cache_bytes, layout.batch_bytes, n)
+    return _with_memory_limit(KernelLayout(problem, memory, subsample_size, cache_itemsize))
+
+
+def _with_memory_limit(layout):
+    """``layout`` with its ``memory_limit``: the largest batch next to its fixed costs and reserved parts."""
+    limit = batch_limit(layout.memory.budget, layout.account.total, layout.batch_bytes, layout.problem.n_rows)
     return dataclasses.replace(layout, memory_limit=limit)
-
-
-@dataclass(frozen=True)
-class EigenPro3Layout:
-    """What an EigenPro 3 fit decides before measuring: memory model, cache, projection, batch limit.
-
-    ``cached``: ``K(X, Z)`` is computed once; ``exact``: the projection factorises
-    ``K(Z, Z)``; ``cache_centers``: the iterative projection reads a cached
-    ``K(Z, Z)`` (``centers_in_cache``: the first ``p`` rows of the ``K(X, Z)``
-    cache, at no extra memory).  ``free`` is the budget left after the fixed
-    costs and those parts; ``memory_limit`` the largest batch that fits there
-    with one batch of temporary centers.
-    """
-
-    problem: KernelProblem
-    budget: int
-    device: object
-    subsample_size: int
-    memory: CentersMemoryPlan
-    buffer_rows: int
-    cached: bool
-    exact: bool
-    cache_centers: bool
-    memory_limit: int
-
-    @property
-    def centers_in_cache(self):
-        return self.cached and self.problem.centers_from_data
-
-    @property
-    def cache_itemsize(self):
-        """Bytes per entry of the ``K(X, Z)`` cache (the training dtype's), 0 when not cached."""
-        return self.problem.itemsize if self.cached else 0
-
-    @property
-    def choices(self):
-        """The three decisions that every rank of a distributed fit must share."""
-        return (self.cached, self.exact, self.cache_centers)
-
-    @property
-    def reserved(self):
-        """Named optional parts this layout keeps on the device."""
-        memory, parts = self.memory, []
-        if self.cached:
-            parts.append(("K(X, Z) cache", memory.cache_bytes))
-        if self.exact:
-            parts.append(("exact projection", memory.exact_projection_bytes))
-        elif self.cache_centers and not self.centers_in_cache:
-            parts.append(("K(Z, Z) cache", memory.center_cache_bytes))
-        return tuple(parts)
-
-    @property
-    def free(self):
-        return max(self.memory.free_bytes(*(count for _, count in self.reserved)), 0)
-
-    def column_block(self, batch_size):
-        """Columns of a kernel block for ``batch_size`` rows (half the free memory at most)."""
-        return column_block_size(
-            self.device, batch_size, self.problem.n_local_centers, self.memory.entry_bytes, self.free // 2
-        )
 
 
 def plan_eigenpro3_layout(problem, budget, device, parameters, choices=None):
@@ -197,7 +111,10 @@ def plan_eigenpro3_layout(problem, budget, device, parameters, choices=None):
 
     Returns
     -------
-    EigenPro3Layout
+    KernelLayout
+        On a ``CentersMemoryPlan``: the subsample, the cache, the projection,
+        the stream buffers and the memory limit (with one batch of temporary
+        centers).
 
     Raises
     ------
@@ -208,22 +125,24 @@ def plan_eigenpro3_layout(problem, budget, device, parameters, choices=None):
     n, p = problem.n_rows, problem.n_centers
     requested = auto_subsample_size(n) if parameters.subsample_size == "auto" else parameters.subsample_size
     subsample_size = min(requested, p)
-    buffer_rows = min(n, max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1))
-    memory = CentersMemoryPlan(problem, budget, subsample_size, 2 * buffer_rows if problem.streamed else n)
+    buffer_rows = _buffer_rows(problem, budget) if problem.streamed else 0
+    memory = CentersMemoryPlan(problem, budget, device, subsample_size, 2 * buffer_rows if problem.streamed else n)
     _check_minimal_batch(problem, memory, subsample_size)
     if choices is None:
         choices = _choose_cache_and_projection(problem, memory, parameters)
     cached, exact, cache_centers = (bool(choice) for choice in choices)
-    layout = EigenPro3Layout(
-        problem, budget, device, subsample_size, memory, buffer_rows, cached, exact, cache_centers, memory_limit=1
+    projection = "exact" if exact else "iterative"
+    cache_itemsize = problem.itemsize if cached else 0
+    layout = KernelLayout(problem, memory, subsample_size, cache_itemsize, projection, cache_centers, buffer_rows)
+    return _with_memory_limit(layout)
+
+
+def _buffer_rows(problem, budget):
+    """Rows of each buffer a streamed ``X`` is read in: a sixteenth of the budget, in rows, targets and weights."""
+    return min(
+        problem.n_rows,
+        max(int(budget // 16 // (problem.itemsize * (problem.n_features + problem.n_outputs + 1))), 1),
     )
-    reserved = sum(count for _, count in layout.reserved)
-
-    def batch_bytes(batch):
-        return batch * memory.row_bytes + memory.temporary_bytes(batch, batch)
-
-    limit = batch_limit(budget, memory.fixed_bytes + reserved, batch_bytes, n)
-    return dataclasses.replace(layout, memory_limit=limit)
 
 
 def _minimal_batch(memory):
@@ -289,14 +208,14 @@ class KernelFitPlan:
     """Every decision of a kernel fit, with the memory it takes on the main device: its layout, sized.
 
     The layout's decisions (subsample, cache, the memory's batch limit, EigenPro
-    3's projection choices and buffers) are read from it, not copied.
+    3's projection and buffers) are read from it, not copied.
 
     Attributes
     ----------
     method : {"eigenpro2", "eigenpro3", "cg", "centers_cg"}
         ``"cg"``: CG on every point (:func:`~skgpu_kernel.planning.solver.plan_every_point_cg`);
         ``"centers_cg"``: CG on centers (:func:`~skgpu_kernel.planning.solver.plan_centers_cg`).
-    layout : EigenPro2Layout or EigenPro3Layout or CentersCGLayout
+    layout : KernelLayout
         What was decided before measuring.
     capacity : int
         Measured batch capacity ``m_G`` (or the given batch size; 0 for CG on centers).
@@ -304,7 +223,6 @@ class KernelFitPlan:
     column_block : int
         Columns of a kernel block at ``batch_size``.
     memory : MemoryAccount
-    projection : {"exact", "iterative"} or None
     n_temporary : int
         Temporary centers between projections (0 for EigenPro 2).
     row_block : int
@@ -339,7 +257,6 @@ class KernelFitPlan:
     batch_size: int
     column_block: int
     memory: MemoryAccount
-    projection: str | None = None
     n_temporary: int = 0
     row_block: int = 0
     warnings: tuple = ()
@@ -357,8 +274,13 @@ class KernelFitPlan:
 
     @property
     def memory_limit(self):
-        """Largest batch the memory allows."""
+        """Largest batch the memory allows (None: the solver has no batch)."""
         return self.layout.memory_limit
+
+    @property
+    def projection(self):
+        """EigenPro 3's projection, ``"exact"`` or ``"iterative"`` (None: nothing projected)."""
+        return self.layout.projection
 
     @property
     def cached(self):
@@ -420,7 +342,8 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, parameters):
 
     Parameters
     ----------
-    layout : EigenPro2Layout
+    layout : KernelLayout
+        :func:`plan_eigenpro2_layout`'s.
     capacity : int
         Measured batch capacity, or ``min(batch_size, n)`` when given.
     critical_batch_preconditioned : float
@@ -442,12 +365,10 @@ def plan_eigenpro2(layout, capacity, critical_batch_preconditioned, parameters):
 
 def every_point_account(layout, batch_size):
     """The memory of ``K(X, X)`` read ``batch_size`` rows at a time: EigenPro 2's layout, its cache and blocks."""
-    memory = layout.memory
-    account = MemoryAccount(memory.budget, memory.items)
+    account = layout.account
     if not layout.cached:
         return account.with_item("batch", layout.batch_bytes(batch_size))
-    account = account.with_item(f"K(X, X) cache ({layout.cache_itemsize}-byte entries)", layout.cache_bytes)
-    working = max(memory.fill_bytes(), layout.batch_bytes(batch_size))
+    working = max(layout.memory.fill_bytes(), layout.batch_bytes(batch_size))
     return account.with_item("batch (or the blocks filling the cache)", working)
 
 
@@ -465,7 +386,8 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
 
     Parameters
     ----------
-    layout : EigenPro3Layout
+    layout : KernelLayout
+        :func:`plan_eigenpro3_layout`'s.
     capacity : int
     critical_batch_preconditioned : float
     parameters : KernelFitParameters
@@ -478,19 +400,17 @@ def plan_eigenpro3(layout, capacity, critical_batch_preconditioned, parameters):
     batch_size, warnings = _requested_batch(
         parameters, capacity, critical_batch_preconditioned, problem, layout.memory_limit
     )
-    projection = "exact" if layout.exact else "iterative"
-    n_temporary = max(min(temporary_centers_for(problem, projection, layout.cache_centers), problem.n_rows), batch_size)
+    temporary = temporary_centers_for(problem, layout.projection, layout.cache_centers)
+    n_temporary = max(min(temporary, problem.n_rows), batch_size)
     room = min(layout.free // 2, layout.free - batch_size * memory.row_bytes)
     while n_temporary > batch_size and memory.temporary_bytes(n_temporary, batch_size) > room:
         n_temporary //= 2
     n_temporary = max(n_temporary, batch_size)
-    account = MemoryAccount(memory.budget, (*memory.items, *layout.reserved))
-    account = account.with_item("temporary centers", memory.temporary_bytes(n_temporary, batch_size))
+    account = layout.account.with_item("temporary centers", memory.temporary_bytes(n_temporary, batch_size))
     account = account.with_item("batch", batch_size * memory.row_bytes)
     return fit_plan(
         "eigenpro3",
         (layout, capacity, batch_size, account),
-        projection=projection,
         n_temporary=n_temporary,
         row_block=max(min(batch_size, 4096), 1),
         warnings=warnings,

@@ -4,9 +4,11 @@
 features, outputs, centers, shards, the kernel's own blocks); the memory models
 (:class:`TrainingMemoryPlan`, :class:`CentersMemoryPlan`) are linear in the batch,
 as in Falkon's helpers; :func:`plan_kernel_cache` decides whether ``K(X, X)`` or
-``K(X, Z)`` is stored and in which dtype.  The EigenPro solvers' layouts and plans
-build on them (:mod:`skgpu_kernel.planning.eigenpro`), and so does the choice of
-the solver (:mod:`skgpu_kernel.planning.solver`).  Everything here is a pure
+``K(X, Z)`` is stored and in which dtype; :class:`KernelLayout` is how a solver's
+run holds its operands, on one of those memory models (or CG on centers',
+:class:`~skgpu_kernel.planning.solver.CentersCGMemoryPlan`).  The EigenPro solvers'
+layouts and plans build on them (:mod:`skgpu_kernel.planning.eigenpro`), and so do
+CG's and the choice of the solver (:mod:`skgpu_kernel.planning.solver`).  Everything here is a pure
 function of sizes, the memory budget and the user's parameters: nothing allocates
 a tensor or reads a clock.
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from ..device import batch_limit, column_block_size, exact_gram_row_block, rows_within_budget
 from ..operator_facts import CPU_READ_ENTRIES, CPU_WIDE_COLUMNS, padded_features, shard_bounds
+from ._account import MemoryAccount
 from .parameters import planned_for_auto
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "HALF_ROUNDING_SHARE",
     "SHIFTED_MAX_COMPONENTS",
     "CentersMemoryPlan",
+    "KernelLayout",
     "KernelProblem",
     "TrainingMemoryPlan",
     "auto_subsample_size",
@@ -256,13 +260,21 @@ class TrainingMemoryPlan:
         self.n_cached_rows = problem.n_rows + problem.n_validation
         self.itemsize, self.n_outputs, self.subsample_size = itemsize, n_outputs, subsample_size
 
-    def column_block(self, batch_size):
-        """Columns of a kernel block for ``batch_size`` rows (half the free budget at most)."""
+    def column_block(self, batch_size, reserved=0):
+        """Columns of a kernel block for ``batch_size`` rows (half of what the fixed costs leave, at most).
+
+        ``reserved`` (the bytes a layout keeps beside the fixed costs: here the
+        kernel cache alone) takes none of it: EigenPro 2's kernel blocks are
+        evaluated only where no cache is held, in a fit computing them per batch,
+        or for the spectrum, measured before the cache is filled.
+        """
         free = max(self.budget - self.fixed_bytes, 0) // 2
         return column_block_size(self.device, batch_size, self.n_rows, self.entry_bytes, free)
 
-    def batch_bytes(self, batch_size):
-        """A batch's rows, buffers and kernel block."""
+    def batch_bytes(self, batch_size, cached=False):
+        """A batch's rows, buffers and kernel block; read from the cache (``cached``): :meth:`cached_batch_bytes`."""
+        if cached:
+            return self.cached_batch_bytes(batch_size)
         return batch_size * (self.row_bytes + self.column_block(batch_size) * self.entry_bytes)
 
     def max_batch(self):
@@ -272,6 +284,14 @@ class TrainingMemoryPlan:
     def cache_bytes(self, storage_itemsize):
         """``K(X, X)`` and the validation rows' ``K(X_val, X)`` at ``storage_itemsize`` bytes per entry."""
         return storage_itemsize * self.n_cached_rows * self.n_rows
+
+    def cache_item(self, storage_itemsize):
+        """The cache of :meth:`cache_bytes` as a named item of a memory account."""
+        return f"K(X, X) cache ({storage_itemsize}-byte entries)", self.cache_bytes(storage_itemsize)
+
+    def projection_items(self, projection, center_cache):
+        """Nothing: with a center at every training row no temporary centers are projected."""
+        return ()
 
     def cached_batch_bytes(self, batch_size):
         """A batch read from the cache: buffers, its ``K(X_B, X_S)`` and the rows gathered at once.
@@ -308,14 +328,16 @@ class CentersMemoryPlan:
     problem : KernelProblem
     budget : int
         Bytes available.
+    device : torch.device
     subsample_size : int
     resident_rows : int
         Training rows held on the device (``n_rows``, or two buffers when streamed).
     copies_of_outputs : int, default=6
     """
 
-    def __init__(self, problem, budget, subsample_size, resident_rows, copies_of_outputs=6):
-        self.budget, self.n_rows, self.n_centers = budget, problem.n_rows, problem.n_centers
+    def __init__(self, problem, budget, device, subsample_size, resident_rows, copies_of_outputs=6):
+        self.device, self.budget, self.n_rows, self.n_centers = device, budget, problem.n_rows, problem.n_centers
+        self.n_local_centers = problem.n_local_centers
         self.n_features, self.n_outputs = problem.n_features, problem.n_outputs
         itemsize, p, p_local = problem.itemsize, problem.n_centers, problem.n_local_centers
         d, outputs = problem.n_features, problem.n_outputs
@@ -328,7 +350,7 @@ class CentersMemoryPlan:
         if problem.grid_codes:
             self.items = (*self.items, ("grid codes", p * padded_features(d)))
         self.fixed_bytes = sum(count for _, count in self.items)
-        self.cache_bytes = itemsize * problem.n_rows * p_local
+        _, self.cache_bytes = self.cache_item(itemsize)  # in the training dtype, EigenPro 3's only storage
         self.exact_projection_bytes = 8 * p * (p + exact_gram_row_block(p) * (1 + problem.extra_blocks))
         self.center_cache_bytes = itemsize * p * p_local
         self.row_bytes = itemsize * (d + 4 * outputs) + p_local * self.entry_bytes
@@ -339,6 +361,35 @@ class CentersMemoryPlan:
             self.entry_bytes * batch_size * n_temporary
         )
 
+    def cache_item(self, itemsize):
+        """The ``K(X, Z_local)`` cache at ``itemsize`` bytes per entry, as a named item of a memory account."""
+        return "K(X, Z) cache", itemsize * self.n_rows * self.n_local_centers
+
+    def projection_items(self, projection, center_cache):
+        """The named parts a projection keeps: the exact one's factor, or the iterative one's own ``K(Z, Z)`` cache.
+
+        ``center_cache``: the iterative projection caches ``K(Z, Z_local)`` apart
+        from the ``K(X, Z)`` cache (where it is not the first ``p`` rows of it).
+        """
+        if projection == "exact":
+            return (("exact projection", self.exact_projection_bytes),)
+        if center_cache:
+            return (("K(Z, Z) cache", self.center_cache_bytes),)
+        return ()
+
+    def column_block(self, batch_size, reserved=0):
+        """Columns of a kernel block for ``batch_size`` rows: half of what the fixed costs and ``reserved`` leave."""
+        free = max(self.free_bytes(reserved), 0)
+        return column_block_size(self.device, batch_size, self.n_local_centers, self.entry_bytes, free // 2)
+
+    def batch_bytes(self, batch_size, cached=False):
+        """A batch with one batch of temporary centers, the fewest a step keeps.
+
+        Its rows of ``K(X_B, Z_local)`` take the same memory gathered from the
+        cache or evaluated: ``cached`` changes nothing.
+        """
+        return batch_size * self.row_bytes + self.temporary_bytes(batch_size, batch_size)
+
     def free_bytes(self, *extras):
         """Budget left after the fixed costs and the given optional parts."""
         return self.budget - self.fixed_bytes - sum(extras)
@@ -346,6 +397,111 @@ class CentersMemoryPlan:
     def max_batch(self, *extras):
         """Largest batch that fits next to the fixed costs and ``extras`` (at least 1)."""
         return min(rows_within_budget(self.budget, self.fixed_bytes + sum(extras), self.row_bytes), self.n_rows)
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """How a kernel solver's run holds its operands on the device, decided before any tensor exists.
+
+    One type for every solver on a kernel operator: EigenPro 2 and CG with a center
+    at every training row (:func:`~skgpu_kernel.planning.eigenpro.plan_eigenpro2_layout`),
+    EigenPro 3 (:func:`~skgpu_kernel.planning.eigenpro.plan_eigenpro3_layout`) and CG
+    on centers (:func:`~skgpu_kernel.planning.solver.plan_centers_cg`).  Where the
+    solvers' memory differs, its model says how (``memory``); every property and
+    method here reads it, so each means the same for every layout.
+
+    Parameters
+    ----------
+    problem : KernelProblem
+        The sizes the layout is planned for.
+    memory : TrainingMemoryPlan or CentersMemoryPlan or CentersCGMemoryPlan
+        The solver's memory model: its fixed costs (``items``), its kernel cache
+        (``cache_item``), a projection's parts (``projection_items``), a batch's
+        bytes and its kernel blocks' columns.  ``TrainingMemoryPlan`` with a
+        center at every training row (EigenPro 2, CG on every point),
+        ``CentersMemoryPlan`` for EigenPro 3,
+        :class:`~skgpu_kernel.planning.solver.CentersCGMemoryPlan` for CG on centers.
+    subsample_size : int or None, default=None
+        Points of the Nystrom subsample EigenPro's preconditioner (or CG on every
+        point's condition estimate) is built on; None: no subsample (CG on
+        centers, whose preconditioner factorises ``K(Z, Z)``).
+    cache_itemsize : int, default=0
+        Bytes per entry of the stored kernel: with a center at every row,
+        ``K(X, X)`` and the held-out rows' ``K(X_val, X)`` in the training dtype
+        or 2 for float16 storage; on centers, ``K(X, Z)`` in the training dtype.
+        0: every product evaluates its kernel blocks.
+    projection : {"exact", "iterative"} or None, default=None
+        How EigenPro 3 projects its temporary centers on the centers: through the
+        factor of ``K(Z, Z)``, or by iterating on it.  None: the solver keeps no
+        temporary centers (EigenPro 2, CG).
+    cache_centers : bool, default=False
+        The iterative projection reads a cached ``K(Z, Z)`` (at no extra memory
+        where it is the first ``p`` rows of the ``K(X, Z)`` cache:
+        :attr:`centers_in_cache`); False wherever nothing is projected iteratively.
+    buffer_rows : int, default=0
+        Rows of each of the two buffers EigenPro 3 streams a memory-mapped ``X``
+        in; 0 where the rows are held on the device.
+    memory_limit : int or None, default=None
+        The largest batch that fits next to the fixed costs and the
+        :attr:`reserved` parts (the throughput probe's upper bound); None for a
+        solver without a batch (CG on centers reads ``K(X, Z)`` in row blocks of
+        a fixed size, one of its model's fixed costs).
+    """
+
+    problem: KernelProblem
+    memory: object
+    subsample_size: int | None = None
+    cache_itemsize: int = 0
+    projection: str | None = None
+    cache_centers: bool = False
+    buffer_rows: int = 0
+    memory_limit: int | None = None
+
+    @property
+    def cached(self):
+        """The kernel is stored once and read by every product."""
+        return self.cache_itemsize > 0
+
+    @property
+    def cache_bytes(self):
+        """Bytes of the stored kernel (0 where it is evaluated)."""
+        return self.memory.cache_item(self.cache_itemsize)[1] if self.cached else 0
+
+    @property
+    def centers_in_cache(self):
+        """``K(Z, Z)`` is part of the kernel cache: the centers are its first rows (every row, with no centers)."""
+        return self.cached and self.problem.centers_from_data
+
+    @property
+    def choices(self):
+        """``(cached, exact projection, cache_centers)``: the decisions every rank of a distributed fit must share."""
+        return (self.cached, self.projection == "exact", self.cache_centers)
+
+    @property
+    def reserved(self):
+        """Named optional parts this layout keeps on the device next to the fixed costs: its cache, a projection's."""
+        cache = (self.memory.cache_item(self.cache_itemsize),) if self.cached else ()
+        center_cache = self.cache_centers and not self.centers_in_cache
+        return (*cache, *self.memory.projection_items(self.projection, center_cache))
+
+    @property
+    def account(self):
+        """The :class:`~skgpu_kernel.planning.MemoryAccount` of the fixed costs and the :attr:`reserved` parts."""
+        return MemoryAccount(self.memory.budget, (*self.memory.items, *self.reserved))
+
+    @property
+    def free(self):
+        """The budget left after the fixed costs and the :attr:`reserved` parts (at least 0)."""
+        account = self.account
+        return max(account.budget - account.total, 0)
+
+    def column_block(self, batch_size):
+        """Columns of a kernel block for ``batch_size`` rows, by the memory model's rule."""
+        return self.memory.column_block(batch_size, sum(count for _, count in self.reserved))
+
+    def batch_bytes(self, batch_size):
+        """What a batch of ``batch_size`` rows adds to the fixed costs and the reserved parts."""
+        return self.memory.batch_bytes(batch_size, self.cached)
 
 
 def temporary_centers_for(problem, projection, centers_cached):

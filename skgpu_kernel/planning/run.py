@@ -34,7 +34,7 @@ planned by this same call with its changed parameters.
 import dataclasses
 
 from .eigenpro import (
-    KernelFitPlan,
+    fit_plan,
     plan_eigenpro2,
     plan_eigenpro2_layout,
     plan_eigenpro3,
@@ -124,18 +124,10 @@ def _plan_every_point_cg(problem, attempt_plan, measure):
 
 
 def _plan_centers_cg(problem, attempt_plan, measure):
-    """CG on centers: ``K(X, Z)`` stored where it fits, read in row blocks of ``CG_ROW_BLOCK``."""
+    """CG on centers: ``K(X, Z)`` stored where it fits, read in row blocks of ``CG_ROW_BLOCK`` (no capacity: 0)."""
     layout = plan_centers_cg(problem, attempt_plan.budget, required=True)
-    return KernelFitPlan(
-        method="centers_cg",
-        layout=layout,
-        capacity=0,
-        batch_size=CG_ROW_BLOCK,
-        column_block=problem.n_centers,
-        memory=layout.memory,
-        row_block=CG_ROW_BLOCK,
-        stopping=_cg_stopping(problem, attempt_plan.parameters),
-    )
+    stopping = _cg_stopping(problem, attempt_plan.parameters)
+    return fit_plan("centers_cg", (layout, 0, CG_ROW_BLOCK, layout.account), row_block=CG_ROW_BLOCK, stopping=stopping)
 
 
 def plan_registered_run(rule, problem, attempt_plan):

@@ -7,10 +7,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from ._account import MemoryAccount
 from .eigenpro import every_point_account, fill_rows, fit_plan
 from .kernel import (
     SHIFTED_MAX_COMPONENTS,
+    KernelLayout,
     TrainingMemoryPlan,
     auto_subsample_size,
     cached_batch_limit,
@@ -26,7 +26,7 @@ __all__ = [
     "CG_ROW_BLOCK",
     "FULL_KERNEL_CG_MAX_ROWS",
     "LOO_MIN_COVERAGE",
-    "CentersCGLayout",
+    "CentersCGMemoryPlan",
     "CentersPlan",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
@@ -75,35 +75,53 @@ class CentersPlan:
     reason: str
 
 
-@dataclass(frozen=True)
-class CentersCGLayout:
-    """How CG on centers holds its operands (:func:`plan_centers_cg`): ``K(X, Z)`` stored or not, and the memory.
+class CentersCGMemoryPlan:
+    """Memory model of CG on ``p`` centers (:func:`plan_centers_cg`): what its layout reads.
 
-    Attributes
+    The layout (:class:`~skgpu_kernel.planning.kernel.KernelLayout`) asks every
+    solver's model the same questions.
+
+    Fixed: the training rows, targets and weights; the two ``p x p`` float64
+    factors (``CG_FACTOR_BYTES`` per entry); one block of ``min(n,
+    CG_ROW_BLOCK)`` rows of ``K(X, Z)``, each entry counted ``1 + extra_blocks``
+    times, in which a pass reads the kernel, stored or evaluated.  Optional: the
+    stored ``K(X, Z)`` in the training dtype.  CG has no batch: what a batch
+    is to the other models, a row block is here (:meth:`batch_bytes`), with
+    every center's column; and it projects nothing.
+
+    Parameters
     ----------
-    memory : MemoryAccount
-        What CG uses (with the stored ``K(X, Z)`` when ``stores_kernel``).
-    cache_itemsize : int
-        Bytes per entry of the stored ``K(X, Z)`` (the training dtype's), 0 where
-        every iteration evaluates it again, block by block.
+    problem : KernelProblem
+        With ``n_centers`` set.
+    budget : int
+        Bytes available.
     """
 
-    memory: MemoryAccount
-    cache_itemsize: int
+    def __init__(self, problem, budget):
+        self.budget, self.n_rows, self.n_centers = budget, problem.n_rows, problem.n_centers
+        self.entry_bytes, p = problem.entry_bytes, problem.n_centers
+        self.items = (
+            ("training data", problem.n_rows * (problem.n_features + problem.n_outputs + 1) * problem.itemsize),
+            ("K(Z, Z) factors (float64)", CG_FACTOR_BYTES * p * p),
+            ("kernel row block", self.batch_bytes(min(problem.n_rows, CG_ROW_BLOCK))),
+        )
+        self.fixed_bytes = sum(count for _, count in self.items)
 
-    @property
-    def stores_kernel(self):
-        """CG computes ``K(X, Z)`` once and reads it on every iteration."""
-        return self.cache_itemsize > 0
+    def cache_item(self, itemsize):
+        """The stored ``K(X, Z)`` at ``itemsize`` bytes per entry, as a named item of a memory account."""
+        return "K(X, Z) stored", self.n_rows * self.n_centers * itemsize
 
-    @property
-    def cached(self):
-        return self.stores_kernel
+    def projection_items(self, projection, center_cache):
+        """Nothing: CG solves for the coefficients of the centers themselves, with no temporary centers."""
+        return ()
 
-    @property
-    def subsample_size(self):
-        """None: CG on centers has no Nystrom subsample (its preconditioner factorises ``K(Z, Z)``)."""
-        return None
+    def column_block(self, batch_size, reserved=0):
+        """Every center: a pass reads whole rows of ``K(X, Z)``, whatever the layout reserves."""
+        return self.n_centers
+
+    def batch_bytes(self, batch_size, cached=False):
+        """A block of ``batch_size`` rows of ``K(X, Z)``, stored (``cached``) or evaluated alike."""
+        return batch_size * self.n_centers * self.entry_bytes
 
 
 def plan_centers_solver(problem, budget, solver):
@@ -145,7 +163,7 @@ def plan_centers_solver(problem, budget, solver):
         factors that do not fit the budget.
     """
     if solver == "auto":
-        return "cg" if plan_centers_cg(problem, budget).stores_kernel else "eigenpro"
+        return "cg" if plan_centers_cg(problem, budget).cached else "eigenpro"
     if solver == "cg":
         plan_centers_cg(problem, budget, required=True)
     return solver
@@ -164,7 +182,10 @@ def plan_centers_cg(problem, budget, required=False):
 
     Returns
     -------
-    CentersCGLayout
+    KernelLayout
+        On a :class:`CentersCGMemoryPlan`: ``cached`` where CG stores ``K(X, Z)``;
+        no subsample, projection or memory limit (CG has no batch); ``account``,
+        what CG holds.
 
     Raises
     ------
@@ -172,25 +193,17 @@ def plan_centers_cg(problem, budget, required=False):
         With ``required``: sharded centers, streamed data, or factors that do not
         fit the budget.
     """
-    p, rows = problem.n_centers, min(problem.n_rows, CG_ROW_BLOCK)
-    memory = MemoryAccount(
-        budget,
-        (
-            ("training data", problem.n_rows * (problem.n_features + problem.n_outputs + 1) * problem.itemsize),
-            ("K(Z, Z) factors (float64)", CG_FACTOR_BYTES * p * p),
-            ("kernel row block", rows * p * problem.entry_bytes),
-        ),
-    )
-    stored = memory.with_item("K(X, Z) stored", problem.n_rows * p * problem.itemsize)
+    evaluated = KernelLayout(problem, CentersCGMemoryPlan(problem, budget))
+    stored = dataclasses.replace(evaluated, cache_itemsize=problem.itemsize)
     possible = problem.n_shards == 1 and not problem.streamed
     if required and not possible:
         raise ValueError("solver='cg' runs on one device with the data in memory; use solver='eigenpro' here.")
-    if required and not memory.fits():
+    if required and not evaluated.account.fits():
         raise ValueError(
-            f"solver='cg' needs {memory.describe()}: more than memory_budget. Use solver='auto' or a larger budget."
+            f"solver='cg' needs {evaluated.account.describe()}: more than memory_budget. Use solver='auto' or a "
+            "larger budget."
         )
-    stores_kernel = possible and stored.fits()
-    return CentersCGLayout(stored if stores_kernel else memory, problem.itemsize if stores_kernel else 0)
+    return stored if possible and stored.account.fits() else evaluated
 
 
 # n_centers="auto": Falkon's analysis (Rudi, Carratino and Rosasco 2017) reaches the
@@ -247,7 +260,7 @@ def plan_auto_centers(problem, budget, device, parameters):
     rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
 
     def stores(p):
-        return plan_centers_cg(dataclasses.replace(problem, n_centers=p), budget).stores_kernel
+        return plan_centers_cg(dataclasses.replace(problem, n_centers=p), budget).cached
 
     low, high = 0, target  # the largest p <= target whose K(X, Z) CG stores (0: none)
     while low < high:
@@ -325,7 +338,8 @@ def plan_every_point_cg(layout):
 
     Parameters
     ----------
-    layout : EigenPro2Layout
+    layout : KernelLayout
+        :func:`~skgpu_kernel.planning.eigenpro.plan_eigenpro2_layout`'s.
 
     Returns
     -------
