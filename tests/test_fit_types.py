@@ -62,7 +62,7 @@ def test_every_type_a_default_fit_creates_is_named_in_the_glossary(name):
     reason="issue 79 item 3: a default fit creates 34 dataclass types against the bound of 24 "
     "(benchmarks/count_fit_types.py lists them); what is left are distinct records of one stage each "
     "(the run plan and the EigenPro loop's plan with its hooks, the rows as given, prepared and as the "
-    "criteria's tensors): benchmarks/RESULTS.md, issue 79 fourth part",
+    "criteria's tensors; the issue is blocked on the bound): benchmarks/RESULTS.md, issue 79 fifth part",
 )
 def test_a_default_fit_creates_at_most_24_dataclass_types():
     assert len(_counter().count_default_fit("regressor")) <= TARGET_TYPES
