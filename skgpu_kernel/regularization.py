@@ -62,7 +62,6 @@ from .solvers.solution import Solution
 
 __all__ = [
     "BANDWIDTH_FACTORS",
-    "LOO_MAX_ROWS",
     "PENALTY_GRID",
     "AlphaSelection",
     "BandwidthSelection",
@@ -74,8 +73,6 @@ __all__ = [
 # Candidate per-sample penalties alpha / sum(w): from nearly interpolating to
 # nearly the constant model, a quarter of a decade apart.
 PENALTY_GRID = np.logspace(-9, 0, 37)
-# Rows scored at most (the caller's cap): the cost grows as rows x s^2.
-LOO_MAX_ROWS = 100_000
 # bandwidth="auto": the candidates, as multiples of the scale rule, half an octave apart.
 # Below the rule because that is where it misses (halving it cut the test error by
 # 10% on a 5000-row and by half on a 46000-row multiclass set; doubling it cost 12%).

@@ -8,6 +8,7 @@ from sklearn.linear_model import RidgeCV
 from skgpu_kernel import AdaptiveKernelRegressor, regularization
 from skgpu_kernel.fit import tune
 from skgpu_kernel.kernels import Gaussian
+from skgpu_kernel.planning import kernel as planning_kernel
 from skgpu_kernel.regularization import PENALTY_GRID, _NystromFeatures, select_alpha
 
 
@@ -110,13 +111,28 @@ def test_float32_training_still_scores_every_float64_feature():
 
 def test_alpha_beyond_the_scored_rows_is_kept(monkeypatch):
     X, Y, _ = _data(n=600, seed=2)
-    monkeypatch.setattr(tune, "LOO_MAX_ROWS", 200)
+    monkeypatch.setattr(planning_kernel, "CRITERION_MAX_ROWS", 200)
     model = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     selection = model.alpha_selection_
     assert selection.n_rows == 200
     assert model.alpha_ == selection.alpha == pytest.approx(selection.penalty * 200, rel=1e-12)
     again = AdaptiveKernelRegressor(bandwidth=1.5, alpha="loo", dtype="float64", random_state=0).fit(X, Y[:, 0])
     assert again.alpha_ == model.alpha_  # the scored rows follow random_state
+
+
+@pytest.mark.parametrize("n_rows, scored", [(1, 1), (7999, 7999), (8000, 8000), (8001, 8000), (254_654, 8000)])
+def test_the_criterion_scores_every_row_up_to_its_bound(n_rows, scored):
+    assert planning_kernel.plan_criterion_rows(n_rows) == scored
+
+
+def test_a_fit_beyond_the_bound_scores_the_bound():
+    """Issue 80 item 3: 8200 rows, the penalty scored on 8000 of them (every one before the bound)."""
+    X, Y, _ = _data(n=8200, seed=5)
+    model = AdaptiveKernelRegressor(
+        bandwidth=1.5, alpha="loo", solver="eigenpro", n_epochs=1, feature_learning=None, random_state=0
+    ).fit(X, Y[:, 0])
+    assert model.alpha_selection_.n_rows == planning_kernel.CRITERION_MAX_ROWS == 8000
+    assert model.alpha_ == model.alpha_selection_.alpha  # kept as scored, not scaled to 8200 rows
 
 
 def _ridge_with_intercept_on_the_kernel(X, y, w, bandwidth, alpha):

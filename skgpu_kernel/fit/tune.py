@@ -11,9 +11,9 @@ from sklearn.base import clone
 from .._validation import unequal_weights
 from ..blockwise import DeviceCopier, rows_taken
 from ..kernels import bandwidth_of, searches_bandwidth
-from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows
+from ..planning.kernel import auto_subsample_size, plan_bandwidth_search_rows, plan_criterion_rows
 from ..planning.kernel_policy import PENALISED_REFIT_ROWS, TUNING_FIELDS, carries_subsample_penalty
-from ..regularization import LOO_MAX_ROWS, PENALTY_GRID, select_alpha, select_bandwidth
+from ..regularization import PENALTY_GRID, select_alpha, select_bandwidth
 from .prepare import kernel_offset, target_intercept
 from .request import log_fit
 from .resolve import resolve
@@ -82,14 +82,14 @@ def _tuned(runtime, plan):
     search, selection, scored_rows = None, None, None
     if (searched and continued is None) or plan.alpha is None:
         search_rows = plan_bandwidth_search_rows(parameters.bandwidth_search_size)
-        criterion_rows = LOO_MAX_ROWS if plan.alpha is None else 0
+        criterion_rows = plan_criterion_rows(data.X.shape[0]) if plan.alpha is None else 0
         scored = LooRows.draw(data, kernel, runtime, parameters, max(criterion_rows, search_rows))
         if searched and continued is None:
             search = scored.search_bandwidth(kernel, _search_penalties(plan, data), data.X.shape[0], search_rows)
             kernel = clone(kernel).set_params(bandwidth=search.bandwidth)
             log_fit(runtime, parameters, search.describe())
         if plan.alpha is None:
-            scored = scored.head(LOO_MAX_ROWS)
+            scored = scored.head(criterion_rows)
             # Where the search scored every row, each of them a feature, its own selection is the criterion's.
             exact = search is not None and search.selection.n_rows == scored.n_rows <= auto_subsample_size(
                 scored.n_rows
@@ -147,9 +147,10 @@ def _search_penalties(plan, data):
 class LooRows:
     """The rows the leave-one-out criteria score, on the device in float64, in their seeded random order.
 
-    At most ``LOO_MAX_ROWS`` rows are scored.  Beyond that the chosen ``alpha`` is
-    kept as it is rather than scaled with the number of rows: on the real-data
-    benchmark the leave-one-out ``alpha`` stayed within a factor 1.5 from 5000 to
+    At most :func:`~skgpu_kernel.planning.kernel.plan_criterion_rows` rows are
+    scored.  Beyond that the chosen ``alpha`` is kept as it is rather than scaled
+    with the number of rows: on the real-data benchmark the leave-one-out
+    ``alpha`` stayed within a factor 1.5 from 5000 to
     60000 rows of Fashion-MNIST and from 4000 to 17817 rows of HI (and fell on
     VietNamI), where a constant per-sample penalty would have grown it 4 to 12 times.
 

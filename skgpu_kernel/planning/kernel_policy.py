@@ -282,7 +282,7 @@ def _centers_solver(problem, budget, parameters):
 # The rows the leave-one-out criterion scores, every one a feature, for the penalty of
 # the refit that replaces an unpenalised fit whose held-out rows showed that
 # interpolation did not pay (skgpu_kernel.planning.solver.refit_with_penalty).  The tune
-# stage's criterion on up to LOO_MAX_ROWS rows cost 1.9 s a refit on a 3000-row
+# stage's criterion on up to CRITERION_MAX_ROWS rows cost 1.9 s a refit on a 3000-row
 # noisy-label table (6 refits along feature learning's path: 11.5 s of a 17.9 s fit);
 # 1500 exact rows are the bandwidth search's size.
 PENALISED_REFIT_ROWS = 1500
