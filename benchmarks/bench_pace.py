@@ -79,10 +79,14 @@ def pace(rows, repeats, params):
     return cells
 
 
+def ratios_of(cells):
+    """Ours over CatBoost's fit seconds, predict seconds and error."""
+    return {key: cells["ours"][key] / cells["CatBoost"][key] for key in ("fit", "predict", "error")}
+
+
 def line(label, cells):
     """One markdown row: rows, both models' fit, predict and error, the ratios, and the bounds kept."""
-    ours, catboost = cells["ours"], cells["CatBoost"]
-    ratios = {key: ours[key] / catboost[key] for key in ("fit", "predict", "error")}
+    ours, catboost, ratios = cells["ours"], cells["CatBoost"], ratios_of(cells)
     kept = ratios["fit"] <= FIT_RATIO_BOUND and ratios["predict"] <= PREDICT_RATIO_BOUND
     values = [label, f"{cells['rows']}"]
     for cell in (ours, catboost):
@@ -113,7 +117,7 @@ def main():
     for label, rows_of in work:
         cells = pace(rows_of(label.removeprefix("table:")), args.repeats, ast.literal_eval(args.params))
         lines.append(line(label, cells))
-        fit_ratios.append(cells["ours"]["fit"] / cells["CatBoost"]["fit"])
+        fit_ratios.append(ratios_of(cells)["fit"])
         print(lines[-1])
         sys.stdout.flush()
     header = (
