@@ -51,18 +51,23 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..calibration import fit_temperature
-from ..kernels import make_kernel
+from ..kernels import bandwidth_of, make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings, record_with_events
 from ..planning.agop import (
     CALIBRATION_FOLDS,
     CALIBRATION_HELD_OUT_ROWS,
+    MODEL_SIZE_MARGIN_SE,
+    lower_beyond_noise,
     plan_agop,
     plan_calibration,
     plan_feature_learning,
     plan_learning_rows,
     plan_path_bandwidth,
+    plan_path_centers,
     plan_path_subsample,
+    plan_smaller_model,
 )
+from ..planning.solver import auto_centers_target
 from ..row_sources import is_out_of_core
 from ..splits import holdout_split
 from .pipeline import fit_kernel_model
@@ -240,22 +245,31 @@ def _folds(data, runtime):
 
 
 def _learnt(data, parameters, runtime):
-    """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row."""
-    rows, plain = _plain_on_split(data, parameters, runtime)
+    """The plain candidate and the learning path on a held-out split, then the one kept refitted on every row.
+
+    Where ``n_centers="auto"`` keeps every point, the model's size is chosen after
+    its metric (:func:`_sized`), and the candidates may be the smaller model
+    themselves (:func:`~skgpu_kernel.planning.agop.plan_path_centers`).
+    """
+    plan = tune_kernel(data, parameters, runtime)
+    rows = _CandidateRows.drawn(data, runtime, plan)
+    every_point = data.n_centers == "auto" and data.centers is None and plan.data.n_centers is None
+    n_training = rows.training.X.shape[0]
+    smaller, centers = plan_smaller_model(every_point, n_training), plan_path_centers(every_point, n_training)
+    plain = _scored(rows, None, _sized_plan(plan, rows.learning, runtime, centers), centers, runtime)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
-    path = _learning_path(rows, parameters, runtime.recorded(plain.events))
+    path_plan = _path_plan(rows.learning, parameters, runtime)
+    path = _learning_path(rows, path_plan, runtime.recorded(plain.events), centers)
     learnt = min(path, key=lambda candidate: candidate.losses.mean())  # the first of equal losses
     chosen = learnt if _learning_pays(learnt.losses, plain.losses) else plain
     candidates = [plain, *path]
     iteration = candidates.index(chosen)
-    log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}; refit on every row")
-    # The kept candidate refitted with its kernel, bandwidth and penalty, on the fit's own preconditioner subsample.
-    final_parameters = dataclasses.replace(chosen.plan.parameters, subsample_size=parameters.subsample_size)
-    final_rows = _transformed_input(data, chosen.transform)
-    final_plan = chosen.plan
-    if chosen is not plain and rows.learning is not data:  # the path's kernel tuned on every row, now
-        final_plan = tune_kernel(data, final_parameters, runtime).pinned()
-    final = fit_kernel_model(final_rows, final_parameters, runtime.recorded(path[-1].events), final_plan)
+    log_fit(runtime, parameters, f"feature learning keeps candidate {iteration} of {len(path)}")
+    events = path[-1].events
+    if smaller is not None:
+        chosen = _sized(chosen, rows, plan if chosen is plain else path_plan, smaller, runtime.recorded(events))
+        events = chosen.events
+    final = _final_fit(chosen, data, parameters, runtime.recorded(events))
     scores = tuple(candidate.score for candidate in candidates)
     metric = _metric(chosen.transform, data.X.shape[1])
     mode = parameters.feature_learning
@@ -276,6 +290,49 @@ def _learnt(data, parameters, runtime):
     )
 
 
+def _sized(chosen, rows, plan, smaller, runtime):
+    """``chosen``'s kernel and metric on every point or on ``smaller`` centers, as the held-out rows say.
+
+    The size ``chosen`` lacks is fitted on the same training rows: on every point with
+    ``plan`` (its kernel tuned for that model: the plain kernel's on every row, the
+    path kernel's with ``M = I`` on ``rows.learning``), or on the centers with
+    :func:`_sized_plan`'s.  The larger model is kept only where its held-out losses
+    are lower beyond their noise
+    (:data:`~skgpu_kernel.planning.agop.MODEL_SIZE_MARGIN_SE` standard errors); else the
+    smaller one predicts as well, faster.  The kept candidate's ``events`` include
+    the second fit's.
+    """
+    if chosen.n_centers is None:
+        small_plan = _sized_plan(plan, rows.learning, runtime, smaller)
+        other = _scored(rows, chosen.transform, small_plan, smaller, runtime)
+        larger, small = chosen, other
+    else:
+        other = _scored(rows, chosen.transform, plan, None, runtime)
+        larger, small = other, chosen
+    keeps_larger = lower_beyond_noise(larger.losses, small.losses, MODEL_SIZE_MARGIN_SE)
+    kept = "every point" if keeps_larger else f"{smaller} centers"
+    log = f"feature learning: held-out scores {larger.score:.6g} on every point, {small.score:.6g} on {smaller} centers"
+    log_fit(runtime, plan.parameters, f"{log}: keeps the model on {kept}")
+    return dataclasses.replace(larger if keeps_larger else small, events=other.events)
+
+
+def _final_fit(chosen, data, parameters, runtime):
+    """The kept candidate refitted on every row: its kernel, bandwidth and penalty, the fit's preconditioner subsample.
+
+    A smaller model takes :func:`~skgpu_kernel.planning.solver.auto_centers_target` of
+    every row's count; a plan tuned on a subsample of the rows is tuned again on
+    every row (the path kernel's with ``M = I``).
+    """
+    log_fit(runtime, parameters, "feature learning: the kept candidate refitted on every row")
+    final_parameters = dataclasses.replace(chosen.plan.parameters, subsample_size=parameters.subsample_size)
+    if chosen.n_centers is not None:
+        data = dataclasses.replace(data, n_centers=auto_centers_target(data.X.shape[0]))
+    final_plan = chosen.plan
+    if chosen.plan.n_rows != data.X.shape[0]:  # tuned on a subsample: the kernel tuned on every row, now
+        final_plan = tune_kernel(data, final_parameters, runtime).pinned()
+    return fit_kernel_model(_transformed_input(data, chosen.transform), final_parameters, runtime, final_plan)
+
+
 def _held_out_plain(data, parameters, runtime):
     """A classifier's fit without feature learning, and its plain model's decision values on held-out rows.
 
@@ -284,7 +341,9 @@ def _held_out_plain(data, parameters, runtime):
     is the fit without the held-out model, bit for bit).  Its decision values on the
     held-out rows calibrate the classifier's probabilities.
     """
-    rows, plain = _plain_on_split(data, parameters, runtime)
+    plan = tune_kernel(data, parameters, runtime)
+    rows = _CandidateRows.drawn(data, runtime, plan)
+    plain = _scored(rows, None, plan, None, runtime)
     temperature = _temperature(plain, rows, parameters)
     final = fit_kernel_model(data, parameters, runtime.recorded(plain.events), plain.plan)
     return dataclasses.replace(final, temperature=temperature, calibration="held-out")
@@ -297,16 +356,37 @@ def _temperature(candidate, rows, parameters):
     return fit_temperature(candidate.decisions, rows.held_out.Y, rows.held_out.weights)
 
 
-def _plain_on_split(data, parameters, runtime):
-    """The held-out split (its :class:`_CandidateRows`), and the plain candidate fitted on its other rows and scored.
+def _scored(rows, transform, plan, centers, runtime):
+    """The model of ``plan`` fitted on ``rows.training`` seen through ``transform``, on ``centers`` centers, scored.
 
-    The plain kernel is tuned on every row (``plain.plan``): the final refit's own,
-    where the plain model is kept.
+    ``centers`` None: the size ``plan``'s rows resolve to (the estimator's).
     """
-    plan = tune_kernel(data, parameters, runtime)
-    rows = _CandidateRows.drawn(data, runtime, plan)
-    fit = fit_kernel_model(rows.training, parameters, _fresh(runtime), plan)
-    return rows, rows.candidate(fit, None, plan, runtime.budget)
+    fitted_on = _transformed_input(_with_centers(rows.training, centers), transform)
+    fit = fit_kernel_model(fitted_on, plan.parameters, _fresh(runtime), plan)
+    return dataclasses.replace(rows.candidate(fit, transform, plan, runtime.budget), n_centers=centers)
+
+
+def _sized_plan(plan, data, runtime, centers):
+    """``plan``, a kernel tuned for a model on every row of ``data``, for a model on ``centers`` centers (None: itself).
+
+    Where the leave-one-out criterion scored the penalty, the model on centers takes it
+    as it is: the criterion's model is a Nystrom model on as many centers
+    (:func:`~skgpu_kernel.planning.kernel.auto_subsample_size`).  Where the gate left it
+    unscored (early stopping regularises a model on every row), CG on centers needs a
+    penalty: the criterion runs for that model, at the plan's bandwidth.
+    """
+    selection = plan.alpha_selection
+    if centers is None or selection is None or selection.scored:
+        return plan
+    parameters = plan.parameters
+    if isinstance(parameters.kernel, str):
+        parameters = dataclasses.replace(parameters, bandwidth=bandwidth_of(plan.kernel))
+    return tune_kernel(_with_centers(data, centers), parameters, runtime)
+
+
+def _with_centers(data, centers):
+    """``data`` fitted on ``centers`` centers drawn from its rows (None: as the estimator asks)."""
+    return data if centers is None else dataclasses.replace(data, n_centers=centers)
 
 
 @dataclass(frozen=True)
@@ -361,8 +441,9 @@ class _Candidate:
 
     ``plan``: the tuned ``FitPlan`` it was fitted with and is refitted with (its
     parameters included); ``events``: the fit's record of events up to and
-    including the candidate's fit and scoring (earlier ones first), which the next
-    stage is handed.
+    including the candidate's fit and scoring (earlier ones first; for a kept
+    smaller model, the larger one's it was compared with), which the next stage is
+    handed; ``n_centers``: the centers of a model smaller than the fit's own.
     """
 
     transform: np.ndarray | None
@@ -371,6 +452,7 @@ class _Candidate:
     score: float
     decisions: np.ndarray  # on the held-out rows, intercept included
     events: tuple = ()
+    n_centers: int | None = None  # a model on fewer centers than the fit's own (plan_path_centers)
 
 
 def _held_out_decisions(fit, data, transform, budget, events):
@@ -400,28 +482,31 @@ def _row_losses(predictions, Y, classifier):
     return (predictions.argmax(axis=1) != Y.argmax(axis=1)).astype(np.float64)
 
 
-def _learning_path(rows, parameters, runtime):
+def _learning_path(rows, plan, runtime, centers):
     """The candidates of the learning path: the path's kernel with ``M = I``, then each learnt metric.
 
-    The path's kernel (its bandwidth :func:`_path_parameters`') has its penalty tuned
-    once, on every row of ``rows.learning`` (every row, or the subsample beyond
-    ``LEARNING_PATH_MAX_ROWS``) with ``M = I``, and its bandwidth and ``alpha`` are
+    ``plan`` is the path's kernel (:func:`_path_plan`) with its penalty tuned once, on
+    every row of ``rows.learning`` (every row, or the subsample beyond
+    ``LEARNING_PATH_MAX_ROWS``) with ``M = I``; its bandwidth and ``alpha`` are
     kept for every metric (as xRFM keeps one bandwidth and one penalty) and for the
     final refit.  Each candidate is fitted on ``rows.training`` and scored on
-    ``rows.held_out``.  The path stops after ``feature_learning_iter`` updates or
+    ``rows.held_out``, on ``centers`` centers where that is not None
+    (:func:`_sized_plan`).  The path stops after ``feature_learning_iter`` updates or
     :data:`FEATURE_LEARNING_PATIENCE` without a lower held-out loss.
     """
+    parameters = plan.parameters
     mode, n_iter = parameters.feature_learning, parameters.feature_learning_iter
-    path_parameters, transform, path = _path_parameters(parameters), None, []
+    transform, path = None, []
     # A category's block of the metric needs the AGOP's entries among its levels: the
     # AGOP, the metric and L are vectors only for a diagonal mode without blocks.
     blocks = rows.learning.column_blocks
     diagonal_agop = mode == "diagonal" and not len(blocks)
-    plan = tune_kernel(rows.learning, path_parameters, runtime).pinned()
+    plan = _sized_plan(plan, rows.learning, runtime, centers)
+    training = _with_centers(rows.training, centers)
     for step in range(n_iter + 1):
-        fitted_on = _transformed_input(rows.training, transform)
-        fit = fit_kernel_model(fitted_on, path_parameters, _fresh(runtime), plan)
-        path.append(rows.candidate(fit, transform, plan, runtime.budget))
+        fitted_on = _transformed_input(training, transform)
+        fit = fit_kernel_model(fitted_on, plan.parameters, _fresh(runtime), plan)
+        path.append(dataclasses.replace(rows.candidate(fit, transform, plan, runtime.budget), n_centers=centers))
         runtime = runtime.recorded(path[-1].events)
         log_fit(runtime, parameters, f"feature learning step {step}: held-out score {path[-1].score:.6g}")
         best = int(np.argmin([candidate.losses.mean() for candidate in path]))
@@ -439,6 +524,11 @@ def _learning_path(rows, parameters, runtime):
         metric = metric_from_agop(agop, diagonal_agop, AGOP_POWER)
         transform = np.asarray(metric_transform(torch.as_tensor(metric)))
     return path
+
+
+def _path_plan(data, parameters, runtime):
+    """The path's kernel (:func:`_path_parameters`) with ``M = I`` tuned on the rows ``data``, its bandwidth pinned."""
+    return tune_kernel(data, _path_parameters(parameters), runtime).pinned()
 
 
 def _path_parameters(parameters):
@@ -464,13 +554,10 @@ def _learning_pays(learnt, plain):
     """Whether the learnt candidate's held-out losses are lower than the plain model's, beyond their noise.
 
     Paired by row: the mean of ``plain - learnt`` must exceed :data:`LEARNING_MARGIN_SE`
-    standard errors of the differences.
+    standard errors of the differences
+    (:func:`~skgpu_kernel.planning.agop.lower_beyond_noise`).
     """
-    difference = plain - learnt
-    if difference.shape[0] < 2 or difference.mean() <= 0:
-        return False
-    standard_error = difference.std(ddof=1) / np.sqrt(difference.shape[0])
-    return bool(difference.mean() > LEARNING_MARGIN_SE * standard_error)
+    return lower_beyond_noise(learnt, plain, LEARNING_MARGIN_SE)
 
 
 def _check_learnable(data, parameters):

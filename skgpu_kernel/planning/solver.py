@@ -28,6 +28,7 @@ __all__ = [
     "LOO_MIN_COVERAGE",
     "CentersCGMemoryPlan",
     "CentersPlan",
+    "auto_centers_target",
     "full_kernel_cg_conditioned",
     "full_kernel_cg_factors",
     "plan_alpha",
@@ -223,6 +224,17 @@ AUTO_CENTERS_MIN = 2000
 AUTO_EVERY_POINT_MAX_ROWS = 20_000
 
 
+def auto_centers_target(n_rows):
+    """``max(AUTO_CENTERS_MIN, AUTO_CENTERS_PER_ROOT sqrt(n))`` centers, at most ``n``: the size of a model on centers.
+
+    Examples
+    --------
+    >>> auto_centers_target(1500), auto_centers_target(22_524), auto_centers_target(100_000)
+    (1500, 2000, 3163)
+    """
+    return min(n_rows, max(AUTO_CENTERS_MIN, math.ceil(AUTO_CENTERS_PER_ROOT * math.sqrt(n_rows))))
+
+
 def plan_auto_centers(problem, budget, device, parameters):
     """The number of centers of ``n_centers="auto"``.
 
@@ -256,7 +268,7 @@ def plan_auto_centers(problem, budget, device, parameters):
             return CentersPlan(None, f"K(X, X) fits memory_budget in {8 * cache_itemsize}-bit entries")
         if n <= AUTO_EVERY_POINT_MAX_ROWS:
             return CentersPlan(None, f"n <= {AUTO_EVERY_POINT_MAX_ROWS}: EigenPro 2 evaluates K(X, X) every epoch")
-    target = min(n, max(AUTO_CENTERS_MIN, math.ceil(AUTO_CENTERS_PER_ROOT * math.sqrt(n))))
+    target = auto_centers_target(n)
     rule = f"max({AUTO_CENTERS_MIN}, {AUTO_CENTERS_PER_ROOT} sqrt(n)) = {target}"
 
     def stores(p):
