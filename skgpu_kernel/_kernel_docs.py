@@ -189,8 +189,14 @@ default="eigenpro"
         draws ``p = max(2000, 10 sqrt(n))`` centers (Falkon's ``sqrt(n)`` rule, ten
         times over, never fewer than the Nystroem baseline's 2000): lowered to the
         largest ``p`` whose ``K(X, Z)`` CG can store in the budget when that leaves
-        at least 2000, otherwise kept and trained by EigenPro 3.  ``verbose`` says
-        which and why; ``n_centers_`` holds the count.  None puts a center at
+        at least 2000, otherwise kept and trained by EigenPro 3.  Where it keeps
+        every point and ``feature_learning`` runs, the smaller model on ``max(2000,
+        10 sqrt(n))`` centers is scored on the same held-out rows, and every point
+        is kept only where it is more accurate there beyond one standard error of
+        the paired differences: a model predicts in time proportional to its
+        centers (:func:`~skgpu_kernel.planning.agop.plan_smaller_model`).  To buy
+        the larger model whatever the held-out rows say, set None (or an integer).
+        ``verbose`` says which and why; ``n_centers_`` holds the count.  None puts a center at
         every training point (EigenPro 2, or CG for small penalised problems).  An
         integer ``p`` takes a seeded uniform draw of ``p`` distinct training rows
         as centers (clamped to ``n`` with a warning; a repeated row adds nothing to
@@ -259,7 +265,10 @@ SOLVER_PARAMETER
         ``feature_learning_``.  Above 30000 rows the candidates are fitted on a
         seeded subsample sized by their cost
         (:func:`~skgpu_kernel.planning.agop.plan_learning_rows`), and only the
-        one kept on every row.  ``validation_fraction`` of the rows (stratified
+        one kept on every row.  From 8000 training rows, with ``n_centers="auto"``,
+        the candidates are models on ``max(2000, 10 sqrt(n))`` centers
+        (:func:`~skgpu_kernel.planning.agop.plan_path_centers`), and the model's size
+        is chosen after its metric (``n_centers``).  ``validation_fraction`` of the rows (stratified
         for the classifier) score the plain model (candidate 0) and the learning path's models (the
         Laplacian kernel for a named kernel, your own kernel instance otherwise,
         with ``M = I`` and then each learnt metric, at the bandwidth and ``alpha``

@@ -57,6 +57,7 @@ from ..planning.agop import (
     CALIBRATION_FOLDS,
     CALIBRATION_HELD_OUT_ROWS,
     MODEL_SIZE_MARGIN_SE,
+    learnt_metric_entries,
     lower_beyond_noise,
     plan_agop,
     plan_calibration,
@@ -255,7 +256,9 @@ def _learnt(data, parameters, runtime):
     rows = _CandidateRows.drawn(data, runtime, plan)
     every_point = data.n_centers == "auto" and data.centers is None and plan.data.n_centers is None
     n_training = rows.training.X.shape[0]
-    smaller, centers = plan_smaller_model(every_point, n_training), plan_path_centers(every_point, n_training)
+    block_sizes = [len(block) for block in data.column_blocks]
+    entries = learnt_metric_entries(data.X.shape[1], block_sizes, parameters.feature_learning)
+    smaller, centers = plan_smaller_model(every_point, n_training), plan_path_centers(every_point, n_training, entries)
     plain = _scored(rows, None, _sized_plan(plan, rows.learning, runtime, centers), centers, runtime)
     log_fit(runtime, parameters, f"feature learning: the plain model's held-out score {plain.score:.6g}")
     path_plan = _path_plan(rows.learning, parameters, runtime)
