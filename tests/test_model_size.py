@@ -189,7 +189,7 @@ def test_a_classifier_keeps_the_smaller_model_with_its_own_temperature(monkeypat
     labels = (y > np.median(y)).astype(int)
     model = AdaptiveKernelClassifier(feature_learning="diagonal", feature_learning_iter=1, random_state=0)
     model.fit(X, labels)
-    assert decisions == [False] and model.n_centers_ == 317
+    assert decisions == [False] and model.n_centers_ == 317 and fits[-1] == (1000, 317)
     probabilities = model.predict_proba(X[:50])
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
     assert np.isfinite(model.calibration_temperature_) and model.calibration_temperature_ > 0
