@@ -51,7 +51,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 from ..agop import average_gradient_outer_product, block_diagonal, metric_from_agop, metric_transform
 from ..blockwise import DeviceCopier, taken_on_device
 from ..calibration import fit_temperature
-from ..kernels import bandwidth_of, make_kernel
+from ..kernels import make_kernel
 from ..out_of_memory import MemoryEvents, ShrinkingStage, halvings, record_with_events
 from ..planning.agop import (
     CALIBRATION_FOLDS,
@@ -74,7 +74,7 @@ from ..splits import holdout_split
 from .pipeline import fit_kernel_model
 from .prepare import rows_of, runtime_holding_rows, with_rows_on_device
 from .request import log_fit
-from .tune import tune_kernel
+from .tune import tune_kernel, with_exact_penalty
 
 __all__ = [
     "AGOP_POWER",
@@ -376,15 +376,12 @@ def _sized_plan(plan, data, runtime, centers):
     as it is: the criterion's model is a Nystrom model on as many centers
     (:func:`~skgpu_kernel.planning.kernel.auto_subsample_size`).  Where the gate left it
     unscored (early stopping regularises a model on every row), CG on centers needs a
-    penalty: the criterion runs for that model, at the plan's bandwidth.
+    penalty: the exact criterion's on a few rows (:func:`~skgpu_kernel.fit.tune.with_exact_penalty`).
     """
     selection = plan.alpha_selection
     if centers is None or selection is None or selection.scored:
         return plan
-    parameters = plan.parameters
-    if isinstance(parameters.kernel, str):
-        parameters = dataclasses.replace(parameters, bandwidth=bandwidth_of(plan.kernel))
-    return tune_kernel(_with_centers(data, centers), parameters, runtime)
+    return with_exact_penalty(plan, data, runtime)
 
 
 def _with_centers(data, centers):

@@ -254,3 +254,20 @@ def criterion_alpha(prepared, runtime):
     if prepared.plan.parameters.classifier:
         code_intercept = torch.as_tensor(prepared.intercept, dtype=torch.float64, device=device)
     return LooRows(X, Y, w, code_intercept, rows).select_alpha(prepared.plan.kernel).alpha
+
+
+def with_exact_penalty(plan, data, runtime):
+    """``plan`` with the exact leave-one-out criterion's ``alpha`` on a few rows of ``data``, carried as it is.
+
+    The penalty of a model on centers whose kernel's tuning for a model on every
+    row left ``alpha`` unscored (its Nystrom features below the gate's coverage:
+    early stopping regularises that model, where CG on centers needs a penalty).
+    The criterion scores :data:`~skgpu_kernel.planning.kernel_policy.PENALISED_REFIT_ROWS`
+    seeded rows, every one a feature (as the bandwidth search and the penalised
+    refit score theirs), and its ``alpha`` is kept as it is for the fit's rows
+    (:meth:`~skgpu_kernel.regularization.AlphaSelection.carried_to`), as the tune
+    stage keeps its own (:class:`LooRows`).
+    """
+    scored = LooRows.draw(data, plan.kernel, runtime, plan.parameters, PENALISED_REFIT_ROWS)
+    selection = scored.select_alpha(plan.kernel)
+    return dataclasses.replace(plan, alpha_selection=selection.carried_to(selection.coverage))
