@@ -193,3 +193,33 @@ def test_a_classifier_keeps_the_smaller_model_with_its_own_temperature(monkeypat
     probabilities = model.predict_proba(X[:50])
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
     assert np.isfinite(model.calibration_temperature_) and model.calibration_temperature_ > 0
+
+
+def test_where_the_gate_left_alpha_unscored_the_smaller_model_takes_the_exact_criterions_on_1500_rows(
+    monkeypatch, small_centers
+):
+    # 60 noisy features: 2000 Nystrom features of 3000 rows capture less of the kernel than the gate asks
+    # (early stopping regularises the model on every point); CG on centers needs a penalty.
+    from skgpu_kernel.planning.kernel_policy import PENALISED_REFIT_ROWS
+
+    fits, decisions = _sized_fits(monkeypatch)
+    carried = []
+    exact = feature_learning.with_exact_penalty
+
+    def recorded(plan, data, runtime):
+        assert not plan.alpha_selection.scored
+        sized = exact(plan, data, runtime)
+        carried.append(sized.alpha_selection)
+        return sized
+
+    monkeypatch.setattr(feature_learning, "with_exact_penalty", recorded)
+    rng = np.random.RandomState(5)
+    X = rng.standard_normal((3000, 60))
+    y = np.tanh(X[:, 0]) + X[:, 1] + 0.5 * rng.standard_normal(3000)
+    model = AdaptiveKernelRegressor(feature_learning="diagonal", feature_learning_iter=1, random_state=0).fit(X, y)
+    assert carried and all(selection.n_rows == PENALISED_REFIT_ROWS and selection.carried for selection in carried)
+    assert all(selection.alpha > 0 for selection in carried)
+    # The smaller model kept: CG on its centers at the carried alpha, as it is (10 sqrt(3000) = 548 centers).
+    assert decisions == [False]
+    assert model.n_centers_ == auto_centers_target(3000) == 548 and model.alpha_ == carried[-1].alpha
+    assert fits[-1] == (3000, 548)
