@@ -17,6 +17,7 @@ from ..operator_facts import OperatorBlocks
 from ._account import MemoryAccount
 from .parameters import planned_for_auto
 from .solver import auto_centers_target
+from .stopping import exceeds_noise
 
 __all__ = [
     "AGOP_MAX_ROWS",
@@ -483,7 +484,8 @@ def lower_beyond_noise(losses, baseline, margin_se):
     """Whether the per-row ``losses`` are lower than ``baseline``'s (the same rows) by more than their noise.
 
     Paired by row: the mean of ``baseline - losses`` must be positive and exceed
-    ``margin_se`` standard errors of the differences (never with fewer than 2 rows).
+    ``margin_se`` standard errors of the differences
+    (:func:`~skgpu_kernel.planning.stopping.exceeds_noise`; never with fewer than 2 rows).
 
     Examples
     --------
@@ -493,7 +495,7 @@ def lower_beyond_noise(losses, baseline, margin_se):
     False
     """
     difference = np.asarray(baseline, dtype=np.float64) - np.asarray(losses, dtype=np.float64)
-    if difference.shape[0] < 2 or difference.mean() <= 0:
+    if difference.shape[0] < 2:
         return False
     standard_error = difference.std(ddof=1) / np.sqrt(difference.shape[0])
-    return bool(difference.mean() > margin_se * standard_error)
+    return bool(exceeds_noise(difference.mean(), standard_error, margin_se))

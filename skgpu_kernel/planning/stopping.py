@@ -64,6 +64,7 @@ __all__ = [
     "DivergenceRule",
     "StoppingPlan",
     "better_than_trivial",
+    "exceeds_noise",
     "fit_check_rows",
     "held_out_check_limit",
     "plan_cg_stopping",
@@ -418,6 +419,21 @@ def held_out_check_limit(n_fitted):
     return min(HELD_OUT_CHECK_ROWS, max(FIT_CHECK_ROWS, n_fitted // HELD_OUT_CHECK_SHARE))
 
 
+def exceeds_noise(mean_gain, standard_error, margin_se):
+    """Whether a mean paired gain is positive and larger than ``margin_se`` standard errors of the differences.
+
+    The one test behind every paired comparison of a fit's decisions: the last check
+    against the trivial model, a learnt metric and a model's size
+    (:func:`~skgpu_kernel.planning.agop.lower_beyond_noise`).
+
+    Examples
+    --------
+    >>> exceeds_noise(1.0, 0.4, 2.0), exceeds_noise(1.0, 0.6, 2.0), exceeds_noise(0.0, 0.0, 0.0)
+    (True, False, False)
+    """
+    return mean_gain > 0 and mean_gain > margin_se * standard_error
+
+
 def worse_than_trivial(mean_difference, standard_error):
     """Whether paired differences (model's squared error minus the trivial one's) say the model is worse.
 
@@ -426,7 +442,7 @@ def worse_than_trivial(mean_difference, standard_error):
     >>> worse_than_trivial(1.0, 0.4), worse_than_trivial(1.0, 0.6), worse_than_trivial(-1.0, 0.0)
     (True, False, False)
     """
-    return mean_difference > 0 and mean_difference > FIT_CHECK_STANDARD_ERRORS * standard_error
+    return exceeds_noise(mean_difference, standard_error, FIT_CHECK_STANDARD_ERRORS)
 
 
 def better_than_trivial(mean_difference, standard_error):
@@ -437,4 +453,4 @@ def better_than_trivial(mean_difference, standard_error):
     >>> better_than_trivial(-1.0, 0.4), better_than_trivial(-1.0, 0.6), better_than_trivial(0.0, 0.0)
     (True, False, False)
     """
-    return mean_difference < 0 and -mean_difference > FIT_CHECK_STANDARD_ERRORS * standard_error
+    return exceeds_noise(-mean_difference, standard_error, FIT_CHECK_STANDARD_ERRORS)
