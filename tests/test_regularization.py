@@ -120,19 +120,19 @@ def test_alpha_beyond_the_scored_rows_is_kept(monkeypatch):
     assert again.alpha_ == model.alpha_  # the scored rows follow random_state
 
 
-@pytest.mark.parametrize("n_rows, scored", [(1, 1), (7999, 7999), (8000, 8000), (8001, 8000), (254_654, 8000)])
+@pytest.mark.parametrize("n_rows, scored", [(1, 1), (3999, 3999), (4000, 4000), (4001, 4000), (254_654, 4000)])
 def test_the_criterion_scores_every_row_up_to_its_bound(n_rows, scored):
     assert planning_kernel.plan_criterion_rows(n_rows) == scored
 
 
 def test_a_fit_beyond_the_bound_scores_the_bound():
-    """Issue 80 item 3: 8200 rows, the penalty scored on 8000 of them (every one before the bound)."""
-    X, Y, _ = _data(n=8200, seed=5)
+    """Issue 80 item 3: 4200 rows, the penalty scored on 4000 of them (every one before the bound)."""
+    X, Y, _ = _data(n=4200, seed=5)
     model = AdaptiveKernelRegressor(
         bandwidth=1.5, alpha="loo", solver="eigenpro", n_epochs=1, feature_learning=None, random_state=0
     ).fit(X, Y[:, 0])
-    assert model.alpha_selection_.n_rows == planning_kernel.CRITERION_MAX_ROWS == 8000
-    assert model.alpha_ == model.alpha_selection_.alpha  # kept as scored, not scaled to 8200 rows
+    assert model.alpha_selection_.n_rows == planning_kernel.CRITERION_MAX_ROWS == 4000
+    assert model.alpha_ == model.alpha_selection_.alpha  # kept as scored, not scaled to 4200 rows
 
 
 def _ridge_with_intercept_on_the_kernel(X, y, w, bandwidth, alpha):

@@ -101,12 +101,14 @@ def plan_bandwidth_search_rows(bandwidth_search_size):
 
 
 # Rows the penalty's leave-one-out criterion scores at most (each row a pass over the
-# subsample's features: the cost grows as rows x s^2).  Beyond, the alpha chosen on them
-# is kept as it is (fit.tune.LooRows).  Paired over the seeded splits of the 10 benchmark
-# records with more than 8000 training rows (benchmarks/RESULTS.md, issue 65's probe and
-# issue 80), 8000 rows kept every error within 0.06% of scoring up to 100000, and cut
-# HI's penalty stage from 13 s to 10 s.
-CRITERION_MAX_ROWS = 8_000
+# subsample's features: the cost grows as rows x s^2), twice the Nystrom subsample.
+# Beyond, the alpha chosen on them is kept as it is (fit.tune.LooRows).  Paired over the
+# seeded splits of the 10 benchmark records with more than 8000 training rows
+# (benchmarks/RESULTS.md, issue 65's probe and issue 80), 8000 rows kept every error
+# within 0.06% of scoring up to 100000; 4000 then kept every one within 0.03% of
+# 8000 (geometric mean of the ratios 1.0000 over the 11 records above 4000 rows) and
+# took 0.5-1.8 s off each of their fits (HI's criterion: 4.0 s -> 2.7 s).
+CRITERION_MAX_ROWS = 4_000
 
 
 def plan_criterion_rows(n_rows):
@@ -123,8 +125,8 @@ def plan_criterion_rows(n_rows):
 
     Examples
     --------
-    >>> plan_criterion_rows(5000), plan_criterion_rows(60000)
-    (5000, 8000)
+    >>> plan_criterion_rows(3000), plan_criterion_rows(60000)
+    (3000, 4000)
     """
     return min(int(n_rows), CRITERION_MAX_ROWS)
 
